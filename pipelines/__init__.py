@@ -1,0 +1,1 @@
+"""Beam DAGs and the plain stage logic they wrap."""

@@ -1,0 +1,97 @@
+"""The corpus pipeline's configuration: frozen dataclasses with defaults in code, loaded from YAML.
+
+``configs/corpus.yaml`` is the embedded default (the bundled ``samples/``). Unknown keys are
+rejected with their path named, so a typo fails at start-up rather than silently doing nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipelines.instruct import default_instruction
+from pipelines.render import RenderConfig
+from pipelines.sources.base import SourceSettings
+from pipelines.write import WriteConfig
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "corpus.yaml"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    output: str = "out/corpus"
+    max_dead_letter_rate: float = 0.5  # fail the run when more than this share of inputs is dead-lettered
+    progress_every: int = 25  # pages between progress lines per worker; 0 disables
+    beam_args: tuple[str, ...] = (
+        "--runner=DirectRunner",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=0",
+    )
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    run: RunConfig = field(default_factory=RunConfig)
+    render: RenderConfig = field(default_factory=RenderConfig)
+    write: WriteConfig = field(default_factory=WriteConfig)
+    sources: tuple[SourceSettings, ...] = ()
+
+
+def _build(cls, values: dict[str, Any], where: str):
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(known)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            value = values[f.name]
+            kwargs[f.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**kwargs)
+
+
+def _source(values: dict[str, Any], index: int) -> SourceSettings:
+    where = f"sources[{index}]"
+    for key in ("name", "kind", "paths"):
+        if key not in values:
+            raise ValueError(f"{where}: missing required key {key!r}")
+    values = dict(values)
+    if isinstance(values["paths"], str):
+        values["paths"] = [values["paths"]]
+    values.setdefault("domain", "documents")
+    values.setdefault("license", "unknown")
+    values.setdefault("instruction", default_instruction(values.get("task", "parse_page"), values.get("instruction_language", "en")))
+    values.pop("instruction_language", None)
+    values["options"] = dict(values.get("options") or {})
+    return _build(SourceSettings, values, where)
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> CorpusConfig:
+    """Load a YAML config (default: ``configs/corpus.yaml``); ``overrides`` patch top-level sections."""
+    path = Path(path) if path else DEFAULT_CONFIG
+    raw = yaml.safe_load(path.read_text()) or {}
+    for section, values in (overrides or {}).items():
+        raw.setdefault(section, {}).update(values)
+    unknown = sorted(set(raw) - {"run", "render", "write", "sources"})
+    if unknown:
+        raise ValueError(f"{path}: unknown sections {unknown}")
+    base = path.parent.parent if path.parent.name == "configs" else path.parent
+    sources = []
+    for i, values in enumerate(raw.get("sources") or []):
+        settings = _source(values, i)
+        # relative input paths are relative to the repository (the config's parent folder)
+        paths = tuple(p if "://" in p or Path(p).is_absolute() else str(base / p) for p in settings.paths)
+        sources.append(dataclasses.replace(settings, paths=paths))
+    names = [s.name for s in sources]
+    if len(names) != len(set(names)):
+        raise ValueError(f"{path}: source names must be unique, got {names}")
+    return CorpusConfig(
+        run=_build(RunConfig, raw.get("run") or {}, "run"),
+        render=_build(RenderConfig, raw.get("render") or {}, "render"),
+        write=_build(WriteConfig, raw.get("write") or {}, "write"),
+        sources=tuple(sources),
+    )

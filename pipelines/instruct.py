@@ -1,0 +1,21 @@
+"""Instructions: the prompt bank, English and Chinese, one assigned prompt per dataset (Jina 4.3)."""
+
+from __future__ import annotations
+
+PROMPTS: dict[tuple[str, str], str] = {
+    ("parse_page", "en"): "Convert this document page to Markdown. Write equations in LaTeX with \\( \\) and \\[ \\], and tables in HTML.",
+    ("parse_page", "zh"): "将此文档页面转换为 Markdown。公式使用 \\( \\) 和 \\[ \\] 包裹的 LaTeX，表格使用 HTML。",
+    ("transcribe_table", "en"): "Transcribe the table in this image as an HTML table.",
+    ("transcribe_table", "zh"): "将图中的表格转写为 HTML 表格。",
+    ("transcribe_formula", "en"): "Transcribe the formula in this image in LaTeX.",
+    ("transcribe_formula", "zh"): "将图中的公式转写为 LaTeX。",
+    ("caption", "en"): "Describe this image in one paragraph.",
+    ("caption", "zh"): "用一段话描述这张图片。",
+}
+
+
+def default_instruction(task: str, language: str = "en") -> str:
+    try:
+        return PROMPTS[(task, language)]
+    except KeyError:
+        raise ValueError(f"no default prompt for task {task!r} in language {language!r}") from None

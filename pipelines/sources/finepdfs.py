@@ -1,0 +1,411 @@
+"""FinePDFs reader: one ``Row`` per parquet row, PDF bytes fetched from the Common Crawl WARC record.
+
+FinePDFs (``HuggingFaceFW/finepdfs``) ships text only: ``data/<lang_Script>/train/*.parquet`` with
+17 columns. The PDF a row was extracted from lives in the Common Crawl WARC file ``file_path`` at
+byte ``offset`` (one gzip member; there is no length column). ``page_ends`` holds cumulative page
+lengths into ``text``:
+
+* ``docling`` pages are concatenated without separators: page *i* is
+  ``text[page_ends[i-1]:page_ends[i]]``.
+* ``rolmOCR`` pages are joined with ``"\\n"`` but ``page_ends`` counts no separators, so page *i*
+  starts at ``page_ends[i-1] + i``.
+
+Source options:
+
+* ``warc_root`` (required): folder or URL prefix joined with ``file_path`` (a local folder,
+  ``s3://commoncrawl``, ``gs://...``, ``hf://...`` or ``https://data.commoncrawl.org``).
+* ``batch_size`` (default 32): parquet rows per record batch.
+* ``http_timeout_s`` (default 60) and ``http_retries`` (default 3): for ``http(s)`` roots only.
+
+Outcomes per row: pages, or ``RecordError`` (``missing_text``, ``bad_page_ends``,
+``unknown_extractor``, ``missing_warc_pointer``, ``warc_unreadable``, ``warc_not_pdf``,
+``page_count_mismatch`` and the PDF reasons from ``pipelines.render``), or ``Dropped``
+(``no_usable_pages``: every page is a rolmOCR failure marker; ``truncated_pdf``: an
+``is_truncated`` row whose Common Crawl payload is not a complete PDF). A file that cannot be
+opened or read gives one ``Row(source_id=<file uri>)`` with ``unreadable_parquet``, or
+``bad_schema`` when columns are missing or of the wrong type.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from typing import IO, Any, Callable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines import io as pio
+from pipelines.render import pdf_page_count
+from pipelines.sources.base import Row, SourcePage, SourceSettings
+from schemas.deadletter import Dropped, RecordError
+from schemas.page import ProvenanceStep, params_hash
+
+VERSION = "1"
+
+COLUMNS: tuple[str, ...] = (
+    "text", "id", "dump", "url", "date", "file_path", "offset", "token_count", "language",
+    "page_average_lid", "page_average_lid_score", "full_doc_lid", "full_doc_lid_score",
+    "per_page_languages", "is_truncated", "extractor", "page_ends",
+)
+EXTRACTORS: tuple[str, ...] = ("docling", "rolmOCR")
+
+# Upstream (finepdfs CoallesceFailedPages) treats a page as failed when either marker occurs in it.
+FAILED_PAGE = re.compile(r"<--- failed_to_process_page --->|<--- stop_reason_.*? --->", re.DOTALL)
+# PDF readers accept the header anywhere in the first 1 KiB (servers sometimes prepend whitespace).
+_PDF_MAGIC = b"%PDF-"
+_PDF_MAGIC_WINDOW = 1024
+# Reasons from pipelines.render that, for an is_truncated row, mean "the CC copy is cut short".
+_TRUNCATION_REASONS = frozenset({"corrupt_pdf", "zero_page_pdf", "empty_pdf"})
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_int_list(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
+
+
+# Columns whose type the reader relies on; the others are passed through as metadata/quality.
+_TYPE_CHECKS: dict[str, Callable[[pa.DataType], bool]] = {
+    "text": _is_string,
+    "id": _is_string,
+    "file_path": _is_string,
+    "extractor": _is_string,
+    "offset": pa.types.is_integer,
+    "is_truncated": pa.types.is_boolean,
+    "page_ends": _is_int_list,
+}
+
+
+def schema_problem(schema: pa.Schema) -> str | None:
+    """Why a parquet schema is not the FinePDFs layout (missing or mistyped columns), or None."""
+    missing = [c for c in COLUMNS if c not in schema.names]
+    wrong = [
+        f"{name} is {schema.field(name).type}"
+        for name, check in _TYPE_CHECKS.items()
+        if name in schema.names and not check(schema.field(name).type)
+    ]
+    parts = []
+    if missing:
+        parts.append(f"missing columns: {', '.join(missing)}")
+    if wrong:
+        parts.append(f"wrong column types: {'; '.join(wrong)}")
+    return "; ".join(parts) or None
+
+
+def split_pages(text: str, page_ends: Sequence[int] | None, extractor: str) -> list[str]:
+    """Cut a FinePDFs ``text`` into its pages using ``page_ends`` (see the module docstring).
+
+    Equal consecutive ends (an empty page) are allowed; decreasing ends, ends past the text, or a
+    rolmOCR separator that is not ``"\\n"`` raise ``RecordError("bad_page_ends")``.
+    """
+    if extractor not in EXTRACTORS:
+        raise RecordError("unknown_extractor", f"extractor {extractor!r} not in {EXTRACTORS}")
+    if not page_ends:
+        raise RecordError("bad_page_ends", f"page_ends is {'null' if page_ends is None else 'empty'}")
+    sep = 1 if extractor == "rolmOCR" else 0
+    pages: list[str] = []
+    prev = 0
+    for i, end in enumerate(page_ends):
+        if end is None or end < prev:
+            raise RecordError(
+                "bad_page_ends", f"page_ends[{i}]={end} is not >= the previous end {prev}: {list(page_ends)[:20]}"
+            )
+        start, stop = prev + i * sep, end + i * sep
+        if stop > len(text):
+            raise RecordError(
+                "bad_page_ends",
+                f"page {i} ends at {stop} (page_ends[{i}]={end}, {extractor}) beyond the text length {len(text)}",
+            )
+        if sep and i > 0 and text[start - 1] != "\n":
+            raise RecordError(
+                "bad_page_ends",
+                f"rolmOCR page {i} is not preceded by a newline separator at {start - 1}",
+            )
+        pages.append(text[start:stop])
+        prev = end
+    return pages
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values for quality/metadata (dates may be timestamps; scores may be NaN)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+class WarcFetcher:
+    """Reads the payload of one WARC record by (``file_path``, ``offset``) under a root.
+
+    Local, ``gs://``, ``s3://`` and ``hf://`` WARC files are opened once through ``pipelines.io``
+    and kept open until ``close``; ``http(s)`` roots use one ``requests`` session and a ranged GET
+    per record, closed as soon as the record is read so the rest of the (~1 GB) file is not fetched.
+    """
+
+    def __init__(self, root: str, http_timeout_s: float = 60.0, http_retries: int = 3):
+        self.root = root.rstrip("/") if "://" in root else root
+        self.http_timeout_s = http_timeout_s
+        self.http_retries = http_retries
+        self._handles: dict[str, IO[bytes] | RecordError] = {}
+        self._session: Any = None
+
+    def uri(self, file_path: str) -> str:
+        if "://" in file_path:
+            return file_path
+        if self.root.startswith(("http://", "https://")):
+            return f"{self.root}/{file_path.lstrip('/')}"
+        return pio.join(self.root, file_path)
+
+    def fetch(self, file_path: str, offset: int) -> bytes:
+        """The HTTP payload (or resource block) of the record; raises ``RecordError``."""
+        where = f"{file_path} at offset {offset}"
+        uri = self.uri(file_path)
+        close: Callable[[], None] | None = None
+        if uri.startswith(("http://", "https://")):
+            stream, close = self._http_stream(uri, offset, where)
+        else:
+            stream = self._handle(uri)
+            try:
+                stream.seek(offset)
+            except Exception as exc:  # object-store readers raise their own types
+                raise RecordError("warc_unreadable", f"cannot seek {where}: {exc}") from exc
+        try:
+            return _read_one_record(stream, where)
+        finally:
+            if close is not None:
+                close()
+
+    def _handle(self, uri: str) -> IO[bytes]:
+        cached = self._handles.get(uri)
+        if isinstance(cached, RecordError):
+            # A missing WARC file would otherwise be retried for every row that points into it.
+            raise RecordError(cached.reason, str(cached))
+        if cached is None:
+            try:
+                cached = pio.open_read(uri)
+            except Exception as exc:
+                err = RecordError("warc_unreadable", f"cannot open WARC file {uri}: {exc}")
+                self._handles[uri] = err
+                raise RecordError(err.reason, str(err)) from exc
+            self._handles[uri] = cached
+        return cached
+
+    def _http_stream(self, uri: str, offset: int, where: str) -> tuple[IO[bytes], Callable[[], None]]:
+        import requests
+
+        if self._session is None:
+            self._session = requests.Session()
+        last = ""
+        for attempt in range(self.http_retries + 1):
+            if attempt:
+                time.sleep(min(30.0, 2.0 ** attempt))
+            try:
+                resp = self._session.get(
+                    uri, headers={"Range": f"bytes={offset}-"}, stream=True, timeout=self.http_timeout_s
+                )
+            except requests.RequestException as exc:
+                last = str(exc)
+                continue
+            if resp.status_code == 206:
+                resp.raw.decode_content = False  # the gzip member must reach warcio untouched
+                return resp.raw, resp.close
+            resp.close()
+            last = f"HTTP {resp.status_code}"
+            if resp.status_code not in (429, 500, 502, 503, 504):
+                break
+        raise RecordError("warc_unreadable", f"ranged GET of {uri} for {where} failed: {last}")
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            if not isinstance(handle, RecordError):
+                try:
+                    handle.close()
+                except Exception:
+                    pass
+        self._handles.clear()
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+
+def _read_one_record(stream: IO[bytes], where: str) -> bytes:
+    from warcio.archiveiterator import ArchiveIterator
+
+    records = ArchiveIterator(stream)
+    try:
+        record = next(records, None)
+        if record is None:
+            raise RecordError("warc_unreadable", f"no WARC record at {where}")
+        if record.rec_type not in ("response", "resource"):
+            raise RecordError("warc_not_pdf", f"{where} is a {record.rec_type!r} record, not a response")
+        payload = record.content_stream().read()
+        content_type = (
+            record.http_headers.get_header("Content-Type") if record.http_headers else None
+        ) or record.rec_headers.get_header("Content-Type")
+    except RecordError:
+        raise
+    except Exception as exc:  # warcio raises many types on garbage bytes
+        raise RecordError("warc_unreadable", f"cannot read the WARC record at {where}: {exc}") from exc
+    finally:
+        records.close()
+    if _PDF_MAGIC not in payload[:_PDF_MAGIC_WINDOW]:
+        raise RecordError(
+            "warc_not_pdf",
+            f"{where}: payload ({content_type or 'no content type'}, {len(payload)} bytes) is not a PDF",
+        )
+    return payload
+
+
+class FinePdfsSource:
+    """Reads FinePDFs parquet files; see the module docstring for options and outcomes."""
+
+    def __init__(self, settings: SourceSettings):
+        self.settings = settings
+        options = settings.options or {}
+        root = options.get("warc_root")
+        if not root:
+            raise ValueError(f"source {settings.name!r}: finepdfs needs options.warc_root")
+        self.warc_root = str(root)
+        self.batch_size = int(options.get("batch_size", 32))
+        self.http_timeout_s = float(options.get("http_timeout_s", 60.0))
+        self.http_retries = int(options.get("http_retries", 3))
+        self._provenance = ProvenanceStep("read:finepdfs", VERSION, params_hash(dict(options)))
+
+    def plan(self, uri: str) -> Iterator[str]:
+        yield uri
+
+    def read(self, unit: str) -> Iterator[Row]:
+        warcs = WarcFetcher(self.warc_root, self.http_timeout_s, self.http_retries)
+        try:
+            yield from self._read_file(unit, warcs)
+        finally:
+            warcs.close()
+
+    def _read_file(self, uri: str, warcs: WarcFetcher) -> Iterator[Row]:
+        def unreadable(message: str) -> Row:
+            return Row(source_id=uri, error=RecordError("unreadable_parquet", f"{uri}: {message}"))
+
+        try:
+            fh = pio.open_read(uri)
+        except Exception as exc:
+            yield unreadable(f"cannot open: {exc}")
+            return
+        with fh:
+            try:
+                parquet = pq.ParquetFile(fh)
+                problem = schema_problem(parquet.schema_arrow)
+            except Exception as exc:
+                yield unreadable(f"not a readable parquet file: {exc}")
+                return
+            if problem:
+                yield Row(source_id=uri, error=RecordError("bad_schema", f"{uri}: {problem}"))
+                return
+            batches = parquet.iter_batches(batch_size=self.batch_size, columns=list(COLUMNS))
+            index = 0
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                except Exception as exc:
+                    # The remaining rows cannot be enumerated, so the file gets one dead letter.
+                    yield unreadable(f"read failed after {index} rows: {exc}")
+                    return
+                for record in batch.to_pylist():
+                    yield self._row(record, uri, index, warcs)
+                    index += 1
+
+    def _row(self, record: dict[str, Any], uri: str, index: int, warcs: WarcFetcher) -> Row:
+        source_id = record.get("id") or f"{uri}#{index}"
+        try:
+            pages = self._pages(record, source_id, warcs)
+        except (RecordError, Dropped) as exc:
+            return Row(source_id=source_id, error=exc)
+        return Row(source_id=source_id, pages=pages)
+
+    def _pages(self, record: dict[str, Any], source_id: str, warcs: WarcFetcher) -> list[SourcePage]:
+        text = record["text"]
+        if not text:
+            raise RecordError("missing_text", f"row {source_id} has {'null' if text is None else 'empty'} text")
+        extractor = record["extractor"]
+        texts = split_pages(text, record["page_ends"], extractor)
+        failed = [FAILED_PAGE.search(t) is not None for t in texts]
+        if all(failed):
+            raise Dropped("no_usable_pages")
+
+        file_path, offset = record["file_path"], record["offset"]
+        if not file_path or offset is None or offset < 0:
+            raise RecordError("missing_warc_pointer", f"row {source_id}: file_path={file_path!r} offset={offset!r}")
+        pdf = warcs.fetch(file_path, offset)
+        truncated = bool(record["is_truncated"])
+        try:
+            n_pdf = pdf_page_count(pdf)
+        except RecordError as exc:
+            if truncated and exc.reason in _TRUNCATION_REASONS:
+                raise Dropped("truncated_pdf") from exc
+            raise
+        if n_pdf != len(texts):
+            if truncated:
+                raise Dropped("truncated_pdf")
+            raise RecordError(
+                "page_count_mismatch",
+                f"row {source_id}: page_ends gives {len(texts)} pages but the PDF at {file_path} "
+                f"offset {offset} has {n_pdf}",
+            )
+
+        s = self.settings
+        language = record["language"] or s.language
+        per_page = record["per_page_languages"] or []
+        metadata = {
+            "url": record["url"],
+            "dump": record["dump"],
+            "date": _jsonable(record["date"]),
+            "file_path": file_path,
+            "offset": offset,
+            "extractor": extractor,
+        }
+        quality = {
+            "token_count": record["token_count"],
+            "full_doc_lid": record["full_doc_lid"],
+            "full_doc_lid_score": _jsonable(record["full_doc_lid_score"]),
+            "page_average_lid": record["page_average_lid"],
+            "page_average_lid_score": _jsonable(record["page_average_lid_score"]),
+            "is_truncated": truncated,
+            "finepdfs_failed_pages": sum(failed),
+        }
+        pages: list[SourcePage] = []
+        for i, (page_text, is_failed) in enumerate(zip(texts, failed)):
+            if is_failed:
+                continue
+            page_metadata = dict(metadata)
+            if len(per_page) == len(texts):
+                page_metadata["page_language"] = per_page[i]
+            pages.append(
+                SourcePage(
+                    source=s.name,
+                    source_id=source_id,
+                    page_number=i + 1,
+                    payload_kind="pdf",
+                    payload=pdf,
+                    response=page_text,
+                    domain=s.domain,
+                    language=language,
+                    license=s.license,
+                    instruction=s.instruction,
+                    task=s.task,
+                    response_format="markdown",
+                    split=s.split,
+                    pdf_page_index=i,
+                    quality=dict(quality),
+                    metadata=page_metadata,
+                    provenance=[self._provenance],
+                )
+            )
+        return pages

@@ -1,0 +1,419 @@
+"""Readers for historical corpora published as Parquet: one row per scanned page with its text.
+
+* ``NaraSource`` (kind ``nara``): ``RevolutionCrossroads/nara_revolutionary_war_pension_files``.
+  Page images are referenced by ``pageImageURL`` and fetched with ``ImageResolver``.
+* ``LocSource`` (kind ``loc``): ``RevolutionCrossroads/loc_chronicling_america_1770-1810``. The page
+  comes from the single-page PDF (``pdf_url``, default) or the JPEG thumbnail.
+* ``MappedHistoricalSource`` (kind ``historical``): any corpus whose column names are given in the
+  config (Europeana newspapers, NCSE, ...), with the image either embedded or referenced by URL.
+
+Every reader streams its Parquet file by record batches and yields one ``Row`` per input row:
+pages for good rows, ``Dropped("empty_transcription")`` for rows without text and ``RecordError``
+for rows whose image cannot be had. A file that cannot be opened or read yields one
+``unreadable_parquet`` row; a file without the needed columns one ``bad_schema`` row.
+
+Options (``SourceSettings.options``), besides the ``ImageResolver`` keys (``mirror``,
+``cache_dir``, ``allow_http``, ``timeout_s``, ``max_bytes``, ``retries``, ``user_agent``):
+
+* all: ``batch_size`` (rows per Parquet batch, default 64).
+* ``nara``: ``use_extracted_text`` (bool, default false): fall back to ``extractedText`` (machine
+  OCR) when ``transcriptionText`` is empty.
+* ``loc``: ``image_column``: ``pdf_url`` (default), ``thumbnail_url`` or ``jpeg2000_url``.
+* ``historical``: ``columns`` (mapping, see ``MappedHistoricalSource``), ``quality_columns`` and
+  ``metadata_columns`` (lists of column names copied into ``quality`` / ``metadata``),
+  ``text_origin`` (default ``machine_ocr``), ``response_format`` (default ``text``).
+
+Texts are kept as published except that ``\\r\\n`` becomes ``\\n`` and surrounding whitespace is
+stripped. ``quality["text_origin"]`` says whether the text is a human transcription or machine OCR,
+so cleaning stages can treat the two differently.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator, Mapping
+
+import pyarrow.parquet as pq
+
+from pipelines import io
+from pipelines.sources.base import Row, SourcePage, SourceSettings
+from pipelines.sources.images import ImageResolver
+from schemas.deadletter import Dropped, RecordError
+from schemas.page import ProvenanceStep, params_hash
+
+VERSION = "1"
+_LANGUAGE = re.compile(r"^(und|[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*)$")
+# Placeholder values seen in corpora's language columns (Europeana's file split names among them)
+# that happen to look like tags.
+_NOT_LANGUAGES = {"no_language_found", "multi_language", "unknown", "none", "null", "nan"}
+
+NARA_COLUMNS = (
+    "NAID", "naraURL", "title", "logicalDate", "variantControlNumbers", "levelOfDescription",
+    "pdfObjectId", "pdfURL", "pageObjectId", "pageNumber", "pageLink", "pageImageURL",
+    "pageImageType", "extractedNames", "extractedTextID", "extractedText", "extractedTextDate",
+    "extractedTextContributor", "transcriptionIngestDate", "transcriptionID", "transcriptionText",
+)
+LOC_COLUMNS = (
+    "Web_URL", "newspaper_title", "place_of_publication", "lccn", "issue_date", "edition_order",
+    "Page", "thumbnail_url", "jpeg2000_url", "pdf_url", "ocr_url", "ocr_text",
+    "source_record_creation_date",
+)
+LOC_IMAGE_COLUMNS = ("pdf_url", "thumbnail_url", "jpeg2000_url")
+
+
+def _is_blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _clean_text(value: Any) -> str:
+    if not isinstance(value, str):
+        return ""
+    return value.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+def _json_value(value: Any) -> Any:
+    """Make a Parquet cell JSON-serialisable for ``metadata`` / ``quality``."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return str(value)
+
+
+def _payload_kind(data: bytes) -> str:
+    return "pdf" if data[:1024].lstrip().startswith(b"%PDF") else "image"
+
+
+def _date(value: Any) -> str:
+    """``YYYY-MM-DD`` of a timestamp cell (or of an ISO string)."""
+    if value is None:
+        raise RecordError("missing_id", "issue date is null")
+    if hasattr(value, "strftime"):
+        return value.strftime("%Y-%m-%d")
+    text = str(value).strip()
+    if not re.match(r"^\d{4}-\d{2}-\d{2}", text):
+        raise RecordError("missing_id", f"issue date {text!r} is not a date")
+    return text[:10]
+
+
+class _ParquetHistoricalSource:
+    """Shared Parquet streaming and per-row accounting; subclasses turn a dict row into a page."""
+
+    #: columns a file must have; subclasses may extend per settings in ``_required_columns``.
+    REQUIRED: tuple[str, ...] = ()
+    #: every column the reader may use (present ones are read, absent ones skipped).
+    COLUMNS: tuple[str, ...] = ()
+
+    def __init__(self, settings: SourceSettings):
+        self.settings = settings
+        self.options: dict[str, Any] = dict(settings.options or {})
+        self.resolver = ImageResolver.from_options(self.options)
+        self.batch_size = int(self.options.get("batch_size", 64))
+        self._provenance = ProvenanceStep(f"read:{settings.kind}", VERSION, params_hash(self.options))
+
+    # -- Source protocol ---------------------------------------------------------------------
+
+    def plan(self, uri: str) -> Iterator[str]:
+        yield uri
+
+    def read(self, unit: str) -> Iterator[Row]:
+        uri = unit
+        try:
+            fh = io.open_read(uri)
+        except Exception as exc:  # noqa: BLE001 - any failure to open is the same dead letter
+            yield Row(source_id=uri, error=RecordError("unreadable_parquet", f"{uri}: cannot open: {exc}"))
+            return
+        with fh:
+            try:
+                parquet = pq.ParquetFile(fh)
+            except Exception as exc:  # noqa: BLE001
+                yield Row(source_id=uri, error=RecordError("unreadable_parquet", f"{uri}: not a readable Parquet file: {exc}"))
+                return
+            present = set(parquet.schema_arrow.names)
+            missing = self._missing_columns(present)
+            if missing:
+                yield Row(source_id=uri, error=RecordError("bad_schema", f"{uri}: {missing}"))
+                return
+            columns = [c for c in self._wanted_columns() if c in present]
+            index = 0
+            try:
+                for batch in parquet.iter_batches(batch_size=self.batch_size, columns=columns):
+                    for record in batch.to_pylist():
+                        yield self._read_record(uri, index, record)
+                        index += 1
+            except Exception as exc:  # noqa: BLE001 - a corrupt page/row group mid-file
+                yield Row(
+                    source_id=uri,
+                    error=RecordError("unreadable_parquet", f"{uri}: read failed after {index} rows: {exc}"),
+                )
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    def _missing_columns(self, present: set[str]) -> str:
+        """A message naming the missing required columns, or ``""``."""
+        missing = [c for c in self.REQUIRED if c not in present]
+        return f"missing required columns {missing}" if missing else ""
+
+    def _wanted_columns(self) -> list[str]:
+        return list(self.COLUMNS)
+
+    def _source_id(self, record: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def _page(self, source_id: str, record: dict[str, Any]) -> SourcePage:
+        raise NotImplementedError
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _read_record(self, uri: str, index: int, record: dict[str, Any]) -> Row:
+        fallback_id = f"{uri}#{index}"
+        try:
+            source_id = self._source_id(record)
+        except RecordError as exc:
+            return Row(source_id=fallback_id, error=exc)
+        except Exception as exc:  # noqa: BLE001
+            return Row(source_id=fallback_id, error=RecordError("missing_id", f"row {index}: {exc}"))
+        try:
+            return Row(source_id=source_id, pages=[self._page(source_id, record)])
+        except (RecordError, Dropped) as exc:
+            return Row(source_id=source_id, error=exc)
+        except Exception as exc:  # noqa: BLE001 - malformed cell values must not kill the bundle
+            return Row(source_id=source_id, error=RecordError("bad_record", f"{type(exc).__name__}: {exc}"))
+
+    def _make_page(self, *, source_id: str, page_number: int, payload: bytes, response: str,
+                   language: str | None = None, response_format: str = "text",
+                   quality: dict[str, Any] | None = None,
+                   metadata: dict[str, Any] | None = None) -> SourcePage:
+        s = self.settings
+        return SourcePage(
+            source=s.name,
+            source_id=source_id,
+            page_number=page_number,
+            payload_kind=_payload_kind(payload),
+            payload=payload,
+            response=response,
+            response_format=response_format,
+            domain=s.domain,
+            language=language or s.language,
+            license=s.license,
+            instruction=s.instruction,
+            task=s.task,
+            split=s.split,
+            quality=quality or {},
+            metadata={k: _json_value(v) for k, v in (metadata or {}).items() if v is not None},
+            provenance=[self._provenance],
+        )
+
+    def _fetch(self, url: Any) -> bytes:
+        if _is_blank(url):
+            raise RecordError("missing_image_url", "row has no image URL")
+        return self.resolver.fetch(str(url))
+
+
+def _page_number(value: Any) -> int:
+    if value is None:
+        return 1
+    number = int(value)
+    if number < 1:
+        raise RecordError("bad_page_number", f"page number {number} is not >= 1")
+    return number
+
+
+class NaraSource(_ParquetHistoricalSource):
+    """NARA Revolutionary War pension files: one row per page, crowd transcription + image URL.
+
+    ``source_id`` is ``"{NAID}-{pageObjectId}"``; the response is ``transcriptionText`` (or, with
+    ``use_extracted_text: true``, ``extractedText`` when the transcription is empty).
+    """
+
+    COLUMNS = NARA_COLUMNS
+    METADATA = (
+        "naraURL", "title", "logicalDate", "levelOfDescription", "variantControlNumbers",
+        "pdfObjectId", "pdfURL", "pageLink", "pageImageURL", "pageImageType", "extractedNames",
+        "transcriptionID", "transcriptionIngestDate", "extractedTextID", "extractedTextDate",
+        "extractedTextContributor",
+    )
+
+    def __init__(self, settings: SourceSettings):
+        super().__init__(settings)
+        self.use_extracted_text = bool(self.options.get("use_extracted_text", False))
+        required = ["NAID", "pageObjectId", "pageNumber", "pageImageURL", "transcriptionText"]
+        if self.use_extracted_text:
+            required.append("extractedText")
+        self.REQUIRED = tuple(required)
+
+    def _source_id(self, record: dict[str, Any]) -> str:
+        naid, page_object = record.get("NAID"), record.get("pageObjectId")
+        if _is_blank(naid) or _is_blank(page_object):
+            raise RecordError("missing_id", f"NAID={naid!r} pageObjectId={page_object!r}")
+        return f"{str(naid).strip()}-{str(page_object).strip()}"
+
+    def _page(self, source_id: str, record: dict[str, Any]) -> SourcePage:
+        text, origin = _clean_text(record.get("transcriptionText")), "human_transcription"
+        if not text and self.use_extracted_text:
+            text, origin = _clean_text(record.get("extractedText")), "machine_ocr"
+        if not text:
+            raise Dropped("empty_transcription")
+        page_number = _page_number(record.get("pageNumber"))
+        payload = self._fetch(record.get("pageImageURL"))
+        return self._make_page(
+            source_id=source_id,
+            page_number=page_number,
+            payload=payload,
+            response=text,
+            quality={"text_origin": origin},
+            metadata={"NAID": record.get("NAID"), **{k: record.get(k) for k in self.METADATA}},
+        )
+
+
+class LocSource(_ParquetHistoricalSource):
+    """Library of Congress Chronicling America pages (1770-1810) with their machine OCR.
+
+    ``source_id`` is ``"{lccn}/{issue_date:%Y-%m-%d}/ed-{edition_order}/seq-{Page}"``; the page
+    image comes from ``options["image_column"]`` (``pdf_url`` by default: a single-page PDF).
+    """
+
+    COLUMNS = LOC_COLUMNS
+    METADATA = (
+        "Web_URL", "newspaper_title", "place_of_publication", "lccn", "issue_date", "edition_order",
+        "thumbnail_url", "jpeg2000_url", "pdf_url", "ocr_url", "source_record_creation_date",
+    )
+
+    def __init__(self, settings: SourceSettings):
+        super().__init__(settings)
+        self.image_column = str(self.options.get("image_column", "pdf_url"))
+        if self.image_column not in LOC_IMAGE_COLUMNS:
+            raise ValueError(
+                f"source {settings.name!r}: image_column must be one of {LOC_IMAGE_COLUMNS}, "
+                f"got {self.image_column!r}"
+            )
+        self.REQUIRED = ("lccn", "issue_date", "edition_order", "Page", "ocr_text", self.image_column)
+
+    def _source_id(self, record: dict[str, Any]) -> str:
+        lccn = record.get("lccn")
+        if _is_blank(lccn) or record.get("edition_order") is None or record.get("Page") is None:
+            raise RecordError(
+                "missing_id",
+                f"lccn={lccn!r} edition_order={record.get('edition_order')!r} Page={record.get('Page')!r}",
+            )
+        date = _date(record.get("issue_date"))
+        return f"{str(lccn).strip()}/{date}/ed-{int(record['edition_order'])}/seq-{int(record['Page'])}"
+
+    def _page(self, source_id: str, record: dict[str, Any]) -> SourcePage:
+        text = _clean_text(record.get("ocr_text"))
+        if not text:
+            raise Dropped("empty_transcription")
+        payload = self._fetch(record.get(self.image_column))
+        return self._make_page(
+            source_id=source_id,
+            page_number=_page_number(record.get("Page")),
+            payload=payload,
+            response=text,
+            quality={"text_origin": "machine_ocr"},
+            metadata={k: record.get(k) for k in self.METADATA},
+        )
+
+
+_MAPPED_KEYS = ("id", "text", "image_url", "image_bytes", "page", "language", "title", "date")
+
+
+class MappedHistoricalSource(_ParquetHistoricalSource):
+    """A historical corpus whose columns come from the config (Europeana newspapers, NCSE, ...).
+
+    ``options["columns"]`` maps roles to column names: ``id`` and ``text`` (required), exactly one
+    of ``image_url`` (fetched with the resolver) or ``image_bytes`` (raw bytes, or a Hugging Face
+    ``Image`` struct ``{bytes, path}``), and optionally ``page``, ``language``, ``title``, ``date``.
+    ``source_id`` is the id value, or ``"{id}/p{page}"`` when ``page`` is mapped (the id then names
+    the document). A ``language`` cell that is a valid language tag overrides the configured one.
+    """
+
+    def __init__(self, settings: SourceSettings):
+        super().__init__(settings)
+        columns = self.options.get("columns")
+        if not isinstance(columns, Mapping):
+            raise ValueError(f"source {settings.name!r}: options.columns must be a mapping of role -> column")
+        unknown = sorted(set(columns) - set(_MAPPED_KEYS))
+        if unknown:
+            raise ValueError(f"source {settings.name!r}: unknown options.columns keys {unknown}; known: {list(_MAPPED_KEYS)}")
+        for key in ("id", "text"):
+            if not columns.get(key):
+                raise ValueError(f"source {settings.name!r}: options.columns.{key} is required")
+        if bool(columns.get("image_url")) == bool(columns.get("image_bytes")):
+            raise ValueError(f"source {settings.name!r}: set exactly one of options.columns.image_url / image_bytes")
+        self.columns: dict[str, str] = {k: str(v) for k, v in columns.items() if v}
+        self.quality_columns = [str(c) for c in self.options.get("quality_columns", [])]
+        self.metadata_columns = [str(c) for c in self.options.get("metadata_columns", [])]
+        self.text_origin = str(self.options.get("text_origin", "machine_ocr"))
+        self.response_format = str(self.options.get("response_format", "text"))
+
+    def _missing_columns(self, present: set[str]) -> str:
+        missing = [f"columns.{k} -> {c!r}" for k, c in self.columns.items() if c not in present]
+        missing += [f"quality_columns -> {c!r}" for c in self.quality_columns if c not in present]
+        missing += [f"metadata_columns -> {c!r}" for c in self.metadata_columns if c not in present]
+        if not missing:
+            return ""
+        return f"mapped columns not in file: {', '.join(missing)} (file has {sorted(present)})"
+
+    def _wanted_columns(self) -> list[str]:
+        wanted = list(self.columns.values()) + self.quality_columns + self.metadata_columns
+        return list(dict.fromkeys(wanted))
+
+    def _source_id(self, record: dict[str, Any]) -> str:
+        value = record.get(self.columns["id"])
+        if _is_blank(value):
+            raise RecordError("missing_id", f"column {self.columns['id']!r} is empty")
+        source_id = str(value).strip()
+        if "page" in self.columns:
+            source_id = f"{source_id}/p{_page_number(record.get(self.columns['page']))}"
+        return source_id
+
+    def _image(self, record: dict[str, Any]) -> bytes:
+        if "image_url" in self.columns:
+            return self._fetch(record.get(self.columns["image_url"]))
+        column = self.columns["image_bytes"]
+        value = record.get(column)
+        path = None
+        if isinstance(value, dict):  # Hugging Face Image struct
+            value, path = value.get("bytes"), value.get("path")
+        if isinstance(value, (bytes, bytearray)) and value:
+            return bytes(value)
+        if isinstance(path, str) and path.startswith(("http://", "https://")):
+            return self.resolver.fetch(path)
+        raise RecordError("missing_image", f"column {column!r} holds no image bytes (path={path!r})")
+
+    def _page(self, source_id: str, record: dict[str, Any]) -> SourcePage:
+        text = _clean_text(record.get(self.columns["text"]))
+        if not text:
+            raise Dropped("empty_transcription")
+        page_number = _page_number(record.get(self.columns["page"])) if "page" in self.columns else 1
+        metadata: dict[str, Any] = {"id": record.get(self.columns["id"])}
+        language = None
+        if "language" in self.columns:
+            raw = record.get(self.columns["language"])
+            metadata["source_language"] = raw
+            tag = str(raw).strip().lower() if raw is not None else ""
+            if tag and tag not in _NOT_LANGUAGES and _LANGUAGE.match(tag):
+                language = tag
+        for key in ("title", "date", "image_url"):
+            if key in self.columns:
+                metadata[key] = record.get(self.columns[key])
+        metadata.update({c: record.get(c) for c in self.metadata_columns})
+        quality: dict[str, Any] = {"text_origin": self.text_origin}
+        quality.update({c: _json_value(record.get(c)) for c in self.quality_columns})
+        payload = self._image(record)
+        return self._make_page(
+            source_id=source_id,
+            page_number=page_number,
+            payload=payload,
+            response=text,
+            language=language,
+            response_format=self.response_format,
+            quality=quality,
+            metadata=metadata,
+        )

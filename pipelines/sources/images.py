@@ -1,0 +1,227 @@
+"""Fetch page images that a corpus references by URL (NARA, LoC, IIIF), offline-first.
+
+``ImageResolver.fetch(url)`` looks in three places, in order:
+
+1. **mirror**: a local folder or URI root laid out as ``<mirror>/<url host>/<url path>`` (the query
+   string and fragment are ignored). A bulk download (``aws s3 sync``, ``wget -x``) produces this
+   layout, and the sample builders write it so pipelines run without a network.
+2. **cache**: ``<cache_dir>/<sha[:2]>/<sha>`` with ``sha = sha256(url)``, filled by earlier HTTP
+   fetches. Writes go to a temporary file renamed into place, so concurrent workers never see a
+   partial image.
+3. **HTTP GET**, only when ``allow_http`` is true, with ``timeout_s``, a ``max_bytes`` size cap and
+   ``retries`` for transient failures (timeouts, 429 and 5xx).
+
+Failures raise ``RecordError``: ``bad_image_url`` for a URL that is not http(s), has no host, or
+whose path tries to leave the mirror (``..``); ``image_unavailable`` (naming the URL and why) when
+no tier has the image. The resolver holds only plain settings, so sources that own one stay
+picklable for Beam workers.
+
+Source ``options`` keys read by ``ImageResolver.from_options``: ``mirror`` (str), ``cache_dir``
+(str), ``allow_http`` (bool, default false), ``timeout_s`` (float, default 30), ``max_bytes`` (int,
+default 50 MiB), ``retries`` (int, default 2), ``user_agent`` (str).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Mapping
+from urllib.parse import unquote, urlsplit
+
+from pipelines import io
+from schemas.deadletter import RecordError
+
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+_CHUNK = 1 << 16
+_RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class _SafeRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow redirects only to http(s); urllib would otherwise also follow ``ftp://``."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+        if urlsplit(newurl).scheme.lower() not in ("http", "https"):
+            raise urllib.error.HTTPError(newurl, code, f"redirect to non-http URL {newurl}", headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _split_http_url(url: str) -> tuple[str, list[str]]:
+    """``(host, path segments)`` of an http(s) URL; ``bad_image_url`` for anything unsafe.
+
+    Segments are percent-decoded, so ``%2e%2e`` is caught as ``..`` too.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise RecordError("bad_image_url", f"image URL is empty: {url!r}")
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https"):
+        raise RecordError("bad_image_url", f"{url}: only http(s) image URLs are fetched, not {parts.scheme or 'no scheme'!r}")
+    host = (parts.hostname or "").lower()
+    if not host or host in (".", "..") or "/" in host or "\\" in host:
+        raise RecordError("bad_image_url", f"{url}: URL has no usable host")
+    segments = []
+    for raw in parts.path.split("/"):
+        seg = unquote(raw)
+        if not seg:
+            continue
+        if seg in (".", "..") or "/" in seg or "\\" in seg or "\x00" in seg:
+            raise RecordError("bad_image_url", f"{url}: path segment {seg!r} would leave the mirror root")
+        segments.append(seg)
+    if not segments:
+        raise RecordError("bad_image_url", f"{url}: URL has no path")
+    return host, segments
+
+
+@dataclass(frozen=True)
+class ImageResolver:
+    """Mirror -> cache -> HTTP image fetcher; see the module docstring."""
+
+    mirror: str | None = None
+    cache_dir: str | None = None
+    allow_http: bool = False
+    timeout_s: float = 30.0
+    max_bytes: int = DEFAULT_MAX_BYTES
+    retries: int = 2
+    user_agent: str = "pagemill-image-resolver/1"
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> ImageResolver:
+        return cls(
+            mirror=options.get("mirror") or None,
+            cache_dir=options.get("cache_dir") or None,
+            allow_http=bool(options.get("allow_http", False)),
+            timeout_s=float(options.get("timeout_s", 30.0)),
+            max_bytes=int(options.get("max_bytes", DEFAULT_MAX_BYTES)),
+            retries=int(options.get("retries", 2)),
+            user_agent=str(options.get("user_agent", cls.user_agent)),
+        )
+
+    # -- tiers -------------------------------------------------------------------------------
+
+    def mirror_path(self, url: str) -> str | None:
+        """Where ``url`` lives in the mirror (``None`` without a mirror); never outside its root."""
+        host, segments = _split_http_url(url)
+        if not self.mirror:
+            return None
+        return io.join(self.mirror, host, *segments)
+
+    def cache_path(self, url: str) -> str | None:
+        if not self.cache_dir:
+            return None
+        key = hashlib.sha256(url.encode("utf-8")).hexdigest()
+        return io.join(self.cache_dir, key[:2], key)
+
+    def _read_mirror(self, url: str) -> bytes | None:
+        path = self.mirror_path(url)
+        if path is None:
+            return None
+        if "://" not in path:
+            # Symlinks inside the mirror must not lead out of it either.
+            root = os.path.realpath(self.mirror)  # type: ignore[arg-type]
+            real = os.path.realpath(path)
+            if os.path.commonpath([root, real]) != root:
+                raise RecordError("bad_image_url", f"{url}: mirror entry resolves outside the mirror root")
+            if not os.path.isfile(real):
+                return None
+            return self._read_capped(path, url)
+        if not io.exists(path):
+            return None
+        return self._read_capped(path, url)
+
+    def _read_capped(self, path: str, url: str) -> bytes:
+        try:
+            with io.open_read(path) as fh:
+                data = fh.read(self.max_bytes + 1)
+        except OSError as exc:
+            raise RecordError("image_unavailable", f"{url}: cannot read {path}: {exc}") from exc
+        if len(data) > self.max_bytes:
+            raise RecordError("image_unavailable", f"{url}: {path} is larger than max_bytes={self.max_bytes}")
+        return data
+
+    def _read_cache(self, url: str) -> bytes | None:
+        path = self.cache_path(url)
+        if path is None or not io.exists(path):
+            return None
+        return self._read_capped(path, url)
+
+    def _write_cache(self, url: str, data: bytes) -> None:
+        path = self.cache_path(url)
+        if path is None:
+            return
+        if "://" in path:
+            io.write_bytes_atomic(path, data)
+            return
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        # A unique temp name per writer: two workers fetching the same URL must not share one.
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+
+    def _http_get(self, url: str) -> bytes:
+        opener = urllib.request.build_opener(_SafeRedirects())
+        request = urllib.request.Request(url, headers={"User-Agent": self.user_agent})
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
+            try:
+                with opener.open(request, timeout=self.timeout_s) as response:
+                    length = response.headers.get("Content-Length")
+                    if length and length.isdigit() and int(length) > self.max_bytes:
+                        raise RecordError(
+                            "image_unavailable",
+                            f"{url}: Content-Length {length} exceeds max_bytes={self.max_bytes}",
+                        )
+                    chunks, total = [], 0
+                    while chunk := response.read(_CHUNK):
+                        total += len(chunk)
+                        if total > self.max_bytes:
+                            raise RecordError(
+                                "image_unavailable", f"{url}: response exceeds max_bytes={self.max_bytes}"
+                            )
+                        chunks.append(chunk)
+                    data = b"".join(chunks)
+            except urllib.error.HTTPError as exc:
+                last = f"HTTP {exc.code} {exc.reason}"
+                if exc.code in _RETRYABLE_STATUS:
+                    continue
+                break
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+                last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+                continue
+            if not data:
+                raise RecordError("image_unavailable", f"{url}: HTTP response body is empty")
+            return data
+        raise RecordError("image_unavailable", f"{url}: HTTP GET failed: {last}")
+
+    # -- public ------------------------------------------------------------------------------
+
+    def fetch(self, url: str) -> bytes:
+        """The image bytes for ``url`` from the mirror, the cache or HTTP, in that order."""
+        _split_http_url(url)  # validate before touching any tier
+        url = url.strip()
+        data = self._read_mirror(url)
+        if data is not None:
+            return data
+        data = self._read_cache(url)
+        if data is not None:
+            return data
+        if not self.allow_http:
+            where = f"mirror {self.mirror_path(url)}" if self.mirror else "no mirror configured"
+            raise RecordError(
+                "image_unavailable", f"{url}: not found ({where}; not cached; allow_http is false)"
+            )
+        data = self._http_get(url)
+        self._write_cache(url, data)
+        return data

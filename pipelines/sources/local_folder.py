@@ -1,0 +1,181 @@
+"""Reader for a folder of PDFs and page images, optionally labelled by sidecar text files.
+
+``plan(folder)`` yields one ``FolderFile`` unit per ``.pdf .png .jpg .jpeg .tif .tiff .webp`` file
+under the folder (recursive, sorted, hidden files and folders skipped; symlinked folders are not
+descended). ``read(unit)`` yields one ``Row`` per file: a PDF gives one page per PDF page (or a
+``corrupt_pdf`` / ``encrypted_pdf`` / ``zero_page_pdf`` error), an image one page. The folder may be
+local or any URI ``pipelines.io`` understands (``gs://``, ``s3://``, ``hf://``).
+
+Labels: ``<stem>.md`` (response_format ``markdown``) or else ``<stem>.txt`` (``text``) next to the
+file. For a PDF the label holds one part per page separated by form feeds (``\\f``); one trailing
+form feed (as ``pdftotext`` writes) is allowed. A part count that differs from the page count is a
+``label_page_mismatch`` error; a label that is not UTF-8 is ``invalid_utf8``. Files without a label
+get response ``""`` and ``quality["unlabelled"] = True`` (or are dropped as ``unlabelled`` with
+option ``require_labels: true``).
+
+``source_id`` is the file's path relative to the folder, POSIX style. A file (or label) that is a
+symlink resolving outside the folder is refused with ``unsafe_path``.
+
+Options: ``require_labels`` (bool, default false).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from typing import Any, Iterator, NamedTuple
+
+from pipelines import io
+from pipelines.render import pdf_page_count
+from pipelines.sources.base import Row, SourcePage, SourceSettings
+from schemas.deadletter import Dropped, RecordError
+from schemas.page import ProvenanceStep, params_hash
+
+VERSION = "1"
+PDF_EXTENSIONS = (".pdf",)
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp")
+LABEL_EXTENSIONS = ((".md", "markdown"), (".txt", "text"))
+
+
+class FolderFile(NamedTuple):
+    """A unit: the folder as configured and one file's POSIX path relative to it."""
+
+    root: str
+    rel: str
+
+
+def _is_local(uri: str) -> bool:
+    return "://" not in uri
+
+
+def _wanted(name: str) -> bool:
+    return name.lower().endswith(PDF_EXTENSIONS + IMAGE_EXTENSIONS) and not name.startswith(".")
+
+
+def _walk_local(root: str) -> Iterator[str]:
+    for folder, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        rel_folder = os.path.relpath(folder, root)
+        for name in filenames:
+            if _wanted(name):
+                rel = name if rel_folder == "." else os.path.join(rel_folder, name)
+                yield rel.replace(os.sep, "/")
+
+
+class LocalFolderSource:
+    """See the module docstring."""
+
+    def __init__(self, settings: SourceSettings):
+        self.settings = settings
+        self.options: dict[str, Any] = dict(settings.options or {})
+        self.require_labels = bool(self.options.get("require_labels", False))
+        self._provenance = ProvenanceStep(f"read:{settings.kind}", VERSION, params_hash(self.options))
+
+    # -- Source protocol ---------------------------------------------------------------------
+
+    def plan(self, uri: str) -> Iterator[FolderFile]:
+        root = uri.rstrip("/") or uri
+        if _is_local(root):
+            rels = _walk_local(root)
+        else:
+            prefix = root + "/"
+            rels = (
+                m[len(prefix):]
+                for m in io.match(io.join(root, "**"))
+                if m.startswith(prefix)
+            )
+            rels = (r for r in rels if _wanted(posixpath.basename(r))
+                    and not any(p.startswith(".") for p in r.split("/")))
+        for rel in sorted(rels):
+            yield FolderFile(root, rel)
+
+    def read(self, unit: FolderFile) -> Iterator[Row]:
+        root, rel = unit
+        try:
+            yield Row(source_id=rel, pages=self._pages(root, rel))
+        except (RecordError, Dropped) as exc:
+            yield Row(source_id=rel, error=exc)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _path(self, root: str, rel: str) -> str:
+        """The file's URI, refusing anything that resolves outside ``root``."""
+        parts = rel.split("/")
+        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise RecordError("unsafe_path", f"{rel!r} is not a plain path inside the folder")
+        path = io.join(root, *parts)
+        if _is_local(root):
+            real_root = os.path.realpath(root)
+            real = os.path.realpath(path)
+            if os.path.commonpath([real_root, real]) != real_root:
+                raise RecordError("unsafe_path", f"{rel} resolves outside the folder (to {real})")
+        return path
+
+    def _read(self, root: str, rel: str) -> bytes:
+        path = self._path(root, rel)
+        try:
+            return io.read_bytes(path)
+        except OSError as exc:
+            raise RecordError("unreadable_file", f"{rel}: {exc}") from exc
+
+    def _label(self, root: str, rel: str) -> tuple[str, str, str] | None:
+        """``(label rel path, text, response_format)`` of the file's sidecar, if it has one."""
+        stem = posixpath.splitext(rel)[0]
+        for ext, response_format in LABEL_EXTENSIONS:
+            label_rel = stem + ext
+            path = io.join(root, *label_rel.split("/"))
+            if not (os.path.isfile(path) if _is_local(root) else io.exists(path)):
+                continue
+            data = self._read(root, label_rel)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordError("invalid_utf8", f"label {label_rel} is not valid UTF-8: {exc}") from exc
+            return label_rel, text.lstrip("\ufeff").replace("\r\n", "\n"), response_format
+        return None
+
+    def _pages(self, root: str, rel: str) -> list[SourcePage]:
+        data = self._read(root, rel)
+        is_pdf = rel.lower().endswith(PDF_EXTENSIONS)
+        n_pages = pdf_page_count(data) if is_pdf else 1
+        label = self._label(root, rel)
+        metadata: dict[str, Any] = {"path": rel}
+        if label is None:
+            if self.require_labels:
+                raise Dropped("unlabelled")
+            texts, response_format, quality = [""] * n_pages, "markdown", {"unlabelled": True}
+        else:
+            label_rel, text, response_format = label
+            parts = text.split("\f")
+            if len(parts) == n_pages + 1 and not parts[-1].strip():
+                parts.pop()
+            if len(parts) != n_pages:
+                raise RecordError(
+                    "label_page_mismatch",
+                    f"{label_rel} has {len(parts)} form-feed separated parts but {rel} has {n_pages} page(s)",
+                )
+            texts, quality = [p.strip() for p in parts], {}
+            metadata["label_path"] = label_rel
+        s = self.settings
+        return [
+            SourcePage(
+                source=s.name,
+                source_id=rel,
+                page_number=i + 1,
+                payload_kind="pdf" if is_pdf else "image",
+                payload=data,
+                pdf_page_index=i if is_pdf else 0,
+                response=texts[i],
+                response_format=response_format,
+                domain=s.domain,
+                language=s.language,
+                license=s.license,
+                instruction=s.instruction,
+                task=s.task,
+                split=s.split,
+                quality=dict(quality),
+                metadata=dict(metadata),
+                provenance=[self._provenance],
+            )
+            for i in range(n_pages)
+        ]

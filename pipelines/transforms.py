@@ -1,0 +1,110 @@
+"""Thin Beam wrappers over the plain stage logic. Elements are envelopes ``(kind, payload)``.
+
+The whole DAG passes one PCollection of envelopes from stage to stage (records, count events and
+dead letters travel together) instead of tagged outputs, and ends in a single manifest step that
+depends on everything: that keeps it runnable on Beam's DaskRunner, which computes only the last
+transform's graph, as well as on the DirectRunner, Dataflow, Flink and Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Callable, Iterator
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from pipelines.stage import DEAD, EVENT, ITEM, account_rows, apply_stage
+from pipelines.write import SpillWriter, WriteConfig
+from schemas.manifest import CountEvent
+
+SPILL = "spill"
+
+
+class ReadUnits(beam.DoFn):
+    """``(source settings, unit)`` -> envelopes of ``SourcePage`` rows for the ``read`` stage."""
+
+    def __init__(self, stage: str = "read"):
+        self.stage = stage
+        self._sources: dict = {}
+
+    def process(self, element) -> Iterator:
+        settings, unit = element
+        source = self._source(settings)
+        yield from account_rows(self.stage, settings.name, source.read(unit))
+
+    def _source(self, settings):
+        from pipelines.sources import build_source
+
+        if settings.name not in self._sources:
+            self._sources[settings.name] = build_source(settings)
+        return self._sources[settings.name]
+
+
+def plan_units(element) -> Iterator:
+    """``(settings, uri)`` -> ``(settings, unit)`` for each independently readable unit."""
+    from pipelines.sources import build_source
+
+    settings, uri = element
+    for unit in build_source(settings).plan(uri):
+        yield settings, unit
+
+
+class ApplyStage(beam.DoFn):
+    """Apply a plain ``record -> list[record]`` function to item envelopes; pass others through."""
+
+    def __init__(self, stage: str, fn: Callable[[Any], list], progress_every: int = 0):
+        self.stage = stage
+        self.fn = fn
+        self.progress_every = progress_every
+
+    def setup(self):
+        self._seen = 0
+        self._started = time.perf_counter()
+
+    def process(self, envelope) -> Iterator:
+        kind, payload = envelope
+        if kind != ITEM:
+            yield envelope
+            return
+        yield from apply_stage(self.stage, self.fn, payload)
+        self._seen += 1
+        if self.progress_every and self._seen % self.progress_every == 0:
+            rate = self._seen / (time.perf_counter() - self._started)
+            print(f"[{self.stage} pid {os.getpid()}] {self._seen} records, {rate:.1f}/s",
+                  file=sys.stderr, flush=True)
+
+
+class Spill(beam.DoFn):
+    """The ``write`` stage's first half: records -> per-bundle spill files (see ``pipelines.write``)."""
+
+    def __init__(self, spill_dir: str, cfg: WriteConfig):
+        self.spill_dir = spill_dir
+        self.cfg = cfg
+
+    def start_bundle(self):
+        self.writer = SpillWriter(self.spill_dir, self.cfg)
+
+    def process(self, envelope) -> Iterator:
+        kind, record = envelope
+        if kind != ITEM:
+            yield envelope
+            return
+        self.writer.add(record)
+        for event_kind in ("in", "out", "emitted"):
+            yield EVENT, CountEvent("write", record.source, event_kind, "", 1)
+
+    def finish_bundle(self):
+        for spill in self.writer.close():
+            yield WindowedValue((SPILL, spill), MIN_TIMESTAMP, [GlobalWindow()])
+
+
+def is_kind(kind: str) -> Callable[[tuple], bool]:
+    return lambda envelope: envelope[0] == kind
+
+
+__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "is_kind", "DEAD", "EVENT", "ITEM", "SPILL"]

@@ -1,0 +1,1 @@
+"""Contracts shared by every stage: the page record, dead letters and the run manifest."""

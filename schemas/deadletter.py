@@ -1,0 +1,52 @@
+"""Dead letters: records a stage could not process, with the record named and the reason given."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("source", pa.string()),
+        ("source_id", pa.string()),
+        ("stage", pa.string()),
+        ("reason", pa.string()),
+        ("error_class", pa.string()),
+        ("message", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record that failed a stage. ``reason`` is a short slug (manifest key); ``message`` the detail."""
+
+    source: str
+    source_id: str
+    stage: str
+    reason: str
+    error_class: str
+    message: str
+
+    def to_row(self) -> dict[str, str]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.source_id} failed at {self.stage} ({self.reason}): {self.message}"
+
+
+class RecordError(Exception):
+    """Raised by stage logic for bad input; ``reason`` becomes the dead-letter and manifest key."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class Dropped(Exception):
+    """Raised by stage logic to drop a record on purpose (a filter decision, not an error)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,202 @@
+"""The run manifest: per stage and per source, records in, out, dropped and dead-lettered by reason.
+
+Stages report counts as small ``CountEvent`` tuples; the manifest is their sum. The invariant every
+run must satisfy is, per stage and source, ``in == out + dropped + dead``; ``emitted`` counts the
+records a stage passes on (more than ``out`` when one input fans out to several pages), and the next
+stage's ``in`` must equal it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, NamedTuple
+
+
+class CountEvent(NamedTuple):
+    stage: str
+    source: str
+    kind: str  # in | out | emitted | dropped | dead | seconds
+    reason: str
+    value: float
+
+
+@dataclass
+class StageCounts:
+    inputs: int = 0
+    out: int = 0
+    emitted: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    dead: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def add(self, kind: str, reason: str, value: float) -> None:
+        if kind == "in":
+            self.inputs += int(value)
+        elif kind == "out":
+            self.out += int(value)
+        elif kind == "emitted":
+            self.emitted += int(value)
+        elif kind == "dropped":
+            self.dropped[reason] = self.dropped.get(reason, 0) + int(value)
+        elif kind == "dead":
+            self.dead[reason] = self.dead.get(reason, 0) + int(value)
+        elif kind == "seconds":
+            self.seconds += value
+        else:
+            raise ValueError(f"unknown count kind {kind!r}")
+
+    @property
+    def n_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+    @property
+    def n_dead(self) -> int:
+        return sum(self.dead.values())
+
+
+@dataclass
+class RunManifest:
+    """Counts for one run. ``stage_order`` is the linear chain each record passes through."""
+
+    run: dict = field(default_factory=dict)
+    stage_order: list[str] = field(default_factory=list)
+    # stage -> source -> counts
+    stages: dict[str, dict[str, StageCounts]] = field(default_factory=dict)
+    shards: list[dict] = field(default_factory=list)
+    dead_letter_files: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_events(cls, events: Iterable[CountEvent], stage_order: list[str], **kw) -> RunManifest:
+        stages: dict[str, dict[str, StageCounts]] = defaultdict(dict)
+        for ev in events:
+            counts = stages[ev.stage].setdefault(ev.source, StageCounts())
+            counts.add(ev.kind, ev.reason, ev.value)
+        return cls(stage_order=list(stage_order), stages=dict(stages), **kw)
+
+    def totals(self, stage: str) -> StageCounts:
+        total = StageCounts()
+        for counts in self.stages.get(stage, {}).values():
+            total.inputs += counts.inputs
+            total.out += counts.out
+            total.emitted += counts.emitted
+            total.seconds += counts.seconds
+            for reason, n in counts.dropped.items():
+                total.dropped[reason] = total.dropped.get(reason, 0) + n
+            for reason, n in counts.dead.items():
+                total.dead[reason] = total.dead.get(reason, 0) + n
+        return total
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({s for per in self.stages.values() for s in per})
+
+    @property
+    def records_in(self) -> int:
+        return self.totals(self.stage_order[0]).inputs if self.stage_order else 0
+
+    @property
+    def records_written(self) -> int:
+        return sum(int(s["rows"]) for s in self.shards)
+
+    @property
+    def records_dead(self) -> int:
+        return sum(self.totals(s).n_dead for s in self.stage_order)
+
+    @property
+    def records_dropped(self) -> int:
+        return sum(self.totals(s).n_dropped for s in self.stage_order)
+
+    def imbalances(self) -> list[str]:
+        """Every way the counts fail to balance (empty when the run accounts for every record)."""
+        problems = []
+        for stage in self.stage_order:
+            for source, c in sorted(self.stages.get(stage, {}).items()):
+                if c.inputs != c.out + c.n_dropped + c.n_dead:
+                    problems.append(
+                        f"{stage}/{source}: in {c.inputs} != out {c.out} + dropped {c.n_dropped}"
+                        f" + dead {c.n_dead}"
+                    )
+        for prev, nxt in zip(self.stage_order, self.stage_order[1:]):
+            for source in self.sources:
+                emitted = self.stages.get(prev, {}).get(source, StageCounts()).emitted
+                taken = self.stages.get(nxt, {}).get(source, StageCounts()).inputs
+                if emitted != taken:
+                    problems.append(f"{source}: {prev} emitted {emitted} but {nxt} took {taken}")
+        if self.stage_order:
+            last = self.totals(self.stage_order[-1])
+            if last.emitted != self.records_written:
+                problems.append(
+                    f"{self.stage_order[-1]} emitted {last.emitted} but shards hold {self.records_written}"
+                )
+        return problems
+
+    def dead_letter_rate(self) -> float:
+        return self.records_dead / self.records_in if self.records_in else 0.0
+
+    def to_json(self) -> str:
+        body = {
+            "run": self.run,
+            "stage_order": self.stage_order,
+            "totals": {
+                "in": self.records_in,
+                "written": self.records_written,
+                "dropped": self.records_dropped,
+                "dead_lettered": self.records_dead,
+            },
+            "stages": {
+                stage: {src: asdict(c) for src, c in sorted(per.items())}
+                for stage, per in self.stages.items()
+            },
+            "shards": self.shards,
+            "dead_letter_files": self.dead_letter_files,
+            "balanced": not self.imbalances(),
+        }
+        return json.dumps(body, indent=2, sort_keys=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunManifest:
+        body = json.loads(text)
+        stages = {
+            stage: {src: StageCounts(**c) for src, c in per.items()}
+            for stage, per in body["stages"].items()
+        }
+        return cls(
+            run=body["run"],
+            stage_order=body["stage_order"],
+            stages=stages,
+            shards=body["shards"],
+            dead_letter_files=body["dead_letter_files"],
+        )
+
+    def summary_table(self) -> str:
+        """Plain-text table: records per source and stage, then drops and dead letters by reason."""
+        lines = []
+        header = f"{'stage':<10} {'source':<24} {'in':>7} {'out':>7} {'emitted':>8} {'dropped':>8} {'dead':>6}"
+        lines.append(header)
+        lines.append("-" * len(header))
+        for stage in self.stage_order:
+            for source, c in sorted(self.stages.get(stage, {}).items()):
+                lines.append(
+                    f"{stage:<10} {source:<24} {c.inputs:>7} {c.out:>7} {c.emitted:>8}"
+                    f" {c.n_dropped:>8} {c.n_dead:>6}"
+                )
+        reasons = []
+        for stage in self.stage_order:
+            for source, c in sorted(self.stages.get(stage, {}).items()):
+                for reason, n in sorted(c.dropped.items()):
+                    reasons.append(f"  dropped  {stage:<10} {source:<24} {reason:<28} {n:>6}")
+                for reason, n in sorted(c.dead.items()):
+                    reasons.append(f"  dead     {stage:<10} {source:<24} {reason:<28} {n:>6}")
+        if reasons:
+            lines.append("")
+            lines.append("drops and dead letters by reason:")
+            lines.extend(reasons)
+        lines.append("")
+        lines.append(
+            f"in {self.records_in}  written {self.records_written}  dropped {self.records_dropped}"
+            f"  dead-lettered {self.records_dead}  shards {len(self.shards)}"
+            f"  balanced {'yes' if not self.imbalances() else 'NO'}"
+        )
+        return "\n".join(lines)

@@ -1,0 +1,188 @@
+"""The one training-sample schema: ``PageRecord``, its pyarrow schema and its validation.
+
+Every corpus, synthetic page and model input in pagemill is a ``PageRecord``. The pyarrow schema is
+derived from Hugging Face ``datasets.Features`` so the Parquet files carry the ``huggingface``
+schema metadata and ``datasets.load_dataset("parquet", ...)`` returns ``image`` as an ``Image``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import datasets
+import pyarrow as pa
+
+TASKS = ("parse_page", "transcribe_table", "transcribe_formula", "caption", "vqa", "kie")
+RESPONSE_FORMATS = ("markdown", "html", "latex", "text", "json")
+SPLITS = ("train", "eval", "test")
+IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "png", b"RIFF": "webp", b"\xff\xd8\xff": "jpeg"}
+_LANGUAGE = re.compile(r"^(und|[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*)$")
+
+
+@dataclass(frozen=True)
+class ProvenanceStep:
+    """One stage that produced or changed a record: name, code version and a hash of its params."""
+
+    stage: str
+    version: str
+    params_hash: str
+
+
+@dataclass
+class PageRecord:
+    """One instruction-response training sample with its page image.
+
+    ``unit_tests`` holds olmOCR-Bench JSONL lines (one JSON object per test); ``quality`` and
+    ``metadata`` are JSON-serialisable dicts (flags and scores from cleaning and audit; source
+    fields such as the URL) stored as JSON strings so every stage can add keys without a schema
+    migration.
+    """
+
+    id: str
+    source: str
+    source_id: str
+    page_number: int
+    domain: str
+    language: str
+    license: str
+    image: bytes
+    image_sha256: str
+    width: int
+    height: int
+    task: str
+    instruction: str
+    response: str
+    response_format: str = "markdown"
+    unit_tests: list[str] = field(default_factory=list)
+    quality: dict[str, Any] = field(default_factory=dict)
+    provenance: list[ProvenanceStep] = field(default_factory=list)
+    split: str = "train"
+    text_layer: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        """The Arrow row: image as the HF ``Image`` struct, dicts as JSON strings."""
+        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        row["image"] = {"bytes": self.image, "path": None}
+        row["quality"] = json.dumps(self.quality, sort_keys=True)
+        row["metadata"] = json.dumps(self.metadata, sort_keys=True)
+        row["provenance"] = [asdict(p) for p in self.provenance]
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> PageRecord:
+        values = dict(row)
+        image = values["image"]
+        values["image"] = image["bytes"] if isinstance(image, dict) else image
+        values["quality"] = json.loads(values.get("quality") or "{}")
+        values["metadata"] = json.loads(values.get("metadata") or "{}")
+        values["provenance"] = [ProvenanceStep(**p) for p in values.get("provenance") or []]
+        values["unit_tests"] = list(values.get("unit_tests") or [])
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+
+FEATURES = datasets.Features(
+    {
+        "id": datasets.Value("string"),
+        "source": datasets.Value("string"),
+        "source_id": datasets.Value("string"),
+        "page_number": datasets.Value("int32"),
+        "domain": datasets.Value("string"),
+        "language": datasets.Value("string"),
+        "license": datasets.Value("string"),
+        "image": datasets.Image(),
+        "image_sha256": datasets.Value("string"),
+        "width": datasets.Value("int32"),
+        "height": datasets.Value("int32"),
+        "task": datasets.Value("string"),
+        "instruction": datasets.Value("string"),
+        "response": datasets.Value("string"),
+        "response_format": datasets.Value("string"),
+        "unit_tests": datasets.List(datasets.Value("string")),
+        "quality": datasets.Value("string"),
+        "provenance": datasets.List(
+            {
+                "stage": datasets.Value("string"),
+                "version": datasets.Value("string"),
+                "params_hash": datasets.Value("string"),
+            }
+        ),
+        "split": datasets.Value("string"),
+        "text_layer": datasets.Value("string"),
+        "metadata": datasets.Value("string"),
+    }
+)
+PAGE_SCHEMA: pa.Schema = FEATURES.arrow_schema
+
+
+def page_id(source: str, source_id: str, page_number: int, transform: str = "") -> str:
+    """Stable, content-derived record id: the same inputs give the same id on every run."""
+    key = "\x1f".join((source, source_id, str(page_number), transform))
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def params_hash(params: Any) -> str:
+    """Short hash of a JSON-serialisable parameter object, for provenance."""
+    blob = json.dumps(params, sort_keys=True, default=str).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def image_format(data: bytes) -> str | None:
+    for magic, name in IMAGE_MAGIC.items():
+        if data.startswith(magic):
+            return name
+    return None
+
+
+def validate(record: PageRecord) -> list[str]:
+    """Every violation of the PageRecord contract, as human-readable strings (empty when valid)."""
+    problems: list[str] = []
+    for name in ("id", "source", "source_id", "domain", "license", "instruction"):
+        value = getattr(record, name)
+        if not isinstance(value, str) or not value.strip():
+            problems.append(f"{name} must be a non-empty string")
+    if not isinstance(record.response, str):
+        problems.append("response must be a string")
+    if isinstance(record.response, str) and "\x00" in record.response:
+        problems.append("response contains NUL characters")
+    if not isinstance(record.page_number, int) or record.page_number < 0:
+        problems.append(f"page_number must be a non-negative int, got {record.page_number!r}")
+    if not isinstance(record.language, str) or not _LANGUAGE.match(record.language):
+        problems.append(f"language must be an ISO 639 code or 'und', got {record.language!r}")
+    if record.task not in TASKS:
+        problems.append(f"task {record.task!r} not in {TASKS}")
+    if record.response_format not in RESPONSE_FORMATS:
+        problems.append(f"response_format {record.response_format!r} not in {RESPONSE_FORMATS}")
+    if record.split not in SPLITS:
+        problems.append(f"split {record.split!r} not in {SPLITS}")
+    if not isinstance(record.image, bytes) or not record.image:
+        problems.append("image must be non-empty encoded bytes")
+    else:
+        if image_format(record.image) is None:
+            problems.append("image bytes are not PNG, WebP or JPEG")
+        if hashlib.sha256(record.image).hexdigest() != record.image_sha256:
+            problems.append("image_sha256 does not match the image bytes")
+    for name in ("width", "height"):
+        value = getattr(record, name)
+        if not isinstance(value, int) or value <= 0:
+            problems.append(f"{name} must be a positive int, got {value!r}")
+    for i, test in enumerate(record.unit_tests):
+        try:
+            parsed = json.loads(test)
+        except (TypeError, ValueError):
+            problems.append(f"unit_tests[{i}] is not JSON")
+            continue
+        if not isinstance(parsed, dict) or "type" not in parsed or "id" not in parsed:
+            problems.append(f"unit_tests[{i}] lacks 'id' or 'type'")
+    for name in ("quality", "metadata"):
+        try:
+            json.dumps(getattr(record, name))
+        except (TypeError, ValueError):
+            problems.append(f"{name} is not JSON-serialisable")
+    if not record.provenance:
+        problems.append("provenance is empty")
+    return problems
