@@ -18,6 +18,8 @@ from pipelines.render import RenderConfig
 from pipelines.sources.base import SourceSettings
 from pipelines.write import WriteConfig
 
+# Source options that name files; relative values are resolved like ``paths``.
+PATH_OPTIONS = ("root", "warc_root", "mirror", "cache_dir", "tarballs")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "corpus.yaml"
 
 
@@ -84,8 +86,11 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     for i, values in enumerate(raw.get("sources") or []):
         settings = _source(values, i)
         # relative input paths are relative to the repository (the config's parent folder)
-        paths = tuple(p if "://" in p or Path(p).is_absolute() else str(base / p) for p in settings.paths)
-        sources.append(dataclasses.replace(settings, paths=paths))
+        resolve = lambda p: p if "://" in p or Path(p).is_absolute() else str(base / p)  # noqa: E731
+        paths = tuple(resolve(p) for p in settings.paths)
+        options = {k: resolve(v) if k in PATH_OPTIONS and isinstance(v, str) else v
+                   for k, v in settings.options.items()}
+        sources.append(dataclasses.replace(settings, paths=paths, options=options))
     names = [s.name for s in sources]
     if len(names) != len(set(names)):
         raise ValueError(f"{path}: source names must be unique, got {names}")

@@ -136,9 +136,15 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
 def run(cfg: CorpusConfig, beam_args: list[str] | None = None) -> RunManifest:
     """Run the DAG and return the manifest it wrote (raises if the run does not balance)."""
     args = list(cfg.run.beam_args) + list(beam_args or [])
-    options = PipelineOptions(args)
-    with beam.Pipeline(options=options) as p:
-        build_pipeline(p, cfg, args)
+    p = beam.Pipeline(options=PipelineOptions(args))
+    build_pipeline(p, cfg, args)
+    result = p.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # DaskRunner: release our connection to the cluster
+        if client is not None:
+            client.close()
     manifest = RunManifest.from_json(io.read_bytes(io.join(cfg.run.output, "manifest.json")).decode())
     return manifest
 

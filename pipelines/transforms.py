@@ -14,9 +14,6 @@ import time
 from typing import Any, Callable, Iterator
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.stage import DEAD, EVENT, ITEM, account_rows, apply_stage
 from pipelines.write import SpillWriter, WriteConfig
@@ -94,13 +91,12 @@ class Spill(beam.DoFn):
         if kind != ITEM:
             yield envelope
             return
-        self.writer.add(record)
+        yield SPILL, self.writer.add(record)
         for event_kind in ("in", "out", "emitted"):
             yield EVENT, CountEvent("write", record.source, event_kind, "", 1)
 
     def finish_bundle(self):
-        for spill in self.writer.close():
-            yield WindowedValue((SPILL, spill), MIN_TIMESTAMP, [GlobalWindow()])
+        self.writer.close()
 
 
 def is_kind(kind: str) -> Callable[[tuple], bool]:

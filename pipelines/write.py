@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import io as _io
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,12 +37,16 @@ class WriteConfig:
     spill_buffer_bytes: int = 64 * 1024 * 1024
 
 
-@dataclass
-class SpillFile:
+@dataclass(frozen=True)
+class SpillEntry:
+    """Where one record was spilled; emitted per record (not per file at bundle end) because
+    Beam's DaskRunner drops ``finish_bundle`` outputs."""
+
     split: str
     bucket: int
     path: str
-    ids: list[tuple[str, int]] = field(default_factory=list)  # (record id, approximate bytes)
+    id: str
+    size: int
 
 
 @dataclass(frozen=True)
@@ -78,25 +83,26 @@ class SpillWriter:
         self.token = uuid.uuid4().hex[:12]
         self.buffers: dict[tuple[str, int], list[dict]] = {}
         self.buffer_bytes: dict[tuple[str, int], int] = {}
-        self.writers: dict[tuple[str, int], tuple[pq.ParquetWriter, object, SpillFile]] = {}
+        self.writers: dict[tuple[str, int], tuple[pq.ParquetWriter, object, str]] = {}
 
-    def add(self, record: PageRecord) -> None:
+    def add(self, record: PageRecord) -> SpillEntry:
+        """Buffer one record; the returned entry is valid once ``close`` has run."""
         key = (record.split, bucket_of(record.id, self.cfg.buckets))
         size = record_bytes(record)
         self.buffers.setdefault(key, []).append(record.to_row())
         self.buffer_bytes[key] = self.buffer_bytes.get(key, 0) + size
-        spill = self._spill_file(key)
-        spill.ids.append((record.id, size))
+        path = self._spill_path(key)
         if sum(self.buffer_bytes.values()) > self.cfg.spill_buffer_bytes:
             self._flush(max(self.buffer_bytes, key=self.buffer_bytes.get))
+        return SpillEntry(key[0], key[1], path, record.id, size)
 
-    def _spill_file(self, key: tuple[str, int]) -> SpillFile:
+    def _spill_path(self, key: tuple[str, int]) -> str:
         if key not in self.writers:
             split, bucket = key
             path = io.join(self.spill_dir, f"{split}-{bucket:05d}-{self.token}.parquet")
             handle = io.open_write(path)
             writer = pq.ParquetWriter(handle, PAGE_SCHEMA, compression="none")
-            self.writers[key] = (writer, handle, SpillFile(split, bucket, path))
+            self.writers[key] = (writer, handle, path)
         return self.writers[key][2]
 
     def _flush(self, key: tuple[str, int]) -> None:
@@ -105,38 +111,41 @@ class SpillWriter:
         if rows:
             self.writers[key][0].write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA))
 
-    def close(self) -> list[SpillFile]:
+    def close(self) -> None:
         for key in list(self.buffers):
             self._flush(key)
-        files = []
-        for writer, handle, spill in self.writers.values():
+        for writer, handle, _ in self.writers.values():
             writer.close()
             handle.close()
-            files.append(spill)
         self.writers.clear()
-        return files
 
 
-def plan_shards(spills: list[SpillFile], shard_bytes: int, buckets: int) -> list[ShardPlan]:
+def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int) -> list[ShardPlan]:
     """Cut each split's id-ordered records into shards of about ``shard_bytes``."""
+    by_split: dict[str, list[SpillEntry]] = {}
+    for entry in entries:
+        by_split.setdefault(entry.split, []).append(entry)
     plans: list[ShardPlan] = []
-    for split in sorted({s.split for s in spills}):
-        files = [s for s in spills if s.split == split]
-        ids = sorted(pair for s in files for pair in s.ids)
+    for split in sorted(by_split):
+        ordered = sorted(by_split[split], key=lambda e: (e.id, e.size))
+        files_by_bucket: dict[int, set[str]] = {}
+        for e in ordered:
+            files_by_bucket.setdefault(e.bucket, set()).add(e.path)
         cuts: list[tuple[int, int, int]] = []  # (start, end, bytes)
         start, acc = 0, 0
-        for i, (_, size) in enumerate(ids):
-            acc += size
+        for i, entry in enumerate(ordered):
+            acc += entry.size
             if acc >= shard_bytes:
                 cuts.append((start, i + 1, acc))
                 start, acc = i + 1, 0
-        if start < len(ids):
-            cuts.append((start, len(ids), acc))
+        if start < len(ordered):
+            cuts.append((start, len(ordered), acc))
         for index, (lo, hi, nbytes) in enumerate(cuts):
-            first, last = ids[lo][0], ids[hi - 1][0]
-            b_lo, b_hi = bucket_of(first, buckets), bucket_of(last, buckets)
-            touched = sorted(s.path for s in files if b_lo <= s.bucket <= b_hi)
-            plans.append(ShardPlan(split, index, len(cuts), first, last, tuple(touched), hi - lo, nbytes))
+            first, last = ordered[lo], ordered[hi - 1]
+            touched = sorted(
+                path for b in range(first.bucket, last.bucket + 1) for path in files_by_bucket.get(b, ())
+            )
+            plans.append(ShardPlan(split, index, len(cuts), first.id, last.id, tuple(touched), hi - lo, nbytes))
     return plans
 
 

@@ -105,8 +105,6 @@ def _date(value: Any) -> str:
 class _ParquetHistoricalSource:
     """Shared Parquet streaming and per-row accounting; subclasses turn a dict row into a page."""
 
-    #: columns a file must have; subclasses may extend per settings in ``_required_columns``.
-    REQUIRED: tuple[str, ...] = ()
     #: every column the reader may use (present ones are read, absent ones skipped).
     COLUMNS: tuple[str, ...] = ()
 
@@ -115,6 +113,8 @@ class _ParquetHistoricalSource:
         self.options: dict[str, Any] = dict(settings.options or {})
         self.resolver = ImageResolver.from_options(self.options)
         self.batch_size = int(self.options.get("batch_size", 64))
+        #: columns a file must have (subclasses set them from their settings).
+        self.required: tuple[str, ...] = ()
         self._provenance = ProvenanceStep(f"read:{settings.kind}", VERSION, params_hash(self.options))
 
     # -- Source protocol ---------------------------------------------------------------------
@@ -157,7 +157,7 @@ class _ParquetHistoricalSource:
 
     def _missing_columns(self, present: set[str]) -> str:
         """A message naming the missing required columns, or ``""``."""
-        missing = [c for c in self.REQUIRED if c not in present]
+        missing = [c for c in self.required if c not in present]
         return f"missing required columns {missing}" if missing else ""
 
     def _wanted_columns(self) -> list[str]:
@@ -246,7 +246,7 @@ class NaraSource(_ParquetHistoricalSource):
         required = ["NAID", "pageObjectId", "pageNumber", "pageImageURL", "transcriptionText"]
         if self.use_extracted_text:
             required.append("extractedText")
-        self.REQUIRED = tuple(required)
+        self.required = tuple(required)
 
     def _source_id(self, record: dict[str, Any]) -> str:
         naid, page_object = record.get("NAID"), record.get("pageObjectId")
@@ -293,7 +293,7 @@ class LocSource(_ParquetHistoricalSource):
                 f"source {settings.name!r}: image_column must be one of {LOC_IMAGE_COLUMNS}, "
                 f"got {self.image_column!r}"
             )
-        self.REQUIRED = ("lccn", "issue_date", "edition_order", "Page", "ocr_text", self.image_column)
+        self.required = ("lccn", "issue_date", "edition_order", "Page", "ocr_text", self.image_column)
 
     def _source_id(self, record: dict[str, Any]) -> str:
         lccn = record.get("lccn")

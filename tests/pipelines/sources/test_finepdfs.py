@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import collections
+import http.server
 import json
 import pathlib
+import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,7 +25,7 @@ ENG = "finepdfs/data/eng_Latn/train/000_00000.parquet"
 FRA = "finepdfs/data/fra_Latn/train/000_00000.parquet"
 
 
-def _settings(warc_root: pathlib.Path, **options) -> SourceSettings:
+def _settings(warc_root: pathlib.Path | str, **options) -> SourceSettings:
     return SourceSettings(
         name="finepdfs", kind="finepdfs", paths=(), instruction="Transcribe the page.",
         domain="web_pdf", license="odc-by", language="und",
@@ -65,7 +67,7 @@ def test_split_pages_rolmocr_skips_newline_separators() -> None:
     ends = [9, 9, 20, 52]  # cumulative lengths without the separators
     assert split_pages(text, ends, "rolmOCR") == pages
     # Read as docling, the same offsets would cut mid-word: the extractor matters.
-    assert split_pages(text, ends, "docling")[2] == "\nGamma\nthr"
+    assert split_pages(text, ends, "docling")[2] == "\n\nGamma\nthr"
 
 
 @pytest.mark.parametrize(
@@ -154,7 +156,7 @@ def test_read_sample_rows_pages_and_texts(built: pathlib.Path) -> None:
     assert page.quality["token_count"] == table[0]["token_count"]
     assert page.quality["full_doc_lid_score"] == table[0]["full_doc_lid_score"]
     assert page.quality["is_truncated"] is False and page.quality["finepdfs_failed_pages"] == 0
-    json.dumps(page.quality), json.dumps(page.metadata)
+    assert json.loads(json.dumps([page.quality, page.metadata])) == [page.quality, page.metadata]
     assert [(s.stage, s.version) for s in page.provenance] == [("read:finepdfs", "1")]
     assert page.provenance[0].params_hash == params_hash({"warc_root": str(built / "finepdfs" / "warc")})
     assert fra[0].pages[0].language == "fra_Latn"
@@ -343,3 +345,44 @@ def test_bad_text_and_page_ends_rows(tmp_path: pathlib.Path) -> None:
     ]
     assert "missing.warc.gz" in str(rows[8].error)
     assert [p.response for p in rows[-1].pages] == ["One.", "Two."]
+
+
+# --- http(s) WARC roots (a loopback server; nothing leaves the machine) ----------------------------
+
+
+class _RangeHandler(http.server.BaseHTTPRequestHandler):
+    root: pathlib.Path
+    honour_range = True
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server API)
+        data = (self.root / self.path.lstrip("/")).read_bytes()
+        start = int(self.headers["Range"].split("=")[1].rstrip("-"))
+        status, body = (206, data[start:]) if self.honour_range else (200, data)
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.parametrize("honour_range", [True, False])
+def test_http_root_uses_ranged_gets(built: pathlib.Path, honour_range: bool) -> None:
+    handler = type("Handler", (_RangeHandler,), {"root": built / "finepdfs" / "warc",
+                                                  "honour_range": honour_range})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        root = f"http://127.0.0.1:{server.server_address[1]}"
+        rows = list(FinePdfsSource(_settings(root, http_retries=0)).read(str(built / FRA)))
+    finally:
+        server.shutdown()
+        server.server_close()
+    if honour_range:
+        assert [len(r.pages) for r in rows] == [2, 3, 2]
+        assert rows[0].pages[0].payload.startswith(b"%PDF-")
+    else:  # a server that ignores Range would hand back the wrong record
+        assert [_reason(r) for r in rows] == [("RecordError", "warc_unreadable")] * 3
+        assert "HTTP 200" in str(rows[0].error)

@@ -1,0 +1,44 @@
+# pagemill: `make corpus` builds the sample corpus, `make test` runs the tests.
+# Each target installs what it needs on first use (.venv, Debian packages).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEB_PACKAGES := poppler-utils
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: corpus test test-all samples bench deps clean
+
+corpus: $(STAMP)
+	$(PY) -m pipelines.corpus $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -m "not slow" -q $(ARGS)
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q $(ARGS)
+
+samples: $(STAMP)
+	$(PY) -m samples.make
+
+bench: $(STAMP)
+	$(PY) benchmarks/ingest.py $(ARGS)
+
+deps: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  $(SUDO) apt-get install -y -q $$missing >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $$missing >/dev/null; }; \
+	fi
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch first, pinned: a plain `torch` requirement would pull a multi-GB CUDA build.
+	$(PY) -m pip install -q --disable-pip-version-check 'torch==2.13.0'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+clean:
+	rm -rf out .pytest_cache
