@@ -53,14 +53,27 @@ def open_pdf(data: bytes) -> pdfium.PdfDocument:
     try:
         pdf = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
-        text = str(exc).lower()
-        if "password" in text or "security" in text:
-            raise RecordError("encrypted_pdf", f"PDF is encrypted: {exc}") from exc
-        raise RecordError("corrupt_pdf", f"pdfium cannot open the PDF: {exc}") from exc
+        # pdfium's error text is a process-global "last error" and can be stale, so classify the
+        # failure with a second, pure-Python parser instead of trusting the message.
+        raise RecordError(*_classify_unopenable(data, exc)) from exc
     if len(pdf) == 0:
         pdf.close()
         raise RecordError("zero_page_pdf", "PDF has no pages")
     return pdf
+
+
+def _classify_unopenable(data: bytes, exc: Exception) -> tuple[str, str]:
+    import pypdf
+
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            return "encrypted_pdf", f"PDF is encrypted: {exc}"
+        if len(reader.pages) == 0:
+            return "zero_page_pdf", "PDF has no pages"
+    except Exception:  # pypdf cannot read it either: corrupt
+        pass
+    return "corrupt_pdf", f"pdfium cannot open the PDF: {exc}"
 
 
 def pdf_page_count(data: bytes) -> int:

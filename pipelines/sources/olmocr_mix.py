@@ -230,6 +230,8 @@ class _MixBase:
         except Exception as exc:
             failures[tar_name] = ("missing_tarball", f"cannot open {tar_uri}: {exc}")
             return
+        current: list = []
+        key = ("", "")
         with stream:
             try:
                 with tarfile.open(fileobj=stream, mode="r|*") as tar:
@@ -239,7 +241,7 @@ class _MixBase:
                             key = ("*", member.name)
                             if key not in wanted:
                                 continue
-                        rows = wanted.pop(key)
+                        rows = current = wanted.pop(key)
                         if not member.isfile():
                             err = RecordError("unsafe_tar_member", f"member {member.name!r} of {tar_uri} is not a regular file")
                             yield from (Row(source_id=d, error=err) for _, _, d in rows)
@@ -249,10 +251,13 @@ class _MixBase:
                             yield from (Row(source_id=d, error=err) for _, _, d in rows)
                             continue
                         data = tar.extractfile(member).read()
+                        current = []
                         for rg, i, _ in rows:
                             yield self._row_result(row_at(rg, i), id_col, data, tar_uri, member.name)
             except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
                 failures[tar_name] = ("corrupt_tarball", f"{tar_uri} unreadable: {type(exc).__name__}: {exc}")
+                if current:  # the member being read when the stream broke
+                    wanted[key] = current
 
     def _row_result(self, row: dict, id_col: str, pdf: bytes, tar_uri: str, member: str) -> Row:
         doc_id = str(row[id_col])

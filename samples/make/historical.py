@@ -248,12 +248,40 @@ def build_europeana(root: Path, rng: random.Random) -> None:
     _write_parquet(root / EUROPEANA_FILE, rows, EUROPEANA_SCHEMA)
 
 
+NCSE_FILE = "ncse/ncse_pages.parquet"
+# NCSE's published column names are unconfirmed: this layout is a guess, and the mapping below is
+# what a config must state for the real one.
+NCSE_OPTIONS = {
+    "columns": {"id": "page_id", "text": "ocr_text", "image_url": "image_url", "page": "page_number",
+                "title": "periodical", "date": "issue_date"},
+    "metadata_columns": ["issue_id"],
+}
+NCSE_SCHEMA = pa.schema([("page_id", pa.string()), ("issue_id", pa.string()), ("periodical", pa.string()),
+                         ("issue_date", pa.string()), ("page_number", pa.int64()), ("ocr_text", pa.string()),
+                         ("image_url", pa.string())])
+
+
+def build_ncse(root: Path, rng: random.Random) -> None:
+    """NCSE-style pages (19th-century serials) whose images resolve through a local mirror."""
+    rows = []
+    for i in range(1, 5):
+        paras = paragraphs(rng, 2, (20, 35))
+        url = f"https://ncse.example.ac.uk/images/english-womans-journal/1858-{i:02d}/page-{i}.jpg"
+        rows.append({"page_id": f"EWJ-1858-{i:02d}-p{i}", "issue_id": f"EWJ-1858-{i:02d}",
+                     "periodical": "English Woman's Journal", "issue_date": f"1858-{i:02d}-01",
+                     "page_number": i, "ocr_text": "\n".join(paras), "image_url": url})
+        if i != 4:  # page 4's image is missing from the mirror on purpose: image_unavailable
+            _mirror_write(root / "ncse" / "mirror", url, scan_image(rng, " ".join(paras), size=(500, 700)))
+    _write_parquet(root / NCSE_FILE, rows, NCSE_SCHEMA)
+
+
 def build(root: Path) -> None:
     """Write all three historical samples under ``root`` (see the module docstring)."""
     root = Path(root)
     build_nara(root, random.Random(SEED))
     build_loc(root, random.Random(SEED + 1))
     build_europeana(root, random.Random(SEED + 2))
+    build_ncse(root, random.Random(SEED + 3))
 
 
 if __name__ == "__main__":

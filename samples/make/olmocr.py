@@ -51,7 +51,7 @@ def table_markdown(rng: random.Random) -> tuple[str, list[str]]:
 def write_tar(path: Path, members: list[tuple[str, bytes]]) -> None:
     """A deterministic .tar.gz (fixed mtimes and owners)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             for name, data in members:
                 info = tarfile.TarInfo(name)

@@ -1,0 +1,153 @@
+"""olmOCR-mix readers on the published layouts (built by samples.make.olmocr under tmp_path)."""
+
+import gzip
+import os
+import shutil
+
+import pytest
+
+from pipelines.sources import SourceSettings, build_source
+from pipelines.sources.olmocr_mix import parse_front_matter, safe_member_name
+from samples.make.olmocr import write_tar
+from samples.make.pdfs import text_pdf
+from schemas.deadletter import RecordError
+
+
+def source(kind: str, **options):
+    return build_source(SourceSettings(name=kind, kind=kind, paths=(), instruction="Convert.",
+                                       domain="documents", license="odc-by", options=options))
+
+
+def read_all(src, uri):
+    return [row for unit in src.plan(uri) for row in src.read(unit)]
+
+
+def by_id(rows):
+    return {r.source_id: r for r in rows}
+
+
+@pytest.fixture
+def mix(tmp_path, samples_root):
+    shutil.copytree(samples_root / "olmocr-mix-1025", tmp_path / "mix")
+    return tmp_path / "mix"
+
+
+def test_1025_reads_every_row_once(mix):
+    rows = read_all(source("olmocr_mix"), str(mix / "00_documents_train.parquet"))
+    ids = [r.source_id for r in rows]
+    assert len(ids) == len(set(ids)) == 10
+    good = [r for r in rows if r.error is None]
+    assert len(good) == 8
+    page = good[0].pages[0]
+    assert page.payload.startswith(b"%PDF") and page.split == "train"
+    assert page.metadata["pdf"].startswith("00_documents_train_00000.tar.gz:")
+
+
+def test_rotation_flags_kept_and_applied(mix):
+    rows = read_all(source("olmocr_mix"), str(mix / "00_documents_train.parquet"))
+    rotated = [r.pages[0] for r in rows if r.pages and r.pages[0].rotation]
+    assert len(rotated) == 1
+    assert rotated[0].rotation == 90
+    assert rotated[0].quality["olmocr"]["is_rotation_valid"] is False
+    table = [r.pages[0] for r in rows if r.pages and r.pages[0].quality["olmocr"]["is_table"]]
+    assert table and table[0].response.startswith("<table>")
+
+
+def test_missing_member_and_escaping_relpath_are_dead_letters(mix, tmp_path):
+    rows = by_id(read_all(source("olmocr_mix"), str(mix / "00_documents_train.parquet")))
+    assert rows["rg_900/missing"].error.reason == "missing_tar_member"
+    assert rows["rg_901/escape"].error.reason == "unsafe_tar_member"
+    # the tarball really holds '../../escape.pdf': nothing may have been written outside the run
+    assert not (tmp_path / "escape.pdf").exists() and not (tmp_path.parent / "escape.pdf").exists()
+
+
+def test_missing_and_corrupt_tarballs(mix):
+    tar = mix / "pdf_tarballs" / "01_books_train_00000.tar.gz"
+    data = tar.read_bytes()
+    tar.unlink()
+    rows = read_all(source("olmocr_mix"), str(mix / "01_books_train.parquet"))
+    assert {r.error.reason for r in rows} == {"missing_tarball"} and len(rows) == 4
+    tar.write_bytes(data[: len(data) // 2])  # cut mid-stream
+    rows = read_all(source("olmocr_mix"), str(mix / "01_books_train.parquet"))
+    assert len(rows) == 4
+    assert {r.error.reason for r in rows if r.error} == {"corrupt_tarball"}
+
+
+def test_truncated_parquet_is_one_dead_letter_naming_the_file(mix):
+    path = mix / "01_books_train.parquet"
+    path.write_bytes(path.read_bytes()[:200])
+    rows = read_all(source("olmocr_mix"), str(path))
+    assert len(rows) == 1
+    assert rows[0].source_id == str(path) and rows[0].error.reason == "unreadable_parquet"
+
+
+def test_symlink_member_is_refused(tmp_path):
+    import io
+    import tarfile
+
+    import pandas as pd
+
+    tar_path = tmp_path / "pdf_tarballs" / "x_train_00000.tar.gz"
+    tar_path.parent.mkdir()
+    with gzip.open(tar_path, "wb") as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        info = tarfile.TarInfo("doc.pdf")
+        info.type = tarfile.SYMTYPE
+        info.linkname = "/etc/passwd"
+        tar.addfile(info)
+    row = {"id": "doc", "url": "u", "page_number": 1, "pdf_relpath": "pdf_tarballs/x_train_00000.tar.gz:doc.pdf",
+           "primary_language": "en", "is_rotation_valid": True, "rotation_correction": 0, "is_table": False,
+           "is_diagram": False, "natural_text": "t", "extras": None}
+    pd.DataFrame([row]).set_index("id").to_parquet(tmp_path / "x_train.parquet")
+    rows = read_all(source("olmocr_mix"), str(tmp_path / "x_train.parquet"))
+    assert [r.error.reason for r in rows] == ["unsafe_tar_member"]
+    del io
+
+
+def test_0225_json_response(samples_root):
+    rows = read_all(source("olmocr_mix_0225"), str(samples_root / "olmocr-mix-0225" / "train-s2pdf.parquet"))
+    assert len(rows) == 4
+    assert sorted(r.error.reason for r in rows if r.error) == ["bad_response_json"]
+    good = [r.pages[0] for r in rows if r.pages]
+    assert all(p.language == "en" and p.response for p in good)
+
+
+def test_train_dir_pairs(samples_root):
+    rows = read_all(source("olmocr_train_dir"), str(samples_root / "olmocr-train"))
+    assert len(rows) == 4
+    assert sorted(r.error.reason for r in rows if r.error) == ["invalid_front_matter", "invalid_utf8"]
+
+
+def test_train_dir_symlink_outside_root_is_refused(tmp_path):
+    root = tmp_path / "train"
+    root.mkdir()
+    outside = tmp_path / "outside.pdf"
+    outside.write_bytes(text_pdf([["x"]]))
+    (root / "a.md").write_text("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\n"
+                               "is_table: False\nis_diagram: False\n---\nhello\n")
+    os.symlink(outside, root / "a.pdf")
+    rows = read_all(source("olmocr_train_dir"), str(root))
+    assert [r.error.reason for r in rows] == ["unsafe_path"]
+
+
+def test_front_matter_parsing():
+    fields, body = parse_front_matter(
+        "---\nprimary_language: None\nis_rotation_valid: True\nrotation_correction: 180\n"
+        "is_table: False\nis_diagram: True\n---\n# Title\n", "x.md")
+    assert fields["primary_language"] is None and fields["rotation_correction"] == 180 and body == "# Title\n"
+    for bad in ("no front matter", "---\nprimary_language: en\n---\n", "---\n[unclosed\n",
+                "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 45\nis_table: False\nis_diagram: False\n---\n"):
+        with pytest.raises(RecordError) as info:
+            parse_front_matter(bad, "x.md")
+        assert info.value.reason == "invalid_front_matter"
+
+
+@pytest.mark.parametrize("name,ok", [("a/b.pdf", True), ("../x.pdf", False), ("/etc/passwd", False),
+                                     ("a/../../x", False), ("a/./b.pdf", True), ("", False)])
+def test_safe_member_name(name, ok):
+    assert safe_member_name(name) is ok
+
+
+def test_tar_writer_is_deterministic(tmp_path):
+    write_tar(tmp_path / "a.tar.gz", [("x.pdf", b"1")])
+    write_tar(tmp_path / "b.tar.gz", [("x.pdf", b"1")])
+    assert (tmp_path / "a.tar.gz").read_bytes() == (tmp_path / "b.tar.gz").read_bytes()

@@ -1,0 +1,77 @@
+import io
+import random
+
+import pytest
+from PIL import Image
+
+from pipelines.render import RenderConfig, decode_image, pdf_page_count, rasterize_pdf_page, render_page
+from pipelines.sources.base import SourcePage
+from samples.make.pdfs import paragraphs, scan_image, text_pdf
+from schemas.deadletter import RecordError
+from schemas.page import validate
+from tests.conftest import zero_page_pdf
+
+
+def page(payload: bytes, kind: str = "pdf", **kw) -> SourcePage:
+    return SourcePage(source="t", source_id="doc", page_number=1, payload_kind=kind, payload=payload,
+                      response="x", domain="d", language="en", license="cc0", instruction="Convert.", **kw)
+
+
+def reason(fn, *args, **kw) -> str:
+    with pytest.raises(RecordError) as info:
+        fn(*args, **kw)
+    return info.value.reason
+
+
+def test_pdf_page_renders_at_longest_side_with_text_layer():
+    pdf = text_pdf([["Alpha beta gamma."], ["Second page words."]])
+    record = render_page(page(pdf, pdf_page_index=1), RenderConfig())
+    assert max(record.width, record.height) == 1288
+    assert record.height > record.width  # letter portrait
+    assert "Second page words." in record.text_layer
+    assert Image.open(io.BytesIO(record.image)).mode == "RGB"
+    assert validate(record) == []
+
+
+def test_rotation_swaps_orientation_and_webp_encoding():
+    pdf = text_pdf([["Rotate me."]])
+    cfg = RenderConfig(image_format="webp", longest_side=500)
+    record = render_page(page(pdf, rotation=90), cfg)
+    assert (record.width, record.height) == (500, round(500 * 612 / 792)) or record.width > record.height
+    assert record.image[:4] == b"RIFF" and record.image[8:12] == b"WEBP"
+
+
+@pytest.mark.parametrize(
+    "payload,expected",
+    [
+        (b"%PDF-1.4 this is not really a pdf", "corrupt_pdf"),
+        (b"", "empty_pdf"),
+        (zero_page_pdf(), "zero_page_pdf"),
+        (text_pdf([["secret"]], password="pw"), "encrypted_pdf"),
+    ],
+)
+def test_bad_pdfs_have_reasons(payload, expected):
+    assert reason(pdf_page_count, payload) == expected
+    assert reason(render_page, page(payload), RenderConfig()) == expected
+
+
+def test_page_index_out_of_range():
+    assert reason(rasterize_pdf_page, text_pdf([["one"]]), 3, 100) == "page_out_of_range"
+
+
+def test_image_over_pixel_cap_is_refused_before_decoding():
+    buf = io.BytesIO()
+    Image.new("L", (3000, 3000)).save(buf, format="PNG")
+    assert reason(decode_image, buf.getvalue(), RenderConfig(max_pixels=1_000_000)) == "image_too_large"
+
+
+def test_exif_orientation_and_downscale():
+    data = scan_image(random.Random(1), " ".join(paragraphs(random.Random(2), 2)), size=(900, 1200), exif_rotate=True)
+    stored = Image.open(io.BytesIO(data))
+    assert stored.size == (1200, 900)  # stored landscape, EXIF says rotate to portrait
+    image = decode_image(data, RenderConfig(longest_side=600))
+    assert image.size == (450, 600)
+
+
+def test_garbage_image_bytes():
+    assert reason(decode_image, b"\x89PNG\r\n\x1a\nbroken", RenderConfig()) == "corrupt_image"

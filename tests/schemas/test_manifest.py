@@ -1,0 +1,42 @@
+from schemas.manifest import CountEvent, RunManifest
+
+STAGES = ["read", "render"]
+
+
+def events(read_in=3, read_out=2, read_dead=1, emitted=2, render_in=2, render_out=2):
+    return [
+        CountEvent("read", "s", "in", "", read_in),
+        CountEvent("read", "s", "out", "", read_out),
+        CountEvent("read", "s", "dead", "corrupt_pdf", read_dead),
+        CountEvent("read", "s", "emitted", "", emitted),
+        CountEvent("render", "s", "in", "", render_in),
+        CountEvent("render", "s", "out", "", render_out),
+        CountEvent("render", "s", "emitted", "", render_out),
+    ]
+
+
+def test_balanced_manifest():
+    m = RunManifest.from_events(events(), STAGES, shards=[{"file": "data/x", "rows": 2}])
+    assert m.imbalances() == []
+    assert (m.records_in, m.records_written, m.records_dead) == (3, 2, 1)
+    assert abs(m.dead_letter_rate() - 1 / 3) < 1e-9
+
+
+def test_stage_that_loses_a_record_is_reported():
+    m = RunManifest.from_events(events(read_in=4), STAGES, shards=[{"file": "data/x", "rows": 2}])
+    assert m.imbalances() == ["read/s: in 4 != out 2 + dropped 0 + dead 1"]
+
+
+def test_chain_and_shard_mismatches_are_reported():
+    m = RunManifest.from_events(events(render_in=1, render_out=1), STAGES, shards=[{"file": "data/x", "rows": 5}])
+    problems = m.imbalances()
+    assert "s: read emitted 2 but render took 1" in problems
+    assert "render emitted 1 but shards hold 5" in problems
+
+
+def test_json_round_trip_and_summary():
+    m = RunManifest.from_events(events(), STAGES, shards=[{"file": "data/x", "rows": 2}])
+    back = RunManifest.from_json(m.to_json())
+    assert back.imbalances() == [] and back.totals("read").dead == {"corrupt_pdf": 1}
+    table = back.summary_table()
+    assert "corrupt_pdf" in table and "balanced yes" in table

@@ -1,0 +1,72 @@
+import hashlib
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+
+from schemas.page import FEATURES, PAGE_SCHEMA, PageRecord, ProvenanceStep, page_id, validate
+
+
+def png(size=(20, 30)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, (255, 255, 255)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def make_record(**overrides) -> PageRecord:
+    image = png()
+    values = dict(
+        id=page_id("src", "doc-1", 1), source="src", source_id="doc-1", page_number=1,
+        domain="documents", language="en", license="odc-by", image=image,
+        image_sha256=hashlib.sha256(image).hexdigest(), width=20, height=30, task="parse_page",
+        instruction="Convert to Markdown.", response="Hello", provenance=[ProvenanceStep("read:x", "1", "abc")],
+    )
+    values.update(overrides)
+    return PageRecord(**values)
+
+
+def test_valid_record_has_no_violations():
+    assert validate(make_record()) == []
+
+
+def test_validate_reports_every_violation():
+    record = make_record(source="", language="English!", task="dance", split="dev", width=0,
+                         image_sha256="0" * 64, unit_tests=["{not json", json.dumps({"type": "present"})],
+                         provenance=[])
+    problems = validate(record)
+    joined = "\n".join(problems)
+    for expected in ("source must be", "language must be", "task 'dance'", "split 'dev'", "width must be",
+                     "image_sha256 does not match", "unit_tests[0] is not JSON", "unit_tests[1] lacks",
+                     "provenance is empty"):
+        assert expected in joined
+    assert len(problems) == 9
+
+
+def test_validate_rejects_non_image_bytes():
+    data = b"GIF89a not allowed"
+    problems = validate(make_record(image=data, image_sha256=hashlib.sha256(data).hexdigest()))
+    assert problems == ["image bytes are not PNG, WebP or JPEG"]
+
+
+def test_page_id_is_stable_and_distinguishes_inputs():
+    assert page_id("a", "b", 1) == page_id("a", "b", 1)
+    assert len({page_id("a", "b", 1), page_id("a", "b", 2), page_id("a", "c", 1), page_id("a", "b", 1, "rot90")}) == 4
+    assert page_id("ab", "c", 1) != page_id("a", "bc", 1)  # fields are separated, not concatenated
+
+
+def test_row_round_trip_through_parquet(tmp_path):
+    record = make_record(quality={"loop": None, "score": 0.5}, metadata={"url": "u"},
+                         unit_tests=[json.dumps({"id": "t1", "type": "present", "text": "Hello"})])
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.Table.from_pylist([record.to_row()], schema=PAGE_SCHEMA), path)
+    back = PageRecord.from_row(pq.read_table(path).to_pylist()[0])
+    assert back == record
+
+
+def test_schema_carries_hf_image_feature():
+    meta = json.loads(PAGE_SCHEMA.metadata[b"huggingface"])
+    assert meta["info"]["features"]["image"] == {"_type": "Image"}
+    assert PAGE_SCHEMA.field("image").type == pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    assert set(FEATURES) == {f.name for f in PAGE_SCHEMA}
