@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import threading
+import warnings
 from dataclasses import asdict, dataclass
 
 import pypdfium2 as pdfium
@@ -118,7 +119,12 @@ def rasterize_pdf_page(data: bytes, index: int, longest_side: int, rotation: int
 def decode_image(data: bytes, cfg: RenderConfig, rotation: int = 0) -> Image.Image:
     """Decode a scan: check the pixel cap before decoding, EXIF-orient, RGB, optional downscale."""
     try:
-        image = Image.open(io.BytesIO(data))
+        with warnings.catch_warnings():
+            # Image.open reads only the header; our own cap below decides, so PIL's warning is noise.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:
+        raise RecordError("image_too_large", f"image exceeds PIL's pixel limit: {exc}") from exc
     except Exception as exc:  # PIL raises many types for garbage bytes
         raise RecordError("corrupt_image", f"cannot decode image: {exc}") from exc
     w, h = image.size

@@ -1,0 +1,148 @@
+"""The corpus DAG end to end on every sample source, with Beam's DirectRunner and DaskRunner."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import datasets
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipelines import corpus
+from pipelines.config import load_config
+from schemas.manifest import RunManifest
+from schemas.page import PAGE_SCHEMA, PageRecord, validate
+from tests.conftest import REPO
+
+IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+
+def sample_config(samples_root: Path, tmp_path: Path, **write) -> Path:
+    """configs/corpus.yaml with its sample paths pointed at a freshly built copy."""
+    text = (REPO / "configs" / "corpus.yaml").read_text().replace("samples/", f"{samples_root}/")
+    raw = yaml.safe_load(text)
+    raw["run"]["output"] = str(tmp_path / "out")
+    raw["write"].update(write)
+    path = tmp_path / "corpus.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def shard_digests(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / "data").glob("*.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def direct_run(samples_root, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("direct")
+    cfg = load_config(sample_config(samples_root, tmp))
+    manifest = corpus.run(cfg, IN_MEMORY)
+    return cfg, manifest, Path(cfg.run.output)
+
+
+def test_manifest_balances_and_accounts_every_source(direct_run):
+    cfg, manifest, out = direct_run
+    assert manifest.imbalances() == []
+    assert set(manifest.sources) == {s.name for s in cfg.sources}
+    on_disk = RunManifest.from_json((out / "manifest.json").read_text())
+    assert on_disk.records_written == manifest.records_written > 0
+    for source in manifest.sources:
+        read = manifest.stages["read"][source]
+        assert read.inputs == read.out + read.n_dropped + read.n_dead
+        assert manifest.stages["write"][source].out > 0, f"{source} wrote nothing"
+
+
+def test_datasets_reads_image_column(direct_run):
+    _, manifest, out = direct_run
+    ds = datasets.load_dataset("parquet", data_dir=str(out / "data"), split="train")
+    assert isinstance(ds.features["image"], datasets.Image)
+    assert len(ds) == manifest.records_written
+    first = ds[0]
+    assert first["image"].mode == "RGB" and max(first["image"].size) <= 1288
+    assert pq.read_schema(next((out / "data").glob("*.parquet"))).metadata == PAGE_SCHEMA.metadata
+
+
+def test_written_records_are_valid_sorted_and_unique(direct_run):
+    _, _, out = direct_run
+    table = pq.read_table(out / "data")
+    ids = table.column("id").to_pylist()
+    assert ids == sorted(ids) and len(ids) == len(set(ids))
+    for row in table.slice(0, 20).to_pylist():
+        assert validate(PageRecord.from_row(row)) == []
+    sources = set(table.column("source").to_pylist())
+    assert {"olmocr-mix-1025", "finepdfs", "nara-pension-files", "loc-chronicling-america"} <= sources
+
+
+def test_dead_letters_name_record_stage_and_reason(direct_run):
+    _, manifest, out = direct_run
+    rows = pq.read_table(out / "dead_letter").to_pylist()
+    assert len(rows) == manifest.records_dead
+    reasons = {(r["stage"], r["reason"]) for r in rows}
+    for expected in [("read", "missing_tar_member"), ("read", "unsafe_tar_member"), ("read", "invalid_utf8"),
+                     ("read", "invalid_front_matter"), ("read", "warc_not_pdf"), ("read", "bad_response_json"),
+                     ("render", "image_too_large"), ("render", "corrupt_pdf")]:
+        assert expected in reasons
+    escape = next(r for r in rows if r["reason"] == "unsafe_tar_member")
+    assert escape["source"] == "olmocr-mix-1025" and escape["source_id"] == "rg_901/escape"
+    assert "../../escape.pdf" in escape["message"] and escape["error_class"] == "RecordError"
+
+
+def test_rerun_gives_identical_shards(direct_run, samples_root, tmp_path):
+    cfg, _, out = direct_run
+    again = load_config(sample_config(samples_root, tmp_path))
+    corpus.run(again, IN_MEMORY)
+    assert shard_digests(Path(again.run.output)) == shard_digests(out)
+
+
+def test_small_shards_use_hub_names_and_keep_every_row(direct_run, samples_root, tmp_path):
+    _, manifest, _ = direct_run
+    cfg = load_config(sample_config(samples_root, tmp_path, shard_bytes=2_000_000, row_group_bytes=500_000))
+    small = corpus.run(cfg, IN_MEMORY)
+    names = sorted(p.name for p in (Path(cfg.run.output) / "data").glob("*.parquet"))
+    n = len(names)
+    assert n > 1
+    assert names == [f"train-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
+    assert small.records_written == manifest.records_written
+    assert pq.ParquetFile(Path(cfg.run.output) / "data" / names[0]).metadata.num_row_groups > 1
+
+
+def test_cli_fails_past_max_dead_letter_rate(samples_root, tmp_path, capsys):
+    config = sample_config(samples_root, tmp_path)
+    code = corpus.main(["--config", str(config), "--max-dead-letter-rate", "0.01", *IN_MEMORY])
+    captured = capsys.readouterr()
+    assert code == 3
+    assert "exceeds --max-dead-letter-rate" in captured.err
+    assert "balanced yes" in captured.out  # the summary table is printed before failing
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["balanced"] is True
+
+
+def test_multiprocessing_direct_runner_matches(direct_run, samples_root, tmp_path):
+    _, _, out = direct_run
+    cfg = load_config(sample_config(samples_root, tmp_path))
+    corpus.run(cfg, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    assert shard_digests(Path(cfg.run.output)) == shard_digests(out)
+
+
+def test_dask_runner_on_local_cluster_matches(direct_run, samples_root, tmp_path):
+    from dask.distributed import LocalCluster
+
+    _, _, out = direct_run
+    cfg = load_config(sample_config(samples_root, tmp_path))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        manifest = corpus.run(cfg, ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+                                    f"--dask_client_address={cluster.scheduler_address}",
+                                    "--dask_npartitions=4"])
+    assert manifest.imbalances() == []
+    assert shard_digests(Path(cfg.run.output)) == shard_digests(out)
+
+
+def test_unknown_config_keys_are_rejected(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run: {outptu: x}\n")
+    with pytest.raises(ValueError, match="outptu"):
+        load_config(bad)
