@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines import io
@@ -150,7 +151,11 @@ def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int) -
 
 
 def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
-    """Write one shard: rows with ids in [first_id, last_id], sorted by id; atomic rename."""
+    """Write one shard: rows with ids in [first_id, last_id], sorted by id; atomic rename.
+
+    Peak memory is the shard's rows plus one row group: rows are sorted by index and taken one
+    row group at a time, and bytes stream to the destination (a temporary name, then renamed).
+    """
     tables = []
     for path in plan.files:
         with io.open_read(path) as fh:
@@ -159,23 +164,50 @@ def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
         if table.num_rows:
             tables.append(table)
     table = pa.concat_tables(tables) if tables else PAGE_SCHEMA.empty_table()
-    table = table.sort_by([("id", "ascending"), ("image_sha256", "ascending")])
-    table = table.replace_schema_metadata(PAGE_SCHEMA.metadata)
+    del tables
+    order = pc.sort_indices(table.select(["id", "image_sha256"]),
+                            sort_keys=[("id", "ascending"), ("image_sha256", "ascending")])
     avg = max(1, plan.approx_bytes // max(1, plan.rows))
     rows_per_group = max(1, cfg.row_group_bytes // avg)
-    buf = _io.BytesIO()
-    pq.write_table(table, buf, compression=cfg.compression, row_group_size=rows_per_group,
-                   write_statistics=True)
-    data = buf.getvalue()
     final = io.join(data_dir, plan.name)
-    io.write_bytes_atomic(final, data)
+    tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
+    digest = hashlib.sha256()
+    with io.open_write(tmp) as raw:
+        sink = _HashingWriter(raw, digest)
+        with pq.ParquetWriter(sink, PAGE_SCHEMA, compression=cfg.compression, write_statistics=True) as writer:
+            for start in range(0, max(1, table.num_rows), rows_per_group):
+                chunk = table.take(order.slice(start, rows_per_group))
+                writer.write_table(chunk.replace_schema_metadata(PAGE_SCHEMA.metadata), row_group_size=rows_per_group)
+    io.rename(tmp, final)
     return {
         "file": f"data/{plan.name}",
         "split": plan.split,
         "rows": table.num_rows,
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": sink.written,
+        "sha256": digest.hexdigest(),
     }
+
+
+class _HashingWriter:
+    """A write-only file wrapper that hashes and counts what passes through it."""
+
+    def __init__(self, raw, digest):
+        self.raw, self.digest, self.written, self.closed = raw, digest, 0, False
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        self.digest.update(view)
+        self.written += len(view)
+        return self.raw.write(view)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def close(self) -> None:
+        self.closed = True  # the caller closes the underlying file
+
+    def tell(self) -> int:
+        return self.written
 
 
 def write_dead_letters(stage: str, letters: list[DeadLetter], dead_dir: str) -> dict:

@@ -29,8 +29,25 @@ def test_pdf_page_renders_at_longest_side_with_text_layer():
     assert max(record.width, record.height) == 1288
     assert record.height > record.width  # letter portrait
     assert "Second page words." in record.text_layer
-    assert Image.open(io.BytesIO(record.image)).mode == "RGB"
     assert validate(record) == []
+
+
+def test_grey_pages_are_stored_as_grey_png_losslessly():
+    pdf = text_pdf([["Black text on white."]])
+    record = render_page(page(pdf), RenderConfig())
+    stored = Image.open(io.BytesIO(record.image))
+    assert stored.mode == "L"
+    rendered, _ = rasterize_pdf_page(pdf, 0, 1288)
+    assert stored.convert("RGB").tobytes() == rendered.tobytes()
+    rgb = render_page(page(pdf), RenderConfig(png_gray_when_achromatic=False))
+    assert Image.open(io.BytesIO(rgb.image)).mode == "RGB"
+
+
+def test_colour_scan_stays_rgb():
+    buf = io.BytesIO()
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(buf, format="PNG")
+    record = render_page(page(buf.getvalue(), kind="image"), RenderConfig())
+    assert Image.open(io.BytesIO(record.image)).mode == "RGB"
 
 
 def test_rotation_swaps_orientation_and_webp_encoding():

@@ -1,0 +1,192 @@
+"""Ingest throughput and memory: read + render + encode + write, against pdftoppm and raw pdfium.
+
+    python benchmarks/ingest.py [--pages 2000] [--pdftoppm-pages 300] [--workers 2]
+
+Builds an olmOCR-mix-1025-layout input of ``--pages`` single-page PDFs (samples-style pages,
+replicated with fresh ids into 500-page tarballs), then measures on the same pages:
+
+1. the corpus DAG (DirectRunner, multi-processing, ``--workers`` processes) end to end, pages/s,
+   and the peak RSS of the whole process tree at 1x and 4x the input (streaming: must stay flat);
+2. ``pdftoppm -scale-to 1288 -png`` over a subset, ``--workers`` processes in parallel;
+3. pypdfium2 rasterisation alone (open + render at 1288 px, no encode, no I/O), ``--workers``
+   processes: the ceiling for any pipeline built on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from samples.make.olmocr import write_tar  # noqa: E402
+from samples.make.pdfs import paragraphs, text_pdf  # noqa: E402
+
+PER_TAR = 500
+
+
+def build_input(root: Path, pages: int, seed: int = 0) -> list[Path]:
+    """olmOCR-mix-1025 layout with ``pages`` rows; returns the PDF files (also kept for baselines)."""
+    rng = random.Random(seed)
+    templates = [text_pdf([paragraphs(rng, rng.randint(4, 9), (40, 90))]) for _ in range(40)]
+    pdf_dir = root / "pdfs"
+    pdf_dir.mkdir(parents=True)
+    rows, members, pdfs = [], [], []
+    for i in range(pages):
+        doc_id = f"bench/{i:07d}"
+        data = templates[i % len(templates)]
+        tar_name = f"00_documents_train_{i // PER_TAR:05d}.tar.gz"
+        members.append((f"{doc_id}.pdf", data))
+        path = pdf_dir / f"{i:07d}.pdf"
+        path.write_bytes(data)
+        pdfs.append(path)
+        rows.append({"id": doc_id, "url": f"https://example.org/{i}", "page_number": 1,
+                     "pdf_relpath": f"pdf_tarballs/{tar_name}:{doc_id}.pdf", "primary_language": "en",
+                     "is_rotation_valid": True, "rotation_correction": 0, "is_table": False,
+                     "is_diagram": False, "natural_text": f"page {i} " + paragraphs(rng, 1)[0], "extras": None})
+        if len(members) == PER_TAR or i == pages - 1:
+            write_tar(root / "mix" / "pdf_tarballs" / tar_name, members)
+            members = []
+    frame = pd.DataFrame(rows).set_index("id")
+    frame.to_parquet(root / "mix" / "00_documents_train.parquet", row_group_size=1000)
+    return pdfs
+
+
+class PeakRss:
+    """Samples the RSS of this process and all its descendants; keeps the peak of the sum."""
+
+    def __init__(self, pid: int, every: float = 0.1):
+        self.proc = psutil.Process(pid)
+        self.every = every
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            total = 0
+            try:
+                for p in [self.proc, *self.proc.children(recursive=True)]:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                pass
+            self.peak = max(self.peak, total)
+            time.sleep(self.every)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def run_pipeline(root: Path, workers: int) -> tuple[float, int, int]:
+    """Run the corpus DAG in a child process; (seconds, pages written, peak tree RSS bytes)."""
+    config = root / "bench.yaml"
+    config.write_text(json.dumps({
+        "run": {"output": str(root / "out"), "progress_every": 0},
+        "sources": [{"name": "bench", "kind": "olmocr_mix", "paths": [str(root / "mix" / "*.parquet")],
+                     "license": "odc-by"}],
+    }))
+    cmd = [sys.executable, "-m", "pipelines.corpus", "--config", str(config),
+           "--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    with PeakRss(proc.pid) as rss:
+        out, _ = proc.communicate()
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"pipeline failed:\n{out}")
+    manifest = json.loads((root / "out" / "manifest.json").read_text())
+    return seconds, manifest["totals"]["written"], rss.peak
+
+
+def _pdftoppm(args: tuple[Path, Path]) -> None:
+    pdf, out = args
+    subprocess.run(["pdftoppm", "-scale-to", "1288", "-png", str(pdf), str(out / pdf.stem)], check=True)
+
+
+def run_pdftoppm(pdfs: list[Path], workers: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        with cf.ThreadPoolExecutor(workers) as pool:
+            list(pool.map(_pdftoppm, [(p, Path(tmp)) for p in pdfs]))
+        return len(pdfs) / (time.perf_counter() - started)
+
+
+def _render_only(paths: list[str]) -> int:
+    import pypdfium2 as pdfium
+
+    for path in paths:
+        data = Path(path).read_bytes()  # read outside the timed render? no: a file read is ~free
+        pdf = pdfium.PdfDocument(data)
+        page = pdf[0]
+        w, h = page.get_size()
+        page.render(scale=1288 / max(w, h))
+        page.close()
+        pdf.close()
+    return len(paths)
+
+
+def run_render_only(pdfs: list[Path], workers: int) -> float:
+    chunks = [[str(p) for p in pdfs[i::workers]] for i in range(workers)]
+    with cf.ProcessPoolExecutor(workers) as pool:
+        list(pool.map(_render_only, [c[:5] for c in chunks]))  # warm the workers' imports
+        started = time.perf_counter()
+        done = sum(pool.map(_render_only, chunks))
+        return done / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--pdftoppm-pages", type=int, default=300)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--scale", type=int, default=4, help="the larger input for the RSS check")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        small, large = Path(tmp) / "x1", Path(tmp) / f"x{args.scale}"
+        pdfs = build_input(small, args.pages)
+        build_input(large, args.pages * args.scale)
+        render_rate = run_render_only(pdfs, args.workers)
+        ppm_rate = run_pdftoppm(pdfs[: args.pdftoppm_pages], args.workers)
+        sec1, n1, rss1 = run_pipeline(small, args.workers)
+        sec4, n4, rss4 = run_pipeline(large, args.workers)
+
+    rate1, rate4 = n1 / sec1, n4 / sec4
+    print(f"workers: {args.workers}   pages: {args.pages} (1x) and {args.pages * args.scale} ({args.scale}x)")
+    print(f"{'measure':<52}{'value':>14}")
+    print(f"{'pipeline read+render+encode+write, 1x (pages/s)':<52}{rate1:>14.1f}")
+    print(f"{'pipeline read+render+encode+write, ' + str(args.scale) + 'x (pages/s)':<52}{rate4:>14.1f}")
+    print(f"{'pdftoppm -scale-to 1288 -png (pages/s)':<52}{ppm_rate:>14.1f}")
+    print(f"{'pypdfium2 render only (pages/s)':<52}{render_rate:>14.1f}")
+    print(f"{'pipeline / pdftoppm (target >= 10x)':<52}{rate1 / ppm_rate:>13.1f}x")
+    print(f"{'pipeline / render-only (target >= 0.6x)':<52}{rate1 / render_rate:>13.2f}x")
+    print(f"{'peak RSS, process tree, 1x (MiB)':<52}{rss1 / 2**20:>14.0f}")
+    print(f"{'peak RSS, process tree, ' + str(args.scale) + 'x (MiB)':<52}{rss4 / 2**20:>14.0f}")
+    print(f"{'RSS ratio ' + str(args.scale) + 'x / 1x (flat: ~1)':<52}{rss4 / rss1:>14.2f}")
+
+
+if __name__ == "__main__":
+    main()
