@@ -100,11 +100,12 @@ class PeakRss:
         self._thread.join()
 
 
-def run_pipeline(root: Path, workers: int) -> tuple[float, int, int]:
+def run_pipeline(root: Path, workers: int, shard_mb: int) -> tuple[float, int, int]:
     """Run the corpus DAG in a child process; (seconds, pages written, peak tree RSS bytes)."""
     config = root / "bench.yaml"
     config.write_text(json.dumps({
         "run": {"output": str(root / "out"), "progress_every": 0},
+        "write": {"shard_bytes": shard_mb * 2**20, "row_group_bytes": max(1, shard_mb // 4) * 2**20},
         "sources": [{"name": "bench", "kind": "olmocr_mix", "paths": [str(root / "mix" / "*.parquet")],
                      "license": "odc-by"}],
     }))
@@ -163,6 +164,9 @@ def main() -> None:
     parser.add_argument("--pdftoppm-pages", type=int, default=300)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--scale", type=int, default=4, help="the larger input for the RSS check")
+    parser.add_argument("--shard-mb", type=int, default=64,
+                        help="shard size: a worker holds one shard while writing it, so the peak is "
+                             "bounded by workers x shard size; 64 gives several shards at both scales")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -171,11 +175,12 @@ def main() -> None:
         build_input(large, args.pages * args.scale)
         render_rate = run_render_only(pdfs, args.workers)
         ppm_rate = run_pdftoppm(pdfs[: args.pdftoppm_pages], args.workers)
-        sec1, n1, rss1 = run_pipeline(small, args.workers)
-        sec4, n4, rss4 = run_pipeline(large, args.workers)
+        sec1, n1, rss1 = run_pipeline(small, args.workers, args.shard_mb)
+        sec4, n4, rss4 = run_pipeline(large, args.workers, args.shard_mb)
 
     rate1, rate4 = n1 / sec1, n4 / sec4
-    print(f"workers: {args.workers}   pages: {args.pages} (1x) and {args.pages * args.scale} ({args.scale}x)")
+    print(f"workers: {args.workers}   pages: {args.pages} (1x) and {args.pages * args.scale} ({args.scale}x)"
+          f"   shard size: {args.shard_mb} MiB")
     print(f"{'measure':<52}{'value':>14}")
     print(f"{'pipeline read+render+encode+write, 1x (pages/s)':<52}{rate1:>14.1f}")
     print(f"{'pipeline read+render+encode+write, ' + str(args.scale) + 'x (pages/s)':<52}{rate4:>14.1f}")

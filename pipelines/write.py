@@ -158,11 +158,14 @@ def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
     """
     tables = []
     for path in plan.files:
+        # batch by batch, keeping only this shard's rows: never a whole spill file in memory
         with io.open_read(path) as fh:
-            table = pq.read_table(fh, schema=PAGE_SCHEMA,
-                                  filters=[("id", ">=", plan.first_id), ("id", "<=", plan.last_id)])
-        if table.num_rows:
-            tables.append(table)
+            for batch in pq.ParquetFile(fh).iter_batches(batch_size=64):
+                ids = batch.column("id")
+                mask = pc.and_(pc.greater_equal(ids, plan.first_id), pc.less_equal(ids, plan.last_id))
+                kept = batch.filter(mask)
+                if kept.num_rows:
+                    tables.append(pa.Table.from_batches([kept], schema=PAGE_SCHEMA))
     table = pa.concat_tables(tables) if tables else PAGE_SCHEMA.empty_table()
     del tables
     order = pc.sort_indices(table.select(["id", "image_sha256"]),
