@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import io
 import json
 import os
 import random
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time

@@ -26,7 +26,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import io
 from pipelines.config import CorpusConfig, load_config
 from pipelines.render import render_page
-from pipelines.transforms import DEAD, EVENT, SPILL, ApplyStage, ReadUnits, Spill, is_kind, plan_units
+from pipelines.transforms import (
+    DEAD,
+    EVENT,
+    SPILL,
+    ApplyStage,
+    ReadUnits,
+    Spill,
+    is_kind,
+    plan_units,
+)
 from pipelines.write import plan_shards, write_dead_letters, write_shard
 from schemas.deadletter import RecordError
 from schemas.manifest import CountEvent, RunManifest

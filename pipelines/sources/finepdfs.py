@@ -34,11 +34,11 @@ import time
 from typing import IO, Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines import io as pio
 from pipelines.render import pdf_page_count
 from pipelines.sources.base import Row, SourcePage, SourceSettings
+from pipelines.sources.parquet_rows import stream_rows
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
@@ -289,38 +289,13 @@ class FinePdfsSource:
             warcs.close()
 
     def _read_file(self, uri: str, warcs: WarcFetcher) -> Iterator[Row]:
-        def unreadable(message: str) -> Row:
-            return Row(source_id=uri, error=RecordError("unreadable_parquet", f"{uri}: {message}"))
-
-        try:
-            fh = pio.open_read(uri)
-        except Exception as exc:
-            yield unreadable(f"cannot open: {exc}")
-            return
-        with fh:
-            try:
-                parquet = pq.ParquetFile(fh)
-                problem = schema_problem(parquet.schema_arrow)
-            except Exception as exc:
-                yield unreadable(f"not a readable parquet file: {exc}")
-                return
-            if problem:
-                yield Row(source_id=uri, error=RecordError("bad_schema", f"{uri}: {problem}"))
-                return
-            batches = parquet.iter_batches(batch_size=self.batch_size, columns=list(COLUMNS))
-            index = 0
-            while True:
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    return
-                except Exception as exc:
-                    # The remaining rows cannot be enumerated, so the file gets one dead letter.
-                    yield unreadable(f"read failed after {index} rows: {exc}")
-                    return
-                for record in batch.to_pylist():
-                    yield self._row(record, uri, index, warcs)
-                    index += 1
+        index = 0
+        for item in stream_rows(uri, list(COLUMNS), schema_problem, self.batch_size):
+            if isinstance(item, Row):
+                yield item
+                continue
+            yield self._row(item, uri, index, warcs)
+            index += 1
 
     def _row(self, record: dict[str, Any], uri: str, index: int, warcs: WarcFetcher) -> Row:
         source_id = record.get("id") or f"{uri}#{index}"

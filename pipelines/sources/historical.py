@@ -33,11 +33,9 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator, Mapping
 
-import pyarrow.parquet as pq
-
-from pipelines import io
 from pipelines.sources.base import Row, SourcePage, SourceSettings
 from pipelines.sources.images import ImageResolver
+from pipelines.sources.parquet_rows import stream_rows
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
@@ -123,35 +121,14 @@ class _ParquetHistoricalSource:
         yield uri
 
     def read(self, unit: str) -> Iterator[Row]:
-        uri = unit
-        try:
-            fh = io.open_read(uri)
-        except Exception as exc:  # noqa: BLE001 - any failure to open is the same dead letter
-            yield Row(source_id=uri, error=RecordError("unreadable_parquet", f"{uri}: cannot open: {exc}"))
-            return
-        with fh:
-            try:
-                parquet = pq.ParquetFile(fh)
-            except Exception as exc:  # noqa: BLE001
-                yield Row(source_id=uri, error=RecordError("unreadable_parquet", f"{uri}: not a readable Parquet file: {exc}"))
-                return
-            present = set(parquet.schema_arrow.names)
-            missing = self._missing_columns(present)
-            if missing:
-                yield Row(source_id=uri, error=RecordError("bad_schema", f"{uri}: {missing}"))
-                return
-            columns = [c for c in self._wanted_columns() if c in present]
-            index = 0
-            try:
-                for batch in parquet.iter_batches(batch_size=self.batch_size, columns=columns):
-                    for record in batch.to_pylist():
-                        yield self._read_record(uri, index, record)
-                        index += 1
-            except Exception as exc:  # noqa: BLE001 - a corrupt page/row group mid-file
-                yield Row(
-                    source_id=uri,
-                    error=RecordError("unreadable_parquet", f"{uri}: read failed after {index} rows: {exc}"),
-                )
+        index = 0
+        problem = lambda schema: self._missing_columns(set(schema.names))  # noqa: E731
+        for item in stream_rows(unit, self._wanted_columns(), problem, self.batch_size):
+            if isinstance(item, Row):
+                yield item
+                continue
+            yield self._read_record(unit, index, item)
+            index += 1
 
     # -- hooks -------------------------------------------------------------------------------
 

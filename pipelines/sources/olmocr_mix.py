@@ -30,6 +30,7 @@ import yaml
 
 from pipelines import io
 from pipelines.sources.base import Row, SourcePage, SourceSettings
+from pipelines.sources.parquet_rows import open_parquet
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
@@ -120,10 +121,7 @@ class _MixBase:
         return self.settings.options.get("root") or posixpath.dirname(parquet_uri) or "."
 
     def _open(self, parquet_uri: str) -> pq.ParquetFile:
-        try:
-            return pq.ParquetFile(io.open_read(parquet_uri))
-        except Exception as exc:
-            raise RecordError("unreadable_parquet", f"{parquet_uri}: {type(exc).__name__}: {exc}") from exc
+        return open_parquet(parquet_uri)
 
     def _iter_rows(self, pf: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, int, dict]]:
         """(row group, index in group, row) for every row, one row group in memory at a time."""

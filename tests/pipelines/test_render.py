@@ -4,7 +4,13 @@ import random
 import pytest
 from PIL import Image
 
-from pipelines.render import RenderConfig, decode_image, pdf_page_count, rasterize_pdf_page, render_page
+from pipelines.render import (
+    RenderConfig,
+    decode_image,
+    pdf_page_count,
+    rasterize_pdf_page,
+    render_page,
+)
 from pipelines.sources.base import SourcePage
 from samples.make.pdfs import paragraphs, scan_image, text_pdf
 from schemas.deadletter import RecordError

@@ -6,7 +6,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from schemas.page import FEATURES, PAGE_SCHEMA, PageRecord, ProvenanceStep, page_id, validate
+from schemas.page import (
+    FEATURES,
+    PAGE_SCHEMA,
+    PageRecord,
+    ProvenanceStep,
+    page_id,
+    validate,
+)
 
 
 def png(size=(20, 30)) -> bytes:
