@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import logging
 import sys
 import time
 import uuid
@@ -164,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="output folder or gs:// / s3:// URI (overrides run.output)")
     parser.add_argument("--max-dead-letter-rate", type=float,
                         help="fail when dead letters exceed this share of input records")
+    parser.add_argument("--verbose", action="store_true", help="show Beam's INFO logs")
     args, beam_args = parser.parse_known_args(argv)
+    if not args.verbose:
+        logging.getLogger("apache_beam").setLevel(logging.WARNING)
     overrides: dict = {"run": {}}
     if args.output:
         overrides["run"]["output"] = args.output

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import threading
 import warnings
 from dataclasses import asdict, dataclass
@@ -80,6 +81,7 @@ def open_pdf(data: bytes) -> pdfium.PdfDocument:
 def _classify_unopenable(data: bytes, exc: Exception) -> tuple[str, str]:
     import pypdf
 
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its repair warnings are noise here
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
