@@ -24,16 +24,21 @@ samples: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/ingest.py $(ARGS)
+	$(PY) benchmarks/unit_tests.py
+	$(PY) benchmarks/teds.py
+	$(PY) benchmarks/math_checks.py
 
 deps: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/install_browser_assets.sh assets/katex/package.json assets/katex/package-lock.json
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
 	  $(SUDO) apt-get install -y -q $$missing >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $$missing >/dev/null; }; \
 	fi
+	# Debian chromium + fonts and KaTeX from npm (assets/katex): math checks and HTML synthesis
+	scripts/install_browser_assets.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: a plain `torch` requirement would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q --disable-pip-version-check 'torch==2.13.0'

@@ -1,0 +1,242 @@
+"""KaTeX math checks (`schemas.math_render`) and the offline browser (`schemas.browser`), in real Chromium.
+
+These tests need Debian's Chromium and the KaTeX npm package; when either is missing they run
+`scripts/install_browser_assets.sh` once and fail with its output if that does not help.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL = REPO / "scripts" / "install_browser_assets.sh"
+
+
+def _assets_present() -> bool:
+    from schemas.browser import chromium_path
+    from schemas.math_render import KATEX_DIR
+
+    return os.access(chromium_path(), os.X_OK) and (KATEX_DIR / "dist" / "katex.min.js").is_file()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def browser_assets() -> None:
+    if _assets_present():
+        return
+    proc = subprocess.run(["bash", str(INSTALL)], check=False, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0 or not _assets_present():
+        pytest.fail(
+            f"Chromium or KaTeX missing and {INSTALL.relative_to(REPO)} did not install them "
+            f"(exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+
+
+@pytest.fixture(scope="module")
+def renderer(tmp_path_factory: pytest.TempPathFactory, browser_assets: None) -> Iterator[object]:
+    from schemas.math_render import KatexRenderer
+
+    r = KatexRenderer(tmp_path_factory.mktemp("katex-cache"))
+    yield r
+    r.close()
+
+
+def test_spacing_only_difference_passes_without_rendering(renderer) -> None:
+    from schemas.math_render import formulas_match, normalize_latex
+
+    before = renderer.render_count
+    ok, why = formulas_match("\\frac{ a }{b}  +\n c", r"\frac{a}{b}+c", renderer)
+    assert ok and "whitespace" in why
+    assert renderer.render_count == before
+    # A space that ends a control word, or one in text mode, is not dropped.
+    assert normalize_latex(r"\alpha b") != normalize_latex(r"\alphab")
+    assert normalize_latex(r"\text{a b}") != normalize_latex(r"\text{ab}")
+
+
+def test_braced_superscript_renders_identically(renderer) -> None:
+    from schemas.math_render import formulas_match
+
+    a, b = renderer.render_many(["x^2", "x^{2}"])
+    assert a.mathml == b.mathml and a.glyphs == b.glyphs
+    assert formulas_match("x^2", "x^{2}", renderer)[0]
+
+
+def test_frac_and_dfrac_render_alike_in_display_mode(renderer) -> None:
+    """In display mode `\\frac` is already display style: KaTeX lays both out glyph for glyph alike.
+
+    `\\dfrac` adds an `<mstyle displaystyle>` wrapper to the MathML, so `\\frac` as reference passes
+    by MathML containment and `\\dfrac` as reference passes by the glyph layout rule.
+    """
+    from schemas.math_render import formulas_match
+
+    frac, dfrac = renderer.render_many([r"\frac{a}{b}", r"\dfrac{a}{b}"])
+    assert frac.glyphs == dfrac.glyphs
+    assert frac.mathml != dfrac.mathml
+    ok, why = formulas_match(r"\frac{a}{b}", r"\dfrac{a}{b}", renderer)
+    assert ok and "MathML" in why
+    ok, why = formulas_match(r"\dfrac{a}{b}", r"\frac{a}{b}", renderer)
+    assert ok and "glyphs map" in why
+    # Text-style fractions are laid out smaller: not the same formula.
+    assert not formulas_match(r"\dfrac{a}{b}", r"\tfrac{a}{b}", renderer)[0]
+
+
+def test_formula_embedded_in_larger_one_passes(renderer) -> None:
+    from schemas.math_render import formulas_match
+
+    assert formulas_match("a+b", "c = a+b", renderer)[0]
+    # MathML differs (`\dfrac` wrapper), so this one is found by the layout mapping alone.
+    ok, why = formulas_match(r"\dfrac{a}{b}", r"c + \frac{a}{b}", renderer)
+    assert ok and "glyphs map" in why
+    assert not formulas_match("c = a+b", "a+b", renderer)[0]
+
+
+def test_different_formulas_fail(renderer) -> None:
+    from schemas.math_render import formulas_match
+
+    ok, why = formulas_match("x^2", "x_2", renderer)
+    assert not ok and "do not map" in why
+    assert not formulas_match("x_2", "x^2", renderer)[0]
+    assert not formulas_match(r"\frac{a+b}{c}", r"\frac{c}{a+b}", renderer)[0]
+    assert not formulas_match("x", r"\mathbf{x}", renderer)[0]
+    assert not formulas_match(r"\frac{n(n+1)}{2}", r"\frac{n(n-1)}{2}", renderer)[0]
+
+
+def test_katex_rejected_formula_fails_with_explanation(renderer) -> None:
+    from schemas.math_render import formulas_match
+
+    ok, why = formulas_match(r"\frac{a", r"\frac{a}{b}", renderer)
+    assert not ok
+    assert why.startswith("reference formula does not render") and "KaTeX parse error" in why
+    ok, why = formulas_match(r"\frac{a}{b}", r"\frac{a", renderer)
+    assert not ok and "candidate formula does not render" in why and "ParseError" in why
+    ok, why = formulas_match("x", r"\notacommand{x}", renderer)
+    assert not ok and "Undefined control sequence" in why
+
+
+def test_cache_survives_renderers_and_skips_the_browser(tmp_path: Path, browser_assets: None) -> None:
+    from schemas.math_render import KatexRenderer, formulas_match
+
+    pairs = [(r"\sqrt{y}+1", r"z=\sqrt{y}+1"), (r"\beta^3", r"\beta_3"), (r"\frac{q", "q")]
+    with KatexRenderer(tmp_path) as first:
+        expected = [formulas_match(a, b, first) for a, b in pairs]
+        assert first.render_count == 6
+        assert [formulas_match(a, b, first) for a, b in pairs] == expected
+        assert first.render_count == 6
+    with KatexRenderer(tmp_path) as second:
+        assert [formulas_match(a, b, second) for a, b in pairs] == expected
+        assert second.render_count == 0 and not second.page_open
+    assert [ok for ok, _ in expected] == [True, False, False]
+
+
+def test_default_renderer_uses_pagemill_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from schemas import math_render
+
+    monkeypatch.setenv("PAGEMILL_CACHE", str(tmp_path))
+    monkeypatch.setattr(math_render, "_local", threading.local())
+    ok, why = math_render.formulas_match("m^2", "m_2")
+    assert not ok and "do not map" in why
+    renderer = math_render.default_renderer()
+    assert renderer is math_render.default_renderer()
+    assert renderer.cache_dir == tmp_path / "katex" and (tmp_path / "katex" / "renders.sqlite3").is_file()
+    renderer.close()
+
+
+def test_glyph_mapping_rules_without_a_browser() -> None:
+    from schemas.math_render import Glyph, map_glyphs
+
+    def g(c: str, x: float, y: float) -> Glyph:
+        return Glyph(c, x, y, 10, 20, "F")
+
+    ref = [g("a", 0, 0), g("+", 15, 0), g("b", 30, 0)]
+    shifted = [g("c", 100, 50), g("=", 115, 50), g("a", 130, 51), g("+", 145, 50), g("b", 162, 49)]
+    assert map_glyphs(ref, shifted) == {0: 2, 1: 3, 2: 4}
+    assert map_glyphs(ref, [g("b", 0, 0), g("+", 15, 0), g("a", 30, 0)]) is None
+    # Beyond the 5px tolerance.
+    assert map_glyphs(ref, [g("a", 0, 0), g("+", 15, 0), g("b", 37, 0)]) is None
+    # Same character in another font is another glyph.
+    assert map_glyphs([g("x", 0, 0)], [Glyph("x", 0, 0, 10, 20, "Bold")]) is None
+
+
+class _CountingServer(ThreadingHTTPServer):
+    connections = 0
+
+    def verify_request(self, request, client_address) -> bool:  # every TCP connection, even without a request
+        type(self).connections += 1
+        return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(b"leaked")
+
+    do_POST = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_offline_page_blocks_network_and_foreign_files(tmp_path: Path, browser_assets: None) -> None:
+    from playwright.sync_api import Error as PlaywrightError
+
+    from schemas.browser import new_offline_page, shared_browser
+
+    server = _CountingServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    url = f"http://127.0.0.1:{port}"
+    try:
+        site, outside = tmp_path / "site", tmp_path / "outside"
+        site.mkdir()
+        outside.mkdir()
+        Image.new("RGB", (3, 2), "red").save(site / "ok.png")
+        Image.new("RGB", (3, 2), "red").save(outside / "secret.png")
+        (site / "link.png").symlink_to(outside / "secret.png")
+        (site / "page.html").write_text(
+            f"""<!DOCTYPE html><html><head>
+<link rel="stylesheet" href="{url}/style.css"><script src="{url}/script.js"></script></head><body>
+<img id="ok" src="ok.png"><img id="secret" src="{(outside / 'secret.png').as_uri()}"><img id="link" src="link.png">
+<img src="{url}/img.png"><iframe src="{url}/frame"></iframe>
+<script>
+const settle = (p) => p.then(() => "open", () => "blocked");
+window.attempts = Promise.all([
+  settle(fetch("{url}/fetch")),
+  settle(fetch("{url}/post", {{method: "POST", body: "x", mode: "no-cors"}})),
+  new Promise((r) => {{ const x = new XMLHttpRequest(); x.open("GET", "{url}/xhr");
+    x.onload = () => r("open"); x.onerror = () => r("blocked"); x.send(); }}),
+  new Promise((r) => {{ const ws = new WebSocket("ws://127.0.0.1:{port}/ws");
+    ws.onopen = () => r("open"); ws.onclose = () => r("blocked"); }}),
+  new Promise((r) => {{ const es = new EventSource("{url}/events");
+    es.onopen = () => r("open"); es.onerror = () => {{ es.close(); r("blocked"); }}; }}),
+  Promise.resolve(navigator.sendBeacon("{url}/beacon", "x") ? "queued" : "blocked"),
+]);
+</script></body></html>""",
+            encoding="utf-8",
+        )
+        page = new_offline_page(shared_browser(), [site])
+        try:
+            page.goto((site / "page.html").as_uri())
+            results = page.evaluate("window.attempts")
+            assert all(r in ("blocked", "queued") for r in results), results
+            loaded = page.evaluate(
+                "['ok', 'secret', 'link'].map((id) => document.getElementById(id).naturalWidth)"
+            )
+            assert loaded == [3, 0, 0]  # the symlink resolves outside the allowed folder
+            with pytest.raises(PlaywrightError):
+                page.goto(f"{url}/navigate")
+            page.wait_for_timeout(300)  # give a beacon or a retry time to go out
+        finally:
+            page.context.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _CountingServer.connections == 0
