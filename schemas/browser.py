@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from playwright.sync_api import Browser, Page, Playwright, Route, WebSocketRoute, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    Page,
+    Playwright,
+    Route,
+    WebSocketRoute,
+    sync_playwright,
+)
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 DEAD_PROXY = "http://127.0.0.1:1"

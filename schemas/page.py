@@ -170,14 +170,13 @@ def validate(record: PageRecord) -> list[str]:
         value = getattr(record, name)
         if not isinstance(value, int) or value <= 0:
             problems.append(f"{name} must be a positive int, got {value!r}")
+    from schemas.unit_tests import test_from_json  # the one olmOCR-Bench test validator
+
     for i, test in enumerate(record.unit_tests):
         try:
-            parsed = json.loads(test)
-        except (TypeError, ValueError):
-            problems.append(f"unit_tests[{i}] is not JSON")
-            continue
-        if not isinstance(parsed, dict) or "type" not in parsed or "id" not in parsed:
-            problems.append(f"unit_tests[{i}] lacks 'id' or 'type'")
+            test_from_json(test, f"unit_tests[{i}]")
+        except (TypeError, ValueError) as exc:
+            problems.append(str(exc))
     for name in ("quality", "metadata"):
         try:
             json.dumps(getattr(record, name))

@@ -149,7 +149,7 @@ def parse_html_tables(text: str) -> list[Table]:
     return parser.tables
 
 
-_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+_SEPARATOR = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")  # GFM: one or more dashes per cell
 
 
 def _split_row(line: str) -> list[str]:

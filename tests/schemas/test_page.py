@@ -40,12 +40,12 @@ def test_valid_record_has_no_violations():
 
 def test_validate_reports_every_violation():
     record = make_record(source="", language="English!", task="dance", split="dev", width=0,
-                         image_sha256="0" * 64, unit_tests=["{not json", json.dumps({"type": "present"})],
+                         image_sha256="0" * 64, unit_tests=["{not json", json.dumps({"type": "present", "id": "t"})],
                          provenance=[])
     problems = validate(record)
     joined = "\n".join(problems)
     for expected in ("source must be", "language must be", "task 'dance'", "split 'dev'", "width must be",
-                     "image_sha256 does not match", "unit_tests[0] is not JSON", "unit_tests[1] lacks",
+                     "image_sha256 does not match", "unit_tests[0]: malformed JSON", "unit_tests[1]:",
                      "provenance is empty"):
         assert expected in joined
     assert len(problems) == 9
@@ -65,7 +65,7 @@ def test_page_id_is_stable_and_distinguishes_inputs():
 
 def test_row_round_trip_through_parquet(tmp_path):
     record = make_record(quality={"loop": None, "score": 0.5}, metadata={"url": "u"},
-                         unit_tests=[json.dumps({"id": "t1", "type": "present", "text": "Hello"})])
+                         unit_tests=[json.dumps({"pdf": "d.pdf", "page": 1, "id": "t1", "type": "present", "text": "Hello"})])
     path = tmp_path / "x.parquet"
     pq.write_table(pa.Table.from_pylist([record.to_row()], schema=PAGE_SCHEMA), path)
     back = PageRecord.from_row(pq.read_table(path).to_pylist()[0])
