@@ -35,11 +35,27 @@ class RunConfig:
     )
 
 
+def _default_clean_stages() -> tuple[dict[str, Any], ...]:
+    return ({"name": "conventions"}, {"name": "repeats"}, {"name": "short"})
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """Cleaning: per-record stages in order (each ``{name, ...options}``, see
+    ``pipelines/clean/registry.py``), the dedup grouping stage, and how many dropped records to
+    keep per stage and reason under ``dropped/`` for inspection (0: none)."""
+
+    stages: tuple[dict[str, Any], ...] = field(default_factory=_default_clean_stages)
+    dedup: dict[str, Any] = field(default_factory=lambda: {"enabled": True})
+    save_dropped: int = 20
+
+
 @dataclass(frozen=True)
 class CorpusConfig:
     run: RunConfig = field(default_factory=RunConfig)
     render: RenderConfig = field(default_factory=RenderConfig)
     write: WriteConfig = field(default_factory=WriteConfig)
+    clean: CleanConfig = field(default_factory=CleanConfig)
     sources: tuple[SourceSettings, ...] = ()
 
 
@@ -72,13 +88,27 @@ def _source(values: dict[str, Any], index: int) -> SourceSettings:
     return _build(SourceSettings, values, where)
 
 
+def _clean(values: dict[str, Any], base: Path) -> CleanConfig:
+    cfg = _build(CleanConfig, values, "clean")
+    stages = []
+    for i, spec in enumerate(cfg.stages):
+        if not isinstance(spec, dict) or "name" not in spec:
+            raise ValueError(f"clean.stages[{i}]: each stage is a mapping with a 'name'")
+        spec = dict(spec)
+        for key in ("folder", "tokenizer_path"):  # paths relative to the repository, like source paths
+            if isinstance(spec.get(key), str) and "://" not in spec[key] and not Path(spec[key]).is_absolute():
+                spec[key] = str(base / spec[key])
+        stages.append(spec)
+    return dataclasses.replace(cfg, stages=tuple(stages), dedup=dict(cfg.dedup))
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> CorpusConfig:
     """Load a YAML config (default: ``configs/corpus.yaml``); ``overrides`` patch top-level sections."""
     path = Path(path) if path else DEFAULT_CONFIG
     raw = yaml.safe_load(path.read_text()) or {}
     for section, values in (overrides or {}).items():
         raw.setdefault(section, {}).update(values)
-    unknown = sorted(set(raw) - {"run", "render", "write", "sources"})
+    unknown = sorted(set(raw) - {"run", "render", "write", "clean", "sources"})
     if unknown:
         raise ValueError(f"{path}: unknown sections {unknown}")
     base = path.parent.parent if path.parent.name == "configs" else path.parent
@@ -98,5 +128,6 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         run=_build(RunConfig, raw.get("run") or {}, "run"),
         render=_build(RenderConfig, raw.get("render") or {}, "render"),
         write=_build(WriteConfig, raw.get("write") or {}, "write"),
+        clean=_clean(raw.get("clean") or {}, base),
         sources=tuple(sources),
     )

@@ -27,9 +27,20 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import io
 from pipelines.config import CorpusConfig, load_config
 from pipelines.render import render_page
+from pipelines.clean.dedup_stage import (
+    DedupSettings,
+    dedup_edges,
+    dedup_key_members,
+    dedup_losers,
+    merge_losers,
+    write_duplicates,
+)
+from pipelines.clean.registry import build_stage
 from pipelines.transforms import (
     DEAD,
+    DEDUP_KEY,
     EVENT,
+    SAMPLE,
     SPILL,
     ApplyStage,
     ReadUnits,
@@ -37,12 +48,18 @@ from pipelines.transforms import (
     is_kind,
     plan_units,
 )
-from pipelines.write import plan_shards, write_dead_letters, write_shard
+from pipelines.write import plan_shards, write_dead_letters, write_dropped_samples, write_shard
 from schemas.deadletter import RecordError
 from schemas.manifest import CountEvent, RunManifest
 from schemas.page import PageRecord, validate
 
-STAGES = ["read", "render", "validate", "write"]
+BASE_STAGES = ["read", "render", "validate"]
+
+
+def stage_order(cfg: CorpusConfig) -> list[str]:
+    """The chain every record passes: base stages, cleaning stages in config order, write, dedup."""
+    order = BASE_STAGES + [s["name"] for s in cfg.clean.stages] + ["write"]
+    return order + (["dedup"] if cfg.clean.dedup.get("enabled", True) else [])
 
 
 def validate_record(record: PageRecord) -> list[PageRecord]:
@@ -58,7 +75,7 @@ def _render(cfg, page):
 
 def finalize(items: Iterable, cfg: CorpusConfig, started: float, beam_args: list[str]) -> None:
     """The last step: manifest.json from the count sums, shard and dead-letter results."""
-    events, shards, dead_files = [], [], []
+    events, shards, dead_files, sample_files = [], [], [], []
     for kind, payload in items:
         if kind == "count":
             key, value = payload
@@ -67,11 +84,13 @@ def finalize(items: Iterable, cfg: CorpusConfig, started: float, beam_args: list
             shards.append(payload)
         elif kind == "dead_file":
             dead_files.append(payload)
+        elif kind in ("sample_file", "dedup_file"):
+            sample_files.append(payload)
     shards.sort(key=lambda s: s["file"])
     dead_files.sort(key=lambda d: d["file"])
     manifest = RunManifest.from_events(
         events,
-        STAGES,
+        stage_order(cfg),
         run={
             "sources": [s.name for s in cfg.sources],
             "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
@@ -80,13 +99,44 @@ def finalize(items: Iterable, cfg: CorpusConfig, started: float, beam_args: list
         },
         shards=shards,
         dead_letter_files=[d["file"] for d in dead_files],
+        dropped_sample_files=sorted(sample_files),
     )
     out = cfg.run.output
-    keep = {s["file"] for s in shards} | {d["file"] for d in dead_files}
-    stale = [p for p in io.match(io.join(out, "data", "*.parquet")) + io.match(io.join(out, "dead_letter", "*.parquet"))
+    keep = {s["file"] for s in shards} | {d["file"] for d in dead_files} | set(sample_files)
+    stale = [p for folder in ("data", "dead_letter", "dropped") for p in io.match(io.join(out, folder, "*.parquet"))
              if "/".join(p.replace("\\", "/").split("/")[-2:]) not in keep]
     io.delete(stale + [io.join(out, "_tmp")])
     io.write_bytes_atomic(io.join(out, "manifest.json"), manifest.to_json().encode("utf-8"))
+
+
+def plan_and_count(items: Iterable, cfg: CorpusConfig, dedup_on: bool) -> Iterable:
+    """Shard plans over the spilled records minus dedup losers; the dedup stage's counts."""
+    entries, found = [], []
+    for kind, payload in items:
+        if kind == "entry":
+            entries.append(payload)
+        else:
+            found.append(payload)
+    losers = merge_losers(found)
+    for plan in plan_shards(entries, cfg.write.shard_bytes, cfg.write.buckets, exclude=losers):
+        yield "plan", plan
+    if dedup_on:
+        per_source: dict[str, int] = {}
+        for entry in entries:
+            per_source[entry.source] = per_source.get(entry.source, 0) + 1
+        dropped: dict[tuple[str, str], int] = {}
+        for loser in losers.values():
+            dropped[(loser.source, loser.reason)] = dropped.get((loser.source, loser.reason), 0) + 1
+        for source, n in per_source.items():
+            gone = sum(v for (src, _), v in dropped.items() if src == source)
+            yield "count", (("dedup", source, "in", ""), n)
+            yield "count", (("dedup", source, "out", ""), n - gone)
+            yield "count", (("dedup", source, "emitted", ""), n - gone)
+        for (source, reason), n in dropped.items():
+            yield "count", (("dedup", source, "dropped", reason), n)
+        if losers:
+            yield "dedup_file", write_duplicates(sorted(losers.values(), key=lambda x: x.id),
+                                                 io.join(cfg.run.output, "dropped"))
 
 
 def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) -> None:
@@ -100,6 +150,11 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
             raise ValueError(f"source {settings.name!r}: no input matches {list(settings.paths)}")
         inputs.extend((settings, u) for u in uris)
 
+    clean_stages = [(spec["name"], build_stage(spec)) for spec in cfg.clean.stages]
+    dedup_on = cfg.clean.dedup.get("enabled", True)
+    dedup_cfg = DedupSettings.from_options(cfg.clean.dedup) if dedup_on else None
+    keep_dropped = cfg.clean.save_dropped > 0
+
     envelopes = (
         p
         | "Inputs" >> beam.Create(inputs)
@@ -109,8 +164,12 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         | "Read" >> beam.ParDo(ReadUnits("read"))
         | "Render" >> beam.ParDo(ApplyStage("render", functools.partial(_render, cfg.render), cfg.run.progress_every))
         | "Validate" >> beam.ParDo(ApplyStage("validate", validate_record))
-        | "Spill" >> beam.ParDo(Spill(spill_dir, cfg.write))
     )
+    for name, stage in clean_stages:
+        envelopes = envelopes | f"Clean {name}" >> beam.ParDo(ApplyStage(name, stage, keep_dropped=keep_dropped))
+    key_fn = functools.partial(dedup_key_members, dedup_cfg) if dedup_on else None
+    envelopes = envelopes | "Spill" >> beam.ParDo(Spill(spill_dir, cfg.write, key_fn))
+
     counts = (
         envelopes
         | "Events" >> beam.Filter(is_kind(EVENT))
@@ -118,14 +177,42 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         | "SumEvents" >> beam.CombinePerKey(sum)
         | "TagCounts" >> beam.Map(lambda kv: ("count", kv))
     )
-    shards = (
-        envelopes
-        | "Spills" >> beam.Filter(is_kind(SPILL))
-        | "OneKeySpills" >> beam.Map(lambda e: (None, e[1]))
+    entries = envelopes | "Spills" >> beam.Filter(is_kind(SPILL)) | "TagEntries" >> beam.Map(lambda e: ("entry", e[1]))
+    if dedup_on:
+        # Duplicates are found on small keys, never by moving records: group members by key,
+        # edges from each group, components over the edges alone, one keeper per component.
+        losers = (
+            envelopes
+            | "DedupKeys" >> beam.Filter(is_kind(DEDUP_KEY))
+            | "KeyMembers" >> beam.Map(lambda e: e[1])
+            | "GroupByDedupKey" >> beam.GroupByKey()
+            | "Edges" >> beam.FlatMap(lambda kv: dedup_edges(dedup_cfg, kv[0], list(kv[1])))
+            | "EdgesByKind" >> beam.GroupByKey()
+            | "Components" >> beam.FlatMap(lambda kv: dedup_losers(dedup_cfg, kv[0], kv[1]))
+            | "TagLosers" >> beam.Map(lambda loser: ("loser", loser))
+        )
+        gathered = (entries, losers) | "EntriesAndLosers" >> beam.Flatten()
+    else:
+        gathered = entries
+    planned = (
+        gathered
+        | "OneKeySpills" >> beam.Map(lambda e: (None, e))
         | "GatherSpills" >> beam.GroupByKey()
-        | "PlanShards" >> beam.FlatMap(lambda kv: plan_shards(list(kv[1]), cfg.write.shard_bytes, cfg.write.buckets))
+        | "PlanShards" >> beam.FlatMap(lambda kv: plan_and_count(kv[1], cfg, dedup_on))
+    )
+    shards = (
+        planned
+        | "Plans" >> beam.Filter(is_kind("plan"))
         | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards" >> beam.Map(lambda plan: ("shard", write_shard(plan, io.join(out, "data"), cfg.write)))
+        | "WriteShards" >> beam.Map(lambda e: ("shard", write_shard(e[1], io.join(out, "data"), cfg.write)))
+    )
+    dedup_counts = planned | "DedupCounts" >> beam.Filter(lambda e: e[0] != "plan")
+    samples = (
+        envelopes
+        | "Samples" >> beam.Filter(is_kind(SAMPLE))
+        | "KeySamples" >> beam.Map(lambda e: ((e[1][0], e[1][1]), e[1][2]))
+        | "FirstPerReason" >> beam.combiners.Top.PerKey(max(1, cfg.clean.save_dropped), key=lambda r: r.id, reverse=True)
+        | "WriteSamples" >> beam.Map(lambda kv: ("sample_file", write_dropped_samples(kv[0], kv[1], io.join(out, "dropped"))))
     )
     dead = (
         envelopes
@@ -135,7 +222,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         | "WriteDead" >> beam.Map(lambda kv: ("dead_file", write_dead_letters(kv[0], list(kv[1]), io.join(out, "dead_letter"))))
     )
     (
-        (counts, shards, dead)
+        (counts, shards, dead, dedup_counts, samples)
         | "Results" >> beam.Flatten()
         | "OneKeyResults" >> beam.Map(lambda r: (None, r))
         | "GatherResults" >> beam.GroupByKey()

@@ -17,7 +17,7 @@ from pipelines.sources.base import Row
 from schemas.deadletter import DeadLetter, Dropped, RecordError
 from schemas.manifest import CountEvent
 
-ITEM, EVENT, DEAD = "item", "event", "dead"
+ITEM, EVENT, DEAD, SAMPLE = "item", "event", "dead", "sample"
 Envelope = tuple[str, Any]
 
 
@@ -64,12 +64,24 @@ def account_rows(stage: str, source: str, rows: Iterable[Row]) -> Iterator[Envel
     yield EVENT, CountEvent(stage, source, "seconds", "", time.perf_counter() - started)
 
 
-def apply_stage(stage: str, fn: Callable[[Any], list], item: Any) -> Iterator[Envelope]:
-    """Run one stage function on one record (``item`` has ``source`` and ``source_id``)."""
+def apply_stage(stage: str, fn: Callable[[Any], list], item: Any, keep_dropped: bool = False) -> Iterator[Envelope]:
+    """Run one stage function on one record (``item`` has ``source`` and ``source_id``).
+
+    Integer counters the stage left in ``quality[stage]["counters"]`` become manifest counters;
+    with ``keep_dropped`` a dropped record is also emitted as ``(SAMPLE, (stage, reason, item))``
+    so the run can keep the first few per reason for inspection.
+    """
     started = time.perf_counter()
     try:
         outputs, error = fn(item), None
     except Exception as exc:
         outputs, error = None, exc
     yield from _outcome(stage, item.source, item.source_id, outputs, error)
+    for output in outputs or []:
+        counters = (getattr(output, "quality", None) or {}).get(stage, {})
+        for name, value in (counters.get("counters") or {}).items() if isinstance(counters, dict) else ():
+            if value:
+                yield EVENT, CountEvent(stage, item.source, "counter", name, value)
+    if keep_dropped and isinstance(error, Dropped):
+        yield SAMPLE, (stage, error.reason, item)
     yield EVENT, CountEvent(stage, item.source, "seconds", "", time.perf_counter() - started)

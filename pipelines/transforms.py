@@ -15,11 +15,12 @@ from typing import Any, Callable, Iterator
 
 import apache_beam as beam
 
-from pipelines.stage import DEAD, EVENT, ITEM, account_rows, apply_stage
+from pipelines.stage import DEAD, EVENT, ITEM, SAMPLE, account_rows, apply_stage
 from pipelines.write import SpillWriter, WriteConfig
 from schemas.manifest import CountEvent
 
 SPILL = "spill"
+DEDUP_KEY = "dedup_key"
 
 
 class ReadUnits(beam.DoFn):
@@ -54,10 +55,12 @@ def plan_units(element) -> Iterator:
 class ApplyStage(beam.DoFn):
     """Apply a plain ``record -> list[record]`` function to item envelopes; pass others through."""
 
-    def __init__(self, stage: str, fn: Callable[[Any], list], progress_every: int = 0):
+    def __init__(self, stage: str, fn: Callable[[Any], list], progress_every: int = 0,
+                 keep_dropped: bool = False):
         self.stage = stage
         self.fn = fn
         self.progress_every = progress_every
+        self.keep_dropped = keep_dropped
 
     def setup(self):
         self._seen = 0
@@ -68,7 +71,7 @@ class ApplyStage(beam.DoFn):
         if kind != ITEM:
             yield envelope
             return
-        yield from apply_stage(self.stage, self.fn, payload)
+        yield from apply_stage(self.stage, self.fn, payload, self.keep_dropped)
         self._seen += 1
         if self.progress_every and self._seen % self.progress_every == 0:
             rate = self._seen / (time.perf_counter() - self._started)
@@ -77,11 +80,16 @@ class ApplyStage(beam.DoFn):
 
 
 class Spill(beam.DoFn):
-    """The ``write`` stage's first half: records -> per-bundle spill files (see ``pipelines.write``)."""
+    """The ``write`` stage's first half: records -> per-bundle spill files (see ``pipelines.write``).
 
-    def __init__(self, spill_dir: str, cfg: WriteConfig):
+    With ``key_fn`` (dedup), each record's small grouping keys are emitted as
+    ``(DEDUP_KEY, (key, member))`` envelopes, so duplicates are found without moving records.
+    """
+
+    def __init__(self, spill_dir: str, cfg: WriteConfig, key_fn: Callable[[Any], list] | None = None):
         self.spill_dir = spill_dir
         self.cfg = cfg
+        self.key_fn = key_fn
 
     def start_bundle(self):
         self.writer = SpillWriter(self.spill_dir, self.cfg)
@@ -91,6 +99,14 @@ class Spill(beam.DoFn):
         if kind != ITEM:
             yield envelope
             return
+        if self.key_fn is not None:
+            try:
+                pairs = self.key_fn(record)
+            except Exception as exc:  # e.g. an image that no longer decodes: dead-letter, don't write
+                yield from apply_stage("write", _raise(exc), record)
+                return
+            for key_member in pairs:
+                yield DEDUP_KEY, key_member
         yield SPILL, self.writer.add(record)
         for event_kind in ("in", "out", "emitted"):
             yield EVENT, CountEvent("write", record.source, event_kind, "", 1)
@@ -99,8 +115,16 @@ class Spill(beam.DoFn):
         self.writer.close()
 
 
+def _raise(exc: Exception) -> Callable[[Any], list]:
+    def fail(_record):
+        raise exc
+
+    return fail
+
+
 def is_kind(kind: str) -> Callable[[tuple], bool]:
     return lambda envelope: envelope[0] == kind
 
 
-__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "is_kind", "DEAD", "EVENT", "ITEM", "SPILL"]
+__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "is_kind", "DEAD", "EVENT", "ITEM", "SPILL",
+           "DEDUP_KEY", "SAMPLE"]

@@ -48,6 +48,7 @@ class SpillEntry:
     path: str
     id: str
     size: int
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class ShardPlan:
     files: tuple[str, ...]
     rows: int
     approx_bytes: int
+    exclude: tuple[str, ...] = ()  # ids in range that a grouping stage (dedup) dropped
 
     @property
     def name(self) -> str:
@@ -95,7 +97,7 @@ class SpillWriter:
         path = self._spill_path(key)
         if sum(self.buffer_bytes.values()) > self.cfg.spill_buffer_bytes:
             self._flush(max(self.buffer_bytes, key=self.buffer_bytes.get))
-        return SpillEntry(key[0], key[1], path, record.id, size)
+        return SpillEntry(key[0], key[1], path, record.id, size, record.source)
 
     def _spill_path(self, key: tuple[str, int]) -> str:
         if key not in self.writers:
@@ -121,11 +123,18 @@ class SpillWriter:
         self.writers.clear()
 
 
-def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int) -> list[ShardPlan]:
-    """Cut each split's id-ordered records into shards of about ``shard_bytes``."""
+def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int,
+                exclude: Iterable[str] = ()) -> list[ShardPlan]:
+    """Cut each split's id-ordered records into shards of about ``shard_bytes``.
+
+    Records whose id is in ``exclude`` are left out (they stay in the spill files, so a shard's
+    plan lists the excluded ids of its range for ``write_shard`` to skip).
+    """
+    excluded = set(exclude)
     by_split: dict[str, list[SpillEntry]] = {}
+    skipped: dict[str, list[SpillEntry]] = {}
     for entry in entries:
-        by_split.setdefault(entry.split, []).append(entry)
+        (skipped if entry.id in excluded else by_split).setdefault(entry.split, []).append(entry)
     plans: list[ShardPlan] = []
     for split in sorted(by_split):
         ordered = sorted(by_split[split], key=lambda e: (e.id, e.size))
@@ -146,7 +155,8 @@ def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int) -
             touched = sorted(
                 path for b in range(first.bucket, last.bucket + 1) for path in files_by_bucket.get(b, ())
             )
-            plans.append(ShardPlan(split, index, len(cuts), first.id, last.id, tuple(touched), hi - lo, nbytes))
+            gone = tuple(sorted(e.id for e in skipped.get(split, ()) if first.id <= e.id <= last.id))
+            plans.append(ShardPlan(split, index, len(cuts), first.id, last.id, tuple(touched), hi - lo, nbytes, gone))
     return plans
 
 
@@ -163,6 +173,8 @@ def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
             for batch in pq.ParquetFile(fh).iter_batches(batch_size=64):
                 ids = batch.column("id")
                 mask = pc.and_(pc.greater_equal(ids, plan.first_id), pc.less_equal(ids, plan.last_id))
+                if plan.exclude:
+                    mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=pa.array(plan.exclude, pa.string()))))
                 kept = batch.filter(mask)
                 if kept.num_rows:
                     tables.append(pa.Table.from_batches([kept], schema=PAGE_SCHEMA))
@@ -221,3 +233,14 @@ def write_dead_letters(stage: str, letters: list[DeadLetter], dead_dir: str) -> 
     name = f"{stage.replace(':', '_')}.parquet"
     io.write_bytes_atomic(io.join(dead_dir, name), buf.getvalue())
     return {"file": f"dead_letter/{name}", "stage": stage, "rows": len(rows)}
+
+
+def write_dropped_samples(stage_reason: tuple[str, str], records: list[PageRecord], dropped_dir: str) -> str:
+    """The first records (by id) a stage dropped for one reason: ``dropped/<stage>-<reason>.parquet``."""
+    stage, reason = stage_reason
+    rows = [r.to_row() for r in sorted(records, key=lambda r: r.id)]
+    name = f"{stage}-{reason}.parquet".replace(":", "_").replace("/", "_")
+    buf = _io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA), buf, compression="zstd")
+    io.write_bytes_atomic(io.join(dropped_dir, name), buf.getvalue())
+    return f"dropped/{name}"

@@ -17,7 +17,7 @@ from typing import Iterable, NamedTuple
 class CountEvent(NamedTuple):
     stage: str
     source: str
-    kind: str  # in | out | emitted | dropped | dead | seconds
+    kind: str  # in | out | emitted | dropped | dead | counter | seconds
     reason: str
     value: float
 
@@ -29,6 +29,7 @@ class StageCounts:
     emitted: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     dead: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)  # e.g. label rewrites, by kind
     seconds: float = 0.0
 
     def add(self, kind: str, reason: str, value: float) -> None:
@@ -42,6 +43,8 @@ class StageCounts:
             self.dropped[reason] = self.dropped.get(reason, 0) + int(value)
         elif kind == "dead":
             self.dead[reason] = self.dead.get(reason, 0) + int(value)
+        elif kind == "counter":
+            self.counters[reason] = self.counters.get(reason, 0) + int(value)
         elif kind == "seconds":
             self.seconds += value
         else:
@@ -66,6 +69,7 @@ class RunManifest:
     stages: dict[str, dict[str, StageCounts]] = field(default_factory=dict)
     shards: list[dict] = field(default_factory=list)
     dead_letter_files: list[str] = field(default_factory=list)
+    dropped_sample_files: list[str] = field(default_factory=list)
 
     @classmethod
     def from_events(cls, events: Iterable[CountEvent], stage_order: list[str], **kw) -> RunManifest:
@@ -86,6 +90,8 @@ class RunManifest:
                 total.dropped[reason] = total.dropped.get(reason, 0) + n
             for reason, n in counts.dead.items():
                 total.dead[reason] = total.dead.get(reason, 0) + n
+            for name, n in counts.counters.items():
+                total.counters[name] = total.counters.get(name, 0) + n
         return total
 
     @property
@@ -151,6 +157,7 @@ class RunManifest:
             },
             "shards": self.shards,
             "dead_letter_files": self.dead_letter_files,
+            "dropped_sample_files": self.dropped_sample_files,
             "balanced": not self.imbalances(),
         }
         return json.dumps(body, indent=2, sort_keys=False)
@@ -168,31 +175,38 @@ class RunManifest:
             stages=stages,
             shards=body["shards"],
             dead_letter_files=body["dead_letter_files"],
+            dropped_sample_files=body.get("dropped_sample_files", []),
         )
 
     def summary_table(self) -> str:
         """Plain-text table: records per source and stage, then drops and dead letters by reason."""
         lines = []
-        header = f"{'stage':<10} {'source':<24} {'in':>7} {'out':>7} {'emitted':>8} {'dropped':>8} {'dead':>6}"
+        header = f"{'stage':<12} {'source':<24} {'in':>7} {'out':>7} {'emitted':>8} {'dropped':>8} {'dead':>6}"
         lines.append(header)
         lines.append("-" * len(header))
         for stage in self.stage_order:
             for source, c in sorted(self.stages.get(stage, {}).items()):
                 lines.append(
-                    f"{stage:<10} {source:<24} {c.inputs:>7} {c.out:>7} {c.emitted:>8}"
+                    f"{stage:<12} {source:<24} {c.inputs:>7} {c.out:>7} {c.emitted:>8}"
                     f" {c.n_dropped:>8} {c.n_dead:>6}"
                 )
         reasons = []
         for stage in self.stage_order:
             for source, c in sorted(self.stages.get(stage, {}).items()):
                 for reason, n in sorted(c.dropped.items()):
-                    reasons.append(f"  dropped  {stage:<10} {source:<24} {reason:<28} {n:>6}")
+                    reasons.append(f"  dropped  {stage:<12} {source:<24} {reason:<28} {n:>6}")
                 for reason, n in sorted(c.dead.items()):
-                    reasons.append(f"  dead     {stage:<10} {source:<24} {reason:<28} {n:>6}")
+                    reasons.append(f"  dead     {stage:<12} {source:<24} {reason:<28} {n:>6}")
         if reasons:
             lines.append("")
             lines.append("drops and dead letters by reason:")
             lines.extend(reasons)
+        counters = [f"  {stage:<12} {name:<28} {n:>8}" for stage in self.stage_order
+                    for name, n in sorted(self.totals(stage).counters.items())]
+        if counters:
+            lines.append("")
+            lines.append("counters (all sources):")
+            lines.extend(counters)
         lines.append("")
         lines.append(
             f"in {self.records_in}  written {self.records_written}  dropped {self.records_dropped}"
