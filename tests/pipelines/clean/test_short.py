@@ -1,0 +1,115 @@
+import hashlib
+import pickle
+import shutil
+import time
+
+import pytest
+
+from pipelines.clean.short import REPO, ShortSampleConfig, ShortSampleFilter
+from schemas.deadletter import Dropped, RecordError
+from schemas.page import PageRecord, ProvenanceStep, page_id
+
+TOKENIZER = REPO / "assets" / "tokenizer" / "tokenizer.json"
+
+
+def record(response: object) -> PageRecord:
+    image = b"\x89PNG\r\n\x1a\n"
+    return PageRecord(
+        id=page_id("s", "doc", 1), source="s", source_id="doc", page_number=1, domain="d", language="en",
+        license="cc0", image=image, image_sha256=hashlib.sha256(image).hexdigest(), width=1, height=1,
+        task="parse_page", instruction="Convert.", response=response,  # type: ignore[arg-type]
+        provenance=[ProvenanceStep("read:s", "1", "x")],
+    )
+
+
+@pytest.fixture(scope="module")
+def stage() -> ShortSampleFilter:
+    return ShortSampleFilter()
+
+
+def test_committed_tokenizer_is_byte_level_bpe_of_about_8000():
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(TOKENIZER))
+    assert tok.get_vocab_size() == 7962
+    assert tok.encode("The quick brown fox jumps over the lazy dog.", add_special_tokens=False).tokens[:4] == [
+        "The", "Ġqu", "ick", "Ġbrow"]
+    # byte level: any string encodes without unknown tokens and decodes back
+    text = "Résumé 北京 \\(x^2\\)"
+    assert tok.decode(tok.encode(text, add_special_tokens=False).ids) == text
+
+
+def test_counts_tokens_with_the_committed_tokenizer(stage):
+    assert stage.count("The quick brown fox jumps over the lazy dog.") == (18, False)
+    assert stage.count("Hello world") == (4, False)
+
+
+def test_exactly_min_tokens_is_kept_one_less_is_dropped(stage):
+    kept = stage(record(" ".join(["table"] * 64)))[0]
+    assert kept.quality["short"] == {"token_count": 64}
+    assert kept.provenance[-1].stage == "clean:short"
+    short = record(" ".join(["table"] * 63))
+    with pytest.raises(Dropped) as info:
+        stage(short)
+    assert info.value.reason == "short_response"
+    assert short.quality["short"] == {"token_count": 63}
+
+
+def test_min_tokens_is_configurable():
+    stage = ShortSampleFilter(ShortSampleConfig(min_tokens=4))
+    assert stage(record("Hello world"))[0].quality["short"]["token_count"] == 4
+    with pytest.raises(Dropped):
+        stage(record("the model"))  # 2 tokens
+
+
+def test_tokenizer_path_accepts_a_folder_and_an_absolute_file(tmp_path):
+    shutil.copy(TOKENIZER, tmp_path / "tokenizer.json")
+    by_folder = ShortSampleFilter(ShortSampleConfig(tokenizer_path=str(tmp_path)))
+    by_file = ShortSampleFilter(ShortSampleConfig(tokenizer_path=str(tmp_path / "tokenizer.json")))
+    assert by_folder.count("Hello world") == by_file.count("Hello world") == (4, False)
+
+
+def test_missing_tokenizer_is_a_config_error(tmp_path):
+    with pytest.raises(ValueError, match="no tokenizer.json"):
+        ShortSampleFilter(ShortSampleConfig(tokenizer_path=str(tmp_path)))
+    with pytest.raises(ValueError, match="min_tokens"):
+        ShortSampleFilter(ShortSampleConfig(min_tokens=0))
+
+
+def test_pickles_without_the_loaded_tokenizer(stage):
+    stage.count("warm up")
+    blob = pickle.dumps(stage)
+    assert len(blob) < 2000
+    clone = pickle.loads(blob)
+    assert clone._tokenizer is None
+    assert clone.count("Hello world") == (4, False)
+
+
+@pytest.mark.parametrize("response", ["", "  \n\t"])
+def test_empty_responses_are_dropped(stage, response):
+    with pytest.raises(Dropped) as info:
+        stage(record(response))
+    assert info.value.reason == "empty_response"
+
+
+@pytest.mark.parametrize("response, reason", [("bad \udcff bytes", "non_utf8_response"),
+                                              (None, "bad_response")])
+def test_bad_responses_are_record_errors(stage, response, reason):
+    with pytest.raises(RecordError) as info:
+        stage(record(response))
+    assert info.value.reason == reason
+
+
+def test_ten_megabyte_response_is_counted_over_a_prefix_fast(stage):
+    text = "word " * 2_000_000
+    started = time.perf_counter()
+    kept = stage(record(text))[0]
+    assert time.perf_counter() - started < 2
+    assert kept.quality["short"] == {"token_count": 13108, "token_count_truncated": True}
+
+
+def test_prefix_count_falls_back_to_the_whole_text_when_it_cannot_decide():
+    stage = ShortSampleFilter(ShortSampleConfig(min_tokens=64, max_count_chars=100))
+    assert stage.count("x" * 101) == (100, True)  # the 100-token prefix settles it
+    stage = ShortSampleFilter(ShortSampleConfig(min_tokens=64, max_count_chars=40))
+    assert stage.count("x" * 60) == (60, False)  # a 40-token prefix cannot: the whole text is counted
