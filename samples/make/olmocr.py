@@ -3,7 +3,8 @@
 Includes a few bad records on purpose so ``make corpus`` shows the dead-letter path: a row whose
 tarball member is missing, a row whose ``pdf_relpath`` tries ``..``, a tarball member named
 ``../../escape.pdf`` that must never be extracted, a bad ``response`` JSON (0225), and training
-pairs with invalid front matter and invalid UTF-8.
+pairs with invalid front matter and invalid UTF-8. The first 0225 row repeats the first 1025
+page, so the dedup stage has a duplicate to drop.
 """
 
 from __future__ import annotations
@@ -68,8 +69,10 @@ def _response(text: str | None, **flags) -> dict:
     return base
 
 
-def build_1025(root: Path, rng: random.Random) -> None:
+def build_1025(root: Path, rng: random.Random) -> tuple[bytes, str]:
+    """Writes the 1025 layout; returns the first document's (PDF, text) for planting a duplicate."""
     out = root / "olmocr-mix-1025"
+    first: tuple[bytes, str] | None = None
     for subset, n_docs in (("00_documents", 8), ("01_books", 4)):
         tar_name = f"{subset}_train_00000.tar.gz"
         rows, members = [], []
@@ -89,6 +92,7 @@ def build_1025(root: Path, rng: random.Random) -> None:
             else:
                 pdf = text_pdf([paras])
             members.append((f"{doc_id}.pdf", pdf))
+            first = first or (pdf, text)
             resp = _response(text, **flags)
             rows.append({
                 "id": doc_id,
@@ -109,16 +113,20 @@ def build_1025(root: Path, rng: random.Random) -> None:
         frame = pd.DataFrame(rows).set_index("id")
         frame["page_number"] = frame["page_number"].astype("Int64")
         frame.to_parquet(out / f"{subset}_train.parquet", compression="snappy")
+    assert first is not None
+    return first
 
 
-def build_0225(root: Path, rng: random.Random) -> None:
+def build_0225(root: Path, rng: random.Random, duplicate: tuple[bytes, str]) -> None:
+    """The 0225 layout; its first row is the same page as a 1025 row (the dedup stage drops one)."""
     out = root / "olmocr-mix-0225"
     rows, members = [], []
     for i in range(4):
         doc_id = f"{rng.randrange(16**12):012x}-{i}"
         paras = paragraphs(rng, 2)
-        members.append((f"{doc_id}.pdf", text_pdf([paras])))
-        response = json.dumps(_response("\n\n".join(paras)))
+        pdf, text = duplicate if i == 0 else (text_pdf([paras]), "\n\n".join(paras))
+        members.append((f"{doc_id}.pdf", pdf))
+        response = json.dumps(_response(text))
         if i == 3:
             response = response[:-5]  # bad on purpose: truncated JSON
         rows.append({"id": doc_id, "url": f"https://example.org/{i}.pdf", "page_number": 1, "response": response})
@@ -147,6 +155,6 @@ def build_train_dir(root: Path, rng: random.Random) -> None:
 
 def build(root: Path) -> None:
     rng = random.Random(SEED)
-    build_1025(root, rng)
-    build_0225(root, rng)
+    first = build_1025(root, rng)
+    build_0225(root, rng, duplicate=first)
     build_train_dir(root, rng)

@@ -146,3 +146,18 @@ def test_unknown_config_keys_are_rejected(tmp_path):
     bad.write_text("run: {outptu: x}\n")
     with pytest.raises(ValueError, match="outptu"):
         load_config(bad)
+
+
+def test_cleaning_stages_and_dedup_are_in_the_manifest(direct_run):
+    cfg, manifest, out = direct_run
+    assert manifest.stage_order == ["read", "render", "validate", "conventions", "repeats", "short", "write", "dedup"]
+    assert manifest.totals("short").dropped.get("short_response", 0) > 0
+    # samples/make/olmocr.py plants one page twice (olmOCR-mix-1025 and -0225): exactly one goes
+    assert manifest.totals("dedup").dropped == {"duplicate_image": 1}
+    dups = pq.read_table(out / "dropped" / "dedup-duplicates.parquet").to_pylist()
+    assert len(dups) == 1 and dups[0]["reason"] == "duplicate_image" and dups[0]["kept"] != dups[0]["id"]
+    written = set(pq.read_table(out / "data", columns=["id"]).column("id").to_pylist())
+    assert dups[0]["kept"] in written and dups[0]["id"] not in written
+    samples = pq.read_table(out / "dropped" / "short-short_response.parquet")
+    assert 0 < samples.num_rows <= cfg.clean.save_dropped
+    assert samples.column("id").to_pylist() == sorted(samples.column("id").to_pylist())
