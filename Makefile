@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/unit_tests.py
 	$(PY) benchmarks/teds.py
 	$(PY) benchmarks/math_checks.py
+	$(PY) benchmarks/clean.py
 
 deps: $(STAMP)
 

@@ -1,0 +1,406 @@
+"""Repeat-loop detector: each kind with exact period/copies/span, the legitimate structures it must
+keep, the stage, the CLI, and precision/recall on the evaluation set ``tests/data/repeat_loops.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from pipelines.clean.repeats import (
+    VERSION,
+    Loop,
+    RepeatConfig,
+    RepeatFilter,
+    find_loop,
+    normalize,
+    normalize_index,
+)
+from schemas.deadletter import Dropped, RecordError
+from schemas.page import PageRecord, params_hash
+
+REPO = Path(__file__).resolve().parents[3]
+EVAL_SET = REPO / "tests" / "data" / "repeat_loops.jsonl"
+
+WORDS = (
+    "the results of the analysis are shown in table two and the model was trained on data "
+    "from several sources while the committee reported that prices increased during the year"
+).split()
+
+
+def prose(seed: int, chars: int = 3000) -> str:
+    """Natural-ish text ending with a paragraph break, so no loop unit matches its end by accident."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    total = 0
+    while total < chars:
+        sentence = " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18)))
+        out.append(sentence.capitalize() + rng.choice([". ", "; ", ".\n\n", "? "]))
+        total += len(out[-1])
+    return "".join(out).rstrip() + "\n\n"
+
+
+# --------------------------------------------------------------------------- loops, one per kind
+
+
+def test_exact_loop_of_a_sentence():
+    prefix = prose(1)
+    text = prefix + "The cat sat on the mat. " * 80
+    assert find_loop(text) == Loop("exact", 24, 80, (len(prefix), len(text)))
+
+
+def test_exact_loop_of_table_rows_ending_in_a_newline():
+    prefix = prose(2) + "<table>\n<tr><td>Year</td><td>Total</td></tr>\n"
+    row = "<tr><td>0.5</td><td>0.5</td></tr>\n"
+    text = prefix + row * 40
+    # the row's "</td></tr>\n" also ends the header row: the span still starts at the first copy
+    assert find_loop(text) == Loop("exact", len(row), 40, (len(prefix), len(text)))
+
+
+def test_exact_loop_of_a_formula_fragment_and_of_one_symbol():
+    prefix = prose(3)
+    text = prefix + "$$\nx = " + "\\frac{1}{2} + " * 60
+    loop = find_loop(text)
+    assert (loop.kind, loop.period, loop.copies, loop.span[1]) == ("exact", 14, 60, len(text))
+    dots = prefix + "." * 400
+    assert find_loop(dots) == Loop("exact", 1, 400, (len(prefix), len(dots)))
+
+
+def test_loop_longer_than_the_tail_is_traced_to_its_start():
+    prefix = prose(4)
+    text = prefix + "und die Stadt " * 600  # 8,400 characters, far beyond the 1,024-character tail
+    assert find_loop(text) == Loop("exact", 14, 600, (len(prefix), len(text)))
+
+
+def test_truncated_loop_cut_inside_the_last_copy():
+    prefix = prose(5)
+    text = prefix + "The cat sat on the mat. " * 80 + "The cat s"
+    assert find_loop(text) == Loop("truncated", 24, 80, (len(prefix), len(text)))
+    rows = prefix + "| 1.0 | n/a | n/a |\n" * 60 + "| 1.0 | n/"
+    assert find_loop(rows) == Loop("truncated", 20, 60, (len(prefix), len(rows)))
+
+
+def test_truncated_loop_with_multi_line_unit_cut_after_its_first_line():
+    prefix = prose(6)
+    unit = "## Results\n\nThe values are listed below.\n\n"
+    text = prefix + unit * 30 + "## Results\n\n"
+    loop = find_loop(text)
+    assert loop == Loop("truncated", len(unit), 30, (len(prefix), len(text)))
+
+
+def test_gapped_loop_with_incrementing_numbers():
+    prefix = prose(7)
+    text = prefix + "".join(f"{i}. foo bar baz\n" for i in range(1, 81))
+    loop = find_loop(text)
+    end = len(text.rstrip())
+    # gapped loops are reported inside the 1,024-character tail: 64 copies of 16 characters
+    assert loop is not None and loop.kind == "gapped" and loop.period == 16
+    assert loop.span[1] == end and end - 1024 <= loop.span[0] <= end - 1000 and 62 <= loop.copies <= 64
+
+
+def test_gapped_formula_with_incrementing_denominators():
+    prefix = prose(8)
+    text = prefix + "$$\n" + " + ".join(f"\\frac{{1}}{{{i}}}" for i in range(2, 90))
+    loop = find_loop(text)
+    assert loop is not None and loop.kind == "gapped" and loop.copies >= 60
+
+
+def test_gapped_loop_with_whitespace_and_punctuation_jitter():
+    prefix = prose(9)
+    rng = random.Random(0)
+    seps = [", ", ". ", "; ", " ", "\n", "  "]
+    text = prefix + "".join("the same result" + rng.choice(seps) for _ in range(90))
+    loop = find_loop(text)
+    assert loop is not None and loop.kind == "gapped" and loop.copies >= 60
+
+
+def test_gapped_loop_with_short_fillers_between_copies():
+    prefix = prose(10)
+    rng = random.Random(1)
+    fillers = ["", " ", "<br>", " - ", "\n", " |"]
+    text = prefix + "".join("Observed values of the model parameter" + rng.choice(fillers) for i in range(40))
+    loop = find_loop(text)
+    assert loop is not None and loop.kind == "gapped" and 38 <= loop.period <= 42
+    assert loop.copies >= 24 and loop.span[1] == len(text.rstrip())  # the tail holds 25 copies
+
+
+# --------------------------------------------------------------------------- legitimate structure
+
+
+def _md_table(rows: list[list[str]]) -> str:
+    head = "| " + " | ".join(f"Col {i}" for i in range(len(rows[0]))) + " |\n"
+    sep = "|" + "---|" * len(rows[0]) + "\n"
+    return head + sep + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+
+
+NEGATIVES = {
+    "markdown table with empty cells": lambda rng: _md_table(
+        [["Total" if i % 5 == 0 else " ", " ", " ", " "] for i in range(25)]
+    ),
+    "blank markdown sheet": lambda rng: _md_table([[" ", " ", " "] for _ in range(30)]),
+    "html table with identical empty rows": lambda rng: "<table>\n" + "<tr><td></td><td></td><td></td></tr>\n" * 20,
+    "html rows of identical cells then the end": lambda rng: (
+        "<table>\n" + "<tr><td>0</td><td>0</td><td>0</td></tr>\n" * 8 + "</table>"
+    ),
+    "wide separator row": lambda rng: "| " + " | ".join(map(str, range(40))) + " |\n|" + "---|" * 40,
+    "toc dot leaders": lambda rng: "\n".join(
+        f"{i}. {rng.choice(['Introduction', 'Methods', 'Results', 'Discussion'])} {rng.choice(WORDS)} "
+        + "." * rng.randint(20, 50)
+        + f" {3 * i + 1}"
+        for i in range(1, 35)
+    ),
+    "list sharing a prefix": lambda rng: "\n".join(
+        f"- Item: {rng.choice(WORDS)} {rng.choice(WORDS)} {rng.choice(WORDS)}" for _ in range(40)
+    ),
+    "questionnaire": lambda rng: "\n".join(
+        f"{i}. Do you {rng.choice(WORDS)} the {rng.choice(WORDS)} {rng.choice(WORDS)}? Yes [ ] No [ ]"
+        for i in range(1, 30)
+    ),
+    "form with blanks": lambda rng: "\n".join(
+        f"{f}: " + "_" * 30 for f in ("Name", "Address", "City", "Phone", "E-mail", "Signature", "Date")
+    ),
+    "refrain sung twice at the end": lambda rng: (
+        "Verse one goes here and there\nand somewhere else\n\n"
+        + "Oh glory, glory, let it shine\nall along the river line\n\n" * 2
+    ),
+    "running header per column": lambda rng: "\n\n".join(
+        "JOURNAL OF APPLIED STATISTICS\n\n" + prose(20 + i, 300).strip() for i in range(4)
+    ),
+    "repeated table header in a multi-column layout": lambda rng: (
+        "| Name | Score | Name | Score | Name | Score |\n|---|---|---|---|---|---|\n"
+        + "\n".join(
+            "| "
+            + " | ".join(f"{rng.choice(['Ann', 'Bo', 'Cy', 'Di'])} | {rng.randint(0, 99)}" for _ in range(3))
+            + " |"
+            for _ in range(12)
+        )
+    ),
+    "numeric table with a year column": lambda rng: _md_table(
+        [[str(1990 + i), f"{rng.uniform(0, 99):.1f}", str(rng.randint(100, 999))] for i in range(45)]
+    ),
+    "numbered blank lines": lambda rng: "\n".join(f"{i}. " + "_" * 40 for i in range(1, 11)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEGATIVES))
+def test_legitimate_structure_is_not_a_loop(name):
+    rng = random.Random(name)
+    text = prose(11) + NEGATIVES[name](rng)
+    assert len(text) >= 2048
+    assert find_loop(text) is None
+
+
+def test_short_and_empty_labels_are_not_inspected():
+    assert find_loop("") is None
+    assert find_loop("ab" * 200) is None  # 400 characters < min_length
+    assert find_loop("ab" * 200, RepeatConfig(min_length=100)) == Loop("exact", 2, 200, (0, 400))
+    assert find_loop(" \n" * 2000) is None  # whitespace is not a loop
+
+
+def test_config_validation_and_bands_from_lists():
+    cfg = RepeatConfig(min_copies=[[4, 20], [512, 3]])
+    assert cfg.min_copies == ((4, 20), (512, 3))
+    with pytest.raises(ValueError):
+        RepeatConfig(min_copies=((8, 4), (4, 10)))
+    with pytest.raises(ValueError):
+        RepeatConfig(gap_min_similarity=2.0)
+
+
+def test_normalize_index_maps_back_to_the_text():
+    tail = prose(12, 1200)[-1024:] + "1. foo,  bar\n\n2. foo; bar\t3) x"
+    norm, index = normalize(tail), normalize_index(tail)
+    assert len(norm) == len(index)
+    assert all(c == tail[i] or (c == " " and tail[i].isspace()) for c, i in zip(norm, index))
+
+
+def test_ten_megabyte_labels_are_fast():
+    clean = prose(13, 10_000_000)
+    looped = prose(14) + "the end of the line " * 500_000
+    started = time.perf_counter()
+    assert find_loop(clean) is None
+    loop = find_loop(looped)
+    assert time.perf_counter() - started < 0.5
+    # traced back trace_chars before the tail, not to the loop's real start 10 MB earlier
+    assert loop.kind == "exact" and loop.period == 20 and loop.span[1] == len(looped)
+
+
+def test_clean_labels_are_fast():
+    labels = [prose(100 + i, 2048 + 700 * i) for i in range(20)]
+    started = time.perf_counter()
+    for _ in range(25):
+        for label in labels:
+            assert find_loop(label) is None
+    per_label = (time.perf_counter() - started) / 500
+    assert per_label < 500e-6  # ~20 µs on a free core; generous for shared CI machines
+
+
+# --------------------------------------------------------------------------- stage
+
+
+def record(response: object) -> PageRecord:
+    return PageRecord(
+        id="r1",
+        source="s",
+        source_id="d1",
+        page_number=0,
+        domain="other",
+        language="en",
+        license="cc-by",
+        image=b"",
+        image_sha256="",
+        width=1,
+        height=1,
+        task="parse_page",
+        instruction="OCR",
+        response=response,
+    )  # type: ignore[arg-type]
+
+
+def test_stage_drops_loops_with_the_kind_as_reason():
+    text = prose(15) + "The cat sat on the mat. " * 80 + "The c"
+    rec = record(text)
+    with pytest.raises(Dropped) as err:
+        RepeatFilter()(rec)
+    assert err.value.reason == "repeat_loop_truncated"
+    assert rec.quality["repeats"] == {
+        "loop": True,
+        "kind": "truncated",
+        "period": 24,
+        "copies": 80,
+        "span": [len(prose(15)), len(text)],
+    }
+    assert rec.provenance == []
+
+
+def test_stage_keeps_clean_records_and_flags_loops_when_not_dropping():
+    stage = RepeatFilter()
+    kept = stage(record(prose(16)))
+    assert kept[0].quality["repeats"] == {"loop": False, "kind": None, "period": None, "copies": None, "span": None}
+    step = kept[0].provenance[-1]
+    assert (step.stage, step.version, step.params_hash) == (
+        "clean:repeats",
+        VERSION,
+        params_hash(asdict(RepeatConfig())),
+    )
+    flagging = RepeatFilter(RepeatConfig(drop=False))
+    kept = flagging(record(prose(17) + "x_{i} + " * 200))
+    assert kept[0].quality["repeats"]["loop"] is True and kept[0].quality["repeats"]["kind"] == "exact"
+    assert stage(record(""))[0].quality["repeats"]["loop"] is False
+    with pytest.raises(RecordError) as err:
+        stage(record(b"bytes"))
+    assert err.value.reason == "bad_response"
+
+
+def test_stage_is_built_by_the_registry():
+    from pipelines.clean.registry import build_stage
+
+    stage = build_stage({"name": "repeats", "min_copies": [[8, 10], [512, 3]], "drop": False})
+    assert isinstance(stage, RepeatFilter) and stage.cfg.min_copies == ((8, 10), (512, 3))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_reports_loops_and_bad_lines(tmp_path):
+    loop_text = prose(18) + "<tr><td></td><td>n/a</td></tr>" * 60
+    lines = [
+        json.dumps({"id": "clean", "text": prose(19)}),
+        "{not json",
+        json.dumps({"id": "loop", "text": loop_text}),
+        json.dumps({"id": "no-text"}),
+        json.dumps({"id": 7, "text": 12}),
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(("\n".join(lines) + "\n").encode() + b"\xff\xfe\n")
+    target = tmp_path / "out.jsonl"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.clean.repeats",
+            "--input",
+            str(source),
+            "--output",
+            str(target),
+            "--tail-chars",
+            "1024",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    out = [json.loads(line) for line in target.read_text().splitlines()]
+    assert out[0] == {"id": "clean", "loop": False, "kind": None, "period": None, "copies": None, "span": None}
+    assert out[1]["id"] is None and out[1]["error"].startswith("line 2: not JSON")
+    assert out[2] == {
+        "id": "loop",
+        "loop": True,
+        "kind": "exact",
+        "period": 30,
+        "copies": 60,
+        "span": [len(prose(18)), len(loop_text)],
+    }
+    assert out[3] == {"id": "no-text", "error": "line 4: missing text"}
+    assert out[4] == {"id": 7, "error": "line 5: text is int, not a string"}
+    assert out[5]["error"].startswith("line 6: not UTF-8")
+    assert len(out) == 6
+
+
+# --------------------------------------------------------------------------- evaluation set
+
+
+def _evaluate(items: list[dict]) -> tuple[dict[str, float], dict[str, float], int, Counter]:
+    """Per kind: recall (found as a loop of any kind), precision (of loops reported as that kind);
+    also the count of detected loops whose kind is wrong, and the confusion counts."""
+    confusion: Counter = Counter()
+    for item in items:
+        loop = find_loop(item["text"])
+        confusion[(item["label"], loop.kind if loop else None)] += 1
+    kinds = ("exact", "truncated", "gapped")
+    recall = {
+        k: sum(v for (label, pred), v in confusion.items() if label == k and pred)
+        / sum(v for (label, _), v in confusion.items() if label == k)
+        for k in kinds
+    }
+    precision = {
+        k: confusion[(k, k)] / max(1, sum(v for (_, pred), v in confusion.items() if pred == k)) for k in kinds
+    }
+    wrong_kind = sum(v for (label, pred), v in confusion.items() if label and pred and label != pred)
+    return recall, precision, wrong_kind, confusion
+
+
+def test_evaluation_set_precision_and_recall_per_kind():
+    items = [json.loads(line) for line in EVAL_SET.read_text(encoding="utf-8").splitlines()]
+    labels = Counter(item["label"] for item in items)
+    assert labels["exact"] >= 100 and labels["truncated"] >= 100 and labels["gapped"] >= 100 and labels[None] >= 300
+    assert all(2048 <= len(item["text"]) <= 16 * 1024 + 4096 for item in items)
+    recall, precision, wrong_kind, confusion = _evaluate(items)
+    # measured (benchmarks/clean_repeats.py): recall exact 0.891 (98/110), truncated 0.943 (99/105),
+    # gapped 0.973 (107/110); precision 1.0 for each kind; 0 of 320 hard negatives flagged; every
+    # detected loop has the right kind. The misses are short table-row loops (under the table and
+    # empty-unit coverage rules) and long units with only two copies in the tail.
+    assert recall["exact"] >= 0.85 and recall["truncated"] >= 0.90 and recall["gapped"] >= 0.94, confusion
+    assert min(precision.values()) >= 0.98, confusion
+    assert sum(v for (label, pred), v in confusion.items() if label is None and pred) <= 2, confusion
+    assert wrong_kind <= 2, confusion
+
+
+def test_evaluation_set_is_what_its_generator_writes():
+    sys.path.insert(0, str(REPO / "tests" / "data"))
+    try:
+        import make_repeat_loops
+    finally:
+        sys.path.pop(0)
+    rebuilt = make_repeat_loops.build(20240604)
+    stored = EVAL_SET.read_text(encoding="utf-8").splitlines()
+    assert len(rebuilt) == len(stored)
+    assert all(json.dumps(item, ensure_ascii=False) == line for item, line in zip(rebuilt, stored))
