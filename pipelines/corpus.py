@@ -25,8 +25,6 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import io
-from pipelines.config import CorpusConfig, load_config
-from pipelines.render import render_page
 from pipelines.clean.dedup_stage import (
     DedupSettings,
     dedup_edges,
@@ -36,6 +34,8 @@ from pipelines.clean.dedup_stage import (
     write_duplicates,
 )
 from pipelines.clean.registry import build_stage
+from pipelines.config import CorpusConfig, load_config
+from pipelines.render import render_page
 from pipelines.transforms import (
     DEAD,
     DEDUP_KEY,
@@ -48,7 +48,12 @@ from pipelines.transforms import (
     is_kind,
     plan_units,
 )
-from pipelines.write import plan_shards, write_dead_letters, write_dropped_samples, write_shard
+from pipelines.write import (
+    plan_shards,
+    write_dead_letters,
+    write_dropped_samples,
+    write_shard,
+)
 from schemas.deadletter import RecordError
 from schemas.manifest import CountEvent, RunManifest
 from schemas.page import PageRecord, validate

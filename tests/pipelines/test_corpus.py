@@ -23,6 +23,7 @@ IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 def sample_config(samples_root: Path, tmp_path: Path, **write) -> Path:
     """configs/corpus.yaml with its sample paths pointed at a freshly built copy."""
     text = (REPO / "configs" / "corpus.yaml").read_text().replace("samples/", f"{samples_root}/")
+    text = text.replace("assets/", f"{REPO}/assets/")
     raw = yaml.safe_load(text)
     raw["run"]["output"] = str(tmp_path / "out")
     raw["write"].update(write)
@@ -99,7 +100,7 @@ def test_rerun_gives_identical_shards(direct_run, samples_root, tmp_path):
 
 def test_small_shards_use_hub_names_and_keep_every_row(direct_run, samples_root, tmp_path):
     _, manifest, _ = direct_run
-    cfg = load_config(sample_config(samples_root, tmp_path, shard_bytes=2_000_000, row_group_bytes=500_000))
+    cfg = load_config(sample_config(samples_root, tmp_path, shard_bytes=400_000, row_group_bytes=100_000))
     small = corpus.run(cfg, IN_MEMORY)
     names = sorted(p.name for p in (Path(cfg.run.output) / "data").glob("*.parquet"))
     n = len(names)

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pipelines.clean.decontam import DecontamConfig, Decontaminate, DecontamIndex, scan_folder
+from pipelines.clean.decontam import (
+    DecontamConfig,
+    Decontaminate,
+    DecontamIndex,
+    scan_folder,
+)
 from pipelines.render import RenderConfig, render_page
 from pipelines.sources.base import SourcePage
 from samples.make.pdfs import paragraphs, text_pdf
