@@ -79,6 +79,9 @@ def build_1025(root: Path, rng: random.Random) -> tuple[bytes, str]:
         for i in range(n_docs):
             doc_id = f"rg_{100 + i}/{subset[:2]}{rng.randrange(16**8):08x}"
             paras = paragraphs(rng, rng.randint(2, 4))
+            if subset == "00_documents" and i == 4:
+                # label conventions to rewrite: a comma-joined formula and LaTeX bold outside math
+                paras.append("The pairs $a+b,c+d$ are equal and \\textbf{bold} marks them.")
             flags: dict = {}
             text = "\n\n".join(paras)
             if subset == "00_documents" and i == 2:

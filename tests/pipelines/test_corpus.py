@@ -153,6 +153,8 @@ def test_cleaning_stages_and_dedup_are_in_the_manifest(direct_run):
     cfg, manifest, out = direct_run
     assert manifest.stage_order == ["read", "render", "validate", "conventions", "repeats", "short", "write", "dedup"]
     assert manifest.totals("short").dropped.get("short_response", 0) > 0
+    # one olmOCR sample label carries "$a+b,c+d$" and \\textbf{...}: the rewrites are counted
+    assert manifest.totals("conventions").counters == {"split_formulas": 1, "inline_delimiters": 1, "bold": 1}
     # samples/make/olmocr.py plants one page twice (olmOCR-mix-1025 and -0225): exactly one goes
     assert manifest.totals("dedup").dropped == {"duplicate_image": 1}
     dups = pq.read_table(out / "dropped" / "dedup-duplicates.parquet").to_pylist()
