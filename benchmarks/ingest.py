@@ -104,6 +104,8 @@ def run_pipeline(root: Path, workers: int, shard_mb: int) -> tuple[float, int, i
     config.write_text(json.dumps({
         "run": {"output": str(root / "out"), "progress_every": 0},
         "write": {"shard_bytes": shard_mb * 2**20, "row_group_bytes": max(1, shard_mb // 4) * 2**20},
+        # ingest only: read + render + encode + write (cleaning has its own benchmark/clean.py)
+        "clean": {"stages": [], "dedup": {"enabled": False}},
         "sources": [{"name": "bench", "kind": "olmocr_mix", "paths": [str(root / "mix" / "*.parquet")],
                      "license": "odc-by"}],
     }))
