@@ -138,9 +138,6 @@ class _MixBase:
             return "__index_level_0__"
         raise RecordError("bad_schema", "no 'id' column or index")
 
-    def _error_unit(self, uri: str) -> JoinUnit:
-        return JoinUnit(uri, None)
-
     def plan(self, uri: str) -> Iterator[JoinUnit]:
         raise NotImplementedError
 
