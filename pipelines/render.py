@@ -137,8 +137,11 @@ def rasterize_pdf_page(data: bytes, index: int, longest_side: int, rotation: int
             pdf.close()
 
 
-def decode_image(data: bytes, cfg: RenderConfig, rotation: int = 0) -> Image.Image:
-    """Decode a scan: check the pixel cap before decoding, EXIF-orient, RGB, optional downscale."""
+def open_image(data: bytes, max_pixels: int) -> Image.Image:
+    """Open untrusted image bytes lazily (header only) and refuse them past the pixel cap, before
+    any pixel is decoded. ``RecordError``: ``corrupt_image``, ``image_too_large``."""
+    if not data:
+        raise RecordError("corrupt_image", "image payload is empty")
     try:
         with warnings.catch_warnings():
             # Image.open reads only the header; our own cap below decides, so PIL's warning is noise.
@@ -149,8 +152,14 @@ def decode_image(data: bytes, cfg: RenderConfig, rotation: int = 0) -> Image.Ima
     except Exception as exc:  # PIL raises many types for garbage bytes
         raise RecordError("corrupt_image", f"cannot decode image: {exc}") from exc
     w, h = image.size
-    if w * h > cfg.max_pixels:
-        raise RecordError("image_too_large", f"{w}x{h} = {w * h} pixels exceeds the cap of {cfg.max_pixels}")
+    if w * h > max_pixels:
+        raise RecordError("image_too_large", f"{w}x{h} = {w * h} pixels exceeds the cap of {max_pixels}")
+    return image
+
+
+def decode_image(data: bytes, cfg: RenderConfig, rotation: int = 0) -> Image.Image:
+    """Decode a scan: check the pixel cap before decoding, EXIF-orient, RGB, optional downscale."""
+    image = open_image(data, cfg.max_pixels)
     try:
         image = ImageOps.exif_transpose(image)
         image = image.convert("RGB")

@@ -61,10 +61,8 @@ it (they still meet in their other bands).
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 import re
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -181,19 +179,9 @@ def _open(data: bytes | Image.Image, max_pixels: int) -> Image.Image:
     if isinstance(data, Image.Image):
         image = data
     else:
-        if not data:
-            raise RecordError("corrupt_image", "image payload is empty")
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                image = Image.open(io.BytesIO(data))
-        except Image.DecompressionBombError as exc:
-            raise RecordError("image_too_large", f"image exceeds PIL's pixel limit: {exc}") from exc
-        except Exception as exc:  # PIL raises many types for garbage bytes
-            raise RecordError("corrupt_image", f"cannot decode image: {exc}") from exc
-        w, h = image.size
-        if w * h > max_pixels:
-            raise RecordError("image_too_large", f"{w}x{h} = {w * h} pixels exceeds the cap of {max_pixels}")
+        from pipelines.render import open_image
+
+        image = open_image(data, max_pixels)
     try:
         # exif_transpose copies the image even when there is nothing to do: check first.
         if image.getexif().get(_EXIF_ORIENTATION, 1) not in (1, None):
