@@ -1,0 +1,101 @@
+"""The structured content of a synthetic page: typed blocks that templates render and that the
+reference Markdown and the unit tests are derived from, so the ground truth is exact by
+construction (JinaOCRSynth, Jina-OCR-v1 section 4.2).
+
+A ``PageSpec`` is what one page shows: its layout kind, page furniture (running header, footer,
+page number), and the body blocks in reading order, each assigned to a column. Renderers turn a
+spec into pixels (HTML through Chromium, LaTeX through pdflatex); ``synth.reference`` turns the
+same spec into the reference Markdown; ``synth.tests_from_blocks`` into olmOCR-Bench tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+    level: int = 2  # 1..4, Markdown '#' count
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str  # plain text; inline math as \( ... \) and emphasis as **bold** / *italic* allowed
+
+
+@dataclass(frozen=True)
+class Formula:
+    latex: str  # without delimiters
+    display: bool = True
+    category: str = ""  # e.g. accent, font, matrix, macro, unicode (the formula suite's label)
+
+
+@dataclass(frozen=True)
+class TableCell:
+    text: str
+    rowspan: int = 1
+    colspan: int = 1
+    header: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    rows: tuple[tuple[TableCell, ...], ...]
+    caption: str = ""
+    style: str = "ruled"  # ruled | borderless | grid
+    category: str = ""  # e.g. spanned, dense_numeric, transposed, borderless, empty_cells, checkbox
+
+
+@dataclass(frozen=True)
+class ListBlock:
+    items: tuple[str, ...]
+    ordered: bool = False
+
+
+@dataclass(frozen=True)
+class Figure:
+    caption: str
+    kind: str = "placeholder"  # placeholder | chart
+    image_png: bytes | None = None  # a rendered chart, embedded as a data URI by the HTML renderer
+
+
+@dataclass(frozen=True)
+class Footnote:
+    marker: str  # e.g. "1"
+    text: str
+
+
+Block = Union[Heading, Paragraph, Formula, Table, ListBlock, Figure, Footnote]
+
+
+@dataclass(frozen=True)
+class Furniture:
+    """Page furniture: shown on the page, absent from the reference (olmOCR-Bench convention)."""
+
+    header: str = ""
+    footer: str = ""
+    page_number: str = ""
+
+
+@dataclass(frozen=True)
+class PlacedBlock:
+    block: Block
+    column: int = 0
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    id: str
+    layout: str  # report | slides | blog | infographic | newspaper | form | invoice | paper
+    suite: str  # layout | formula | table
+    language: str = "en"
+    columns: int = 1
+    width_px: int = 1024
+    height_px: int = 1325  # US letter aspect at 1024 px wide
+    furniture: Furniture = field(default_factory=Furniture)
+    blocks: tuple[PlacedBlock, ...] = ()
+    license: str = "cc0-1.0"
+    seed: int = 0
+    sources: tuple[str, ...] = ()  # provenance of bundled text (title + licence per item)
