@@ -1,0 +1,315 @@
+"""Robustness degradations for page images (Jina-OCR-v1 section 5.2; issue 5 item 6).
+
+"On historical scans we apply photometric and geometric corruptions with probability 0.25, covering
+small skews, orthogonal rotations, 2x downscaling, salt-and-pepper noise, and the morphological
+erosion and dilation that mimic faded print and ink bleed." We add JPEG recompression.
+
+Two entry points:
+
+* ``degrade(image, rng, cfg, ops=None) -> (image, applied)`` always degrades: it draws between one
+  and ``cfg.max_ops`` operations (weighted, without replacement; ``ops`` forces a list instead),
+  applies them in a fixed canonical order (geometry first, then morphology, noise, compression) and
+  returns the new image plus one dict per applied operation with its exact parameters.
+* ``DegradeStage(cfg)`` is the per-record corpus stage (``stage(record) -> [record]``). Whether a
+  record is degraded, and how, is decided by an RNG seeded from ``cfg.seed`` and the record ``id``
+  alone, so reruns give identical bytes whatever the order, sharding or worker. A selected record
+  gets its image re-encoded as PNG (8-bit grey when achromatic, as ``pipelines/render.py`` does;
+  JPEG artefacts are kept losslessly), ``image_sha256``/``width``/``height`` updated,
+  ``quality["augment"] = {"applied": [...]}`` and a ``ProvenanceStep("synth:augment", VERSION,
+  params_hash({"config": ..., "applied": ...}))``. Records not selected pass through untouched.
+  Undecodable images raise ``RecordError("corrupt_image", ...)``.
+
+Operations (names used in ``applied[i]["op"]`` and ``DegradeConfig.weights``):
+
+``skew``       small rotation by an angle in ``±skew_degrees`` (``A.Rotate``), canvas size kept,
+               uncovered corners filled white (``fill``).
+``rotate90``   orthogonal rotation by 90, 180 or 270 degrees clockwise (``cv2.rotate``); 90/270 swap
+               width and height. The label does not change (the text is the same), so rotated pages
+               teach the model to read pages scanned sideways or upside down rather than to report
+               the orientation; keep the weight at 0 for tasks whose answer depends on layout
+               direction.
+``downscale``  2x downscaling. ``downscale_mode="shrink"`` (default) really halves the resolution
+               (``cv2.resize``, area interpolation): the model sees fewer pixels, and fewer image
+               tokens, per glyph, which is what low-resolution scans look like to a native-resolution
+               VLM; ``width``/``height`` halve. ``"down_up"`` (``A.Downscale``) goes down and back up
+               to the original size: same geometry, lost detail (blur). Images whose short side would
+               fall under ``min_side`` are left at their size (the op is skipped and not recorded).
+``salt_pepper`` impulse noise: a fraction ``amount`` of pixels set to black or white
+               (``A.SaltAndPepper``; on grey pages the noise stays grey).
+``erode``      grey-level erosion (``cv2.erode``, a min filter) with a square kernel of
+               ``morph_kernel`` pixels: dark strokes on a light page grow, as ink bleeds (the image
+               gets darker on average).
+``dilate``     grey-level dilation (``cv2.dilate``, a max filter): dark strokes thin and break, as
+               faded print (the image gets lighter). ``erode`` and ``dilate`` never both apply.
+``jpeg``       JPEG recompression at a quality in ``jpeg_quality`` (``A.ImageCompression``).
+
+Grey input (PNG mode ``L`` or RGB with R == G == B) is processed as one channel, so the output is
+grey too; colour input is processed as RGB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import albumentations as A
+import cv2
+import numpy as np
+from PIL import Image
+
+from schemas.deadletter import RecordError
+from schemas.page import PageRecord, ProvenanceStep, params_hash
+
+VERSION = "1"
+STAGE = "synth:augment"
+OPS = ("skew", "rotate90", "downscale", "erode", "dilate", "salt_pepper", "jpeg")  # application order
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "skew": 1.0,
+    "rotate90": 0.5,
+    "downscale": 1.0,
+    "erode": 0.75,
+    "dilate": 0.75,
+    "salt_pepper": 1.0,
+    "jpeg": 1.0,
+}
+
+ImageLike = Image.Image | np.ndarray
+
+
+@dataclass(frozen=True)
+class DegradeConfig:
+    """Degradation settings; defaults follow Jina-OCR-v1 section 5.2.
+
+    ``probability``: share of records the stage degrades (0.25). ``seed``: mixed with the record id
+    into each record's RNG (change it to draw a different degraded set). ``max_ops``: at most this
+    many operations per degraded image (at least one), picked by ``weights`` (op name -> relative
+    weight; 0 disables an op; missing names get weight 0). ``skew_degrees``: skew angles uniform in
+    ``[-skew_degrees, skew_degrees]`` (3.0). ``rotations``: the orthogonal angles to pick from,
+    clockwise. ``downscale_mode``: ``"shrink"`` (halve width and height) or ``"down_up"`` (down 2x and
+    back, size kept); ``downscale_factor`` 0.5; ``min_side``: no downscaling below this short side.
+    ``salt_pepper_amount``: fraction of pixels hit, uniform in the range. ``morph_kernel``: square
+    kernel sizes for erosion/dilation. ``jpeg_quality``: integer range, inclusive. ``fill``: grey
+    value of the canvas uncovered by a skew (255, white paper). ``max_pixels``: decoded image cap.
+    """
+
+    probability: float = 0.25
+    seed: int = 0
+    max_ops: int = 2
+    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    skew_degrees: float = 3.0
+    rotations: tuple[int, ...] = (90, 180, 270)
+    downscale_mode: str = "shrink"
+    downscale_factor: float = 0.5
+    min_side: int = 64
+    salt_pepper_amount: tuple[float, float] = (0.002, 0.02)
+    morph_kernel: tuple[int, ...] = (2, 3)
+    jpeg_quality: tuple[int, int] = (30, 75)
+    fill: int = 255
+    max_pixels: int = 64_000_000
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"augment: probability must be in [0, 1], got {self.probability}")
+        if self.max_ops < 1:
+            raise ValueError(f"augment: max_ops must be >= 1, got {self.max_ops}")
+        unknown = sorted(set(self.weights) - set(OPS))
+        if unknown:
+            raise ValueError(f"augment: unknown ops in weights: {unknown}; known: {list(OPS)}")
+        if any(w < 0 for w in self.weights.values()) or not any(w > 0 for w in self.weights.values()):
+            raise ValueError("augment: weights must be >= 0 with at least one > 0")
+        if self.downscale_mode not in ("shrink", "down_up"):
+            raise ValueError(f"augment: downscale_mode must be shrink or down_up, got {self.downscale_mode!r}")
+        if not 0.0 < self.downscale_factor < 1.0:
+            raise ValueError(f"augment: downscale_factor must be in (0, 1), got {self.downscale_factor}")
+        if not self.rotations or any(r not in (90, 180, 270) for r in self.rotations):
+            raise ValueError(f"augment: rotations must be a non-empty subset of 90/180/270, got {self.rotations}")
+        if not self.morph_kernel or any(k < 1 for k in self.morph_kernel):
+            raise ValueError(f"augment: morph_kernel sizes must be >= 1, got {self.morph_kernel}")
+        lo, hi = self.jpeg_quality
+        if not 1 <= lo <= hi <= 100:
+            raise ValueError(f"augment: jpeg_quality must satisfy 1 <= lo <= hi <= 100, got {self.jpeg_quality}")
+        lo_a, hi_a = self.salt_pepper_amount
+        if not 0.0 <= lo_a <= hi_a <= 1.0:
+            raise ValueError(f"augment: salt_pepper_amount must be within [0, 1], got {self.salt_pepper_amount}")
+        # YAML gives lists; store tuples so the config stays immutable and JSON-stable
+        for name in ("rotations", "salt_pepper_amount", "morph_kernel", "jpeg_quality"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+def record_rng(record_id: str, seed: int = 0) -> np.random.Generator:
+    """The RNG of one record: a function of ``seed`` and ``record_id`` only."""
+    digest = hashlib.sha256(f"{STAGE}\x1f{seed}\x1f{record_id}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:16], "little"))
+
+
+def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def _to_array(image: ImageLike) -> np.ndarray:
+    """uint8 HxW (grey) or HxWx3 (colour); achromatic RGB collapses to grey."""
+    if isinstance(image, Image.Image):
+        if image.mode in ("L", "1", "I", "I;16", "LA"):
+            arr = np.asarray(image.convert("L"))
+        else:
+            arr = np.asarray(image.convert("RGB"))
+    else:
+        arr = np.asarray(image)
+        if arr.dtype != np.uint8:
+            raise TypeError(f"augment: expected a uint8 array, got {arr.dtype}")
+        if arr.ndim == 3 and arr.shape[2] == 1:
+            arr = arr[:, :, 0]
+        elif arr.ndim == 3 and arr.shape[2] == 4:
+            arr = arr[:, :, :3]
+        if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] != 3):
+            raise ValueError(f"augment: expected HxW or HxWx3 image, got shape {arr.shape}")
+    if arr.ndim == 3 and np.array_equal(arr[:, :, 0], arr[:, :, 1]) and np.array_equal(arr[:, :, 1], arr[:, :, 2]):
+        arr = arr[:, :, 0]
+    return np.ascontiguousarray(arr)
+
+
+def _albu(transform: A.BasicTransform, image: np.ndarray, seed: int) -> np.ndarray:
+    """Apply one albumentations transform with its own seed (always applied)."""
+    out = A.Compose([transform], p=1.0, seed=seed)(image=image)["image"]
+    return np.ascontiguousarray(out)
+
+
+def choose_ops(rng: np.random.Generator, cfg: DegradeConfig) -> list[str]:
+    """One to ``cfg.max_ops`` op names, weighted without replacement, in canonical order."""
+    names = [op for op in OPS if cfg.weights.get(op, 0.0) > 0]
+    weights = np.array([cfg.weights[op] for op in names], dtype=float)
+    count = int(rng.integers(1, min(cfg.max_ops, len(names)) + 1))
+    picked: list[str] = []
+    for _ in range(count):
+        if weights.sum() <= 0:
+            break
+        i = int(rng.choice(len(names), p=weights / weights.sum()))
+        picked.append(names[i])
+        weights[i] = 0.0
+        if names[i] in ("erode", "dilate"):  # opposites: never both
+            other = "dilate" if names[i] == "erode" else "erode"
+            if other in names:
+                weights[names.index(other)] = 0.0
+    return [op for op in OPS if op in picked]
+
+
+def _apply(op: str, arr: np.ndarray, rng: np.random.Generator, cfg: DegradeConfig) -> tuple[np.ndarray, dict[str, Any] | None]:
+    """One operation; its parameters are drawn here from ``rng`` so ``applied`` records them exactly."""
+    seed = int(rng.integers(0, 2**31 - 1))  # albumentations' own draws (noise positions)
+    fill: float | tuple[float, ...] = cfg.fill if arr.ndim == 2 else (cfg.fill,) * 3
+    if op == "skew":
+        angle = round(float(rng.uniform(-cfg.skew_degrees, cfg.skew_degrees)), 3)
+        t = A.Rotate(limit=(angle, angle), interpolation=cv2.INTER_LINEAR, border_mode=cv2.BORDER_CONSTANT,
+                     fill=fill, crop_border=False, p=1.0)
+        return _albu(t, arr, seed), {"op": op, "degrees": angle}
+    if op == "rotate90":
+        degrees = int(rng.choice(cfg.rotations))
+        code = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}[degrees]
+        return np.ascontiguousarray(cv2.rotate(arr, code)), {"op": op, "degrees_clockwise": degrees}
+    if op == "downscale":
+        h, w = arr.shape[:2]
+        if min(h, w) * cfg.downscale_factor < cfg.min_side:
+            return arr, None
+        if cfg.downscale_mode == "shrink":
+            size = (max(1, round(w * cfg.downscale_factor)), max(1, round(h * cfg.downscale_factor)))
+            out = cv2.resize(arr, size, interpolation=cv2.INTER_AREA)
+        else:
+            t = A.Downscale(scale_range=(cfg.downscale_factor, cfg.downscale_factor),
+                            interpolation_pair={"downscale": cv2.INTER_AREA, "upscale": cv2.INTER_LINEAR}, p=1.0)
+            out = _albu(t, arr, seed)
+        return np.ascontiguousarray(out), {"op": op, "mode": cfg.downscale_mode, "factor": cfg.downscale_factor}
+    if op in ("erode", "dilate"):
+        k = int(rng.choice(cfg.morph_kernel))
+        kernel = np.ones((k, k), np.uint8)
+        out = cv2.erode(arr, kernel) if op == "erode" else cv2.dilate(arr, kernel)
+        return np.ascontiguousarray(out), {"op": op, "kernel": k}
+    if op == "salt_pepper":
+        amount = round(float(rng.uniform(*cfg.salt_pepper_amount)), 5)
+        t = A.SaltAndPepper(amount=(amount, amount), salt_vs_pepper=(0.5, 0.5), p=1.0)
+        return _albu(t, arr, seed), {"op": op, "amount": amount, "seed": seed}
+    if op == "jpeg":
+        quality = int(rng.integers(cfg.jpeg_quality[0], cfg.jpeg_quality[1] + 1))
+        t = A.ImageCompression(compression_type="jpeg", quality_range=(quality, quality), p=1.0)
+        return _albu(t, arr, seed), {"op": op, "quality": quality}
+    raise ValueError(f"augment: unknown op {op!r}; known: {list(OPS)}")
+
+
+def degrade(image: ImageLike, rng: np.random.Generator | int | None = None, cfg: DegradeConfig = DegradeConfig(),
+            ops: Sequence[str] | None = None) -> tuple[Image.Image, list[dict[str, Any]]]:
+    """Degrade one page image; always applies at least one op unless a forced op is a no-op.
+
+    ``rng``: a numpy ``Generator`` or an int seed (same seed, same image, same result). ``ops``:
+    apply exactly these (in canonical order) instead of drawing them. Returns a PIL image (mode
+    ``L`` for grey input, ``RGB`` otherwise) and the applied ops with their parameters.
+    """
+    gen = _as_rng(rng)
+    arr = _to_array(image)
+    if ops is None:
+        chosen = choose_ops(gen, cfg)
+    else:
+        unknown = [op for op in ops if op not in OPS]
+        if unknown:
+            raise ValueError(f"augment: unknown ops {unknown}; known: {list(OPS)}")
+        chosen = [op for op in OPS if op in ops]
+    applied: list[dict[str, Any]] = []
+    for op in chosen:
+        arr, params = _apply(op, arr, gen, cfg)
+        if params is not None:
+            applied.append(params)
+    arr = _to_array(arr)  # an RGB page may have become achromatic (it never becomes colour)
+    return Image.fromarray(arr, mode="L" if arr.ndim == 2 else "RGB"), applied
+
+
+def encode_png(image: Image.Image, compress_level: int = 1) -> bytes:
+    """PNG bytes; grey images as 8-bit grey PNG (render's convention)."""
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", compress_level=compress_level)
+    return buf.getvalue()
+
+
+def decode(data: bytes, max_pixels: int) -> Image.Image:
+    """Decode record image bytes (PNG/WebP/JPEG) fully; ``RecordError`` on garbage or oversize."""
+    # the project's one guarded opener (pixel cap checked before decoding)
+    from pipelines.render import open_image
+
+    image = open_image(data, max_pixels)
+    try:
+        image.load()
+    except Exception as exc:  # truncated payloads fail only when pixels are read
+        raise RecordError("corrupt_image", f"cannot decode image: {exc}") from exc
+    return image
+
+
+class DegradeStage:
+    """Per-record stage: degrade ``cfg.probability`` of the records, chosen by id (see module doc)."""
+
+    name = "augment"
+
+    def __init__(self, cfg: DegradeConfig = DegradeConfig()):
+        self.cfg = cfg
+        self._config = asdict(cfg)
+
+    def selected(self, record_id: str) -> bool:
+        """Whether the record with this id is degraded (the first draw of its RNG)."""
+        return bool(record_rng(record_id, self.cfg.seed).random() < self.cfg.probability)
+
+    def __call__(self, record: PageRecord) -> list[PageRecord]:
+        rng = record_rng(record.id, self.cfg.seed)
+        if not rng.random() < self.cfg.probability:
+            return [record]
+        image = decode(record.image, self.cfg.max_pixels)
+        out, applied = degrade(image, rng, self.cfg)
+        if not applied:  # e.g. only a downscale on an image already too small: nothing changed
+            return [record]
+        data = encode_png(out)
+        record.image = data
+        record.image_sha256 = hashlib.sha256(data).hexdigest()
+        record.width, record.height = out.size
+        record.quality[self.name] = {"applied": applied}
+        record.provenance.append(
+            ProvenanceStep(STAGE, VERSION, params_hash({"config": self._config, "applied": applied}))
+        )
+        return [record]
