@@ -1,0 +1,289 @@
+"""olmOCR-Bench unit tests derived from a synthetic page's blocks (JinaOCRSynth, issue 5 item 5).
+
+olmOCR-synthmix mines tests from LLM-written HTML (``../shared/reference/olmocr.md`` section 3);
+here the blocks are the ground truth, so tests come straight from them:
+
+* ``absent``: each piece of furniture (header, footer: ``max_diffs = round(0.05 * len)``; page
+  number: exact);
+* ``table``: tables of at least 3x3; distinctive (unique, non-empty) cells with their up/down/left/
+  right neighbours and ``top_heading``/``left_heading`` where defined, ``ignore_markdown_tables``;
+* ``order``: sentence pairs from different blocks, earlier before later in reading order, preferring
+  pairs in different columns; ``max_diffs = round(0.02 * longer)``;
+* ``present``: rare words (long or capitalised mid-sentence, by a frequency-free heuristic) and
+  numbers of at least 3 digits;
+* ``math``: each display formula and each inline formula of more than 2 characters;
+* ``format``: headings and bold spans; ``footnote``: each marker with the words before it;
+* one ``baseline``.
+
+Every test is built as a dict through ``schemas.unit_tests.test_from_dict`` and run on the
+reference Markdown; only passing tests are kept, the rest are counted in ``dropped`` by reason
+(``invalid_<type>``, ``fails_reference_<type>``, ``filtered_<type>``, ``duplicate_<type>``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from typing import Any
+
+from schemas.tables import parse_html_tables
+from schemas.unit_tests import UnitTest, test_from_dict, test_to_dict
+from synth.blocks import (
+    Figure,
+    Footnote,
+    Formula,
+    Heading,
+    ListBlock,
+    PageSpec,
+    Paragraph,
+    Table,
+)
+from synth.reference import reading_order
+from synth.tables import table_html
+
+MAX_TABLE_TESTS_PER_TABLE = 12
+MAX_ORDER = 6
+MAX_PRESENT_WORDS = 10
+MAX_PRESENT_NUMBERS = 5
+MAX_MATH = 50
+MAX_FORMAT = 5
+MAX_FOOTNOTE = 5
+
+_INLINE_MATH = re.compile(r"\\\((.+?)\\\)", re.DOTALL)
+_MARKER = re.compile(r"\[\^([^\]\s]+)\]")
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_SUPERSUB = re.compile("[\u00b2\u00b3\u00b9\u2070-\u209f]")
+_COMMON = frozenset(["about", "above", "after", "again", "against", "because", "before", "being", "below", "between", "could", "during", "every", "first", "found", "further", "however", "little", "might", "other", "should", "since", "their", "there", "these", "those", "through", "under", "until", "where", "which", "while", "would", "years", "water", "often", "usually", "early", "later", "record", "records"])
+
+
+def _plain(text: str) -> str:
+    """Paragraph text without math, markers and emphasis (what ``order``/``present`` may quote)."""
+    text = _INLINE_MATH.sub(" ", text)
+    text = _MARKER.sub("", text)
+    text = text.replace("**", "").replace("*", "")
+    return " ".join(text.split())
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
+
+
+def _text_blocks(spec: PageSpec) -> list[tuple[int, str]]:
+    """(column, sentence) in reading order, from paragraphs, list items and captions (no math)."""
+    columns = {id(p.block): p.column for p in spec.blocks}
+    out: list[tuple[int, str]] = []
+    for block in reading_order(spec):
+        col = columns[id(block)]
+        if isinstance(block, Paragraph) and "\\(" not in block.text:
+            out.extend((col, s) for s in _sentences(_plain(block.text)))
+        elif isinstance(block, Paragraph):
+            out.extend((col, s) for s in _sentences(_plain(block.text)) if "\\" not in s)
+        elif isinstance(block, ListBlock):
+            out.extend((col, _plain(item)) for item in block.items)
+        elif isinstance(block, Figure):
+            out.append((col, block.caption))
+    return out
+
+
+def _absent(spec: PageSpec) -> list[dict[str, Any]]:
+    f = spec.furniture
+    tests = []
+    for text, exact in ((f.header, False), (f.footer, False), (f.page_number, True)):
+        text = text.strip()
+        if len(text) > 3 or any(ch.isdigit() for ch in text):
+            tests.append({"type": "absent", "text": text, "max_diffs": 0 if exact else round(0.05 * len(text))})
+    return tests
+
+
+def _table_tests(rng: random.Random, table: Table) -> list[dict[str, Any]]:
+    parsed = parse_html_tables(table_html(table))[0]
+    grid = parsed.grid()
+    if len(grid) < 3 or (grid and len(grid[0]) < 3):
+        return []
+    origin: dict[int, tuple[int, int]] = {}
+    for r, row in enumerate(grid):
+        for c, cell in enumerate(row):
+            if cell is not None and id(cell) not in origin:
+                origin[id(cell)] = (r, c)
+    counts = Counter(cell.text for cell in {id(c): c for row in grid for c in row if c is not None}.values())
+    n_rows, n_cols = len(grid), len(grid[0])
+    candidates = [(r, c) for (r, c) in origin.values()
+                  if grid[r][c].rowspan == 1 and grid[r][c].colspan == 1 and grid[r][c].text
+                  and counts[grid[r][c].text] == 1]
+    rng.shuffle(candidates)
+    tests = []
+    for r, c in candidates[:MAX_TABLE_TESTS_PER_TABLE]:
+        me = grid[r][c]
+        test: dict[str, Any] = {"type": "table", "cell": me.text, "ignore_markdown_tables": True}
+        neighbours = {"up": (r - 1, c), "down": (r + 1, c), "left": (r, c - 1), "right": (r, c + 1)}
+        relations = list(neighbours)
+        rng.shuffle(relations)
+        for name in relations[: rng.randint(1, 3)]:
+            nr, nc = neighbours[name]
+            if 0 <= nr < n_rows and 0 <= nc < n_cols and grid[nr][nc] is not None and grid[nr][nc].text:
+                test[name] = grid[nr][nc].text
+        if not me.header:
+            top = next((grid[k][c].text for k in range(r - 1, -1, -1) if grid[k][c].header and grid[k][c].text), "")
+            left = next((grid[r][k].text for k in range(c - 1, -1, -1) if grid[r][k].header and grid[r][k].text), "")
+            if top and rng.random() < 0.6:
+                test["top_heading"] = top
+            if left and rng.random() < 0.6:
+                test["left_heading"] = left
+        if len(test) > 3:
+            tests.append(test)
+    return tests
+
+
+def _order(rng: random.Random, spec: PageSpec) -> list[dict[str, Any]]:
+    items = [(i, col, s) for i, (col, s) in enumerate(_text_blocks(spec)) if len(s) >= 12]
+    pairs = [(a, b) for a in items for b in items if a[0] < b[0]]
+    # Cross-column pairs first (the failure multi-column layouts provoke), then the rest.
+    cross = [p for p in pairs if p[0][1] != p[1][1]]
+    same = [p for p in pairs if p[0][1] == p[1][1]]
+    rng.shuffle(cross)
+    rng.shuffle(same)
+    tests = []
+    for (_, _, before), (_, _, after) in (cross[: MAX_ORDER // 2] + same)[:MAX_ORDER]:
+        before, after = before[:80], after[:80]
+        tests.append({"type": "order", "before": before, "after": after,
+                      "max_diffs": round(0.02 * max(len(before), len(after)))})
+    return tests
+
+
+def _present(rng: random.Random, spec: PageSpec) -> list[dict[str, Any]]:
+    words: dict[str, None] = {}
+    numbers: dict[str, None] = {}
+    for _, sentence in _text_blocks(spec):
+        tokens = sentence.split()
+        for k, tok in enumerate(tokens):
+            word = tok.strip(".,;:()!?\"'")
+            if re.fullmatch(r"[+-]?\d[\d,.]*%?", word) and sum(ch.isdigit() for ch in word) >= 3:
+                numbers[word] = None
+            elif word.isalpha() and word.lower() not in _COMMON and (
+                    len(word) >= 9 or (k > 0 and word[0].isupper() and len(word) >= 5)):
+                words[word] = None
+    picked_words = list(words)
+    picked_numbers = list(numbers)
+    rng.shuffle(picked_words)
+    rng.shuffle(picked_numbers)
+    return ([{"type": "present", "text": w} for w in picked_words[:MAX_PRESENT_WORDS]]
+            + [{"type": "present", "text": n} for n in picked_numbers[:MAX_PRESENT_NUMBERS]])
+
+
+def _math(spec: PageSpec) -> list[dict[str, Any]]:
+    seen: dict[str, None] = {}
+    for block in reading_order(spec):
+        if isinstance(block, Formula):
+            seen[block.latex.strip()] = None
+        elif isinstance(block, (Paragraph, ListBlock)):
+            texts = block.items if isinstance(block, ListBlock) else (block.text,)
+            for text in texts:
+                for m in _INLINE_MATH.findall(text):
+                    seen[m.strip()] = None
+    return [{"type": "math", "math": m, "ignore_dollar_delimited": True} for m in seen if len(m) > 2][:MAX_MATH]
+
+
+def _format(spec: PageSpec) -> list[dict[str, Any]]:
+    tests = []
+    for block in reading_order(spec):
+        if isinstance(block, Heading):
+            tests.append({"type": "format", "text": block.text, "format": "heading"})
+        elif isinstance(block, Paragraph):
+            tests.extend({"type": "format", "text": m, "format": "bold"} for m in _BOLD.findall(block.text))
+    return tests[:MAX_FORMAT]
+
+
+def _footnotes(spec: PageSpec) -> list[dict[str, Any]]:
+    markers = {p.block.marker for p in spec.blocks if isinstance(p.block, Footnote)}
+    tests = []
+    for block in reading_order(spec):
+        if not isinstance(block, Paragraph):
+            continue
+        for m in _MARKER.finditer(block.text):
+            if m.group(1) not in markers:
+                continue
+            before = " ".join(_plain(block.text[: m.start()]).split()[-4:])
+            test: dict[str, Any] = {"type": "footnote", "marker": m.group(1)}
+            if len(before) >= 8:
+                test["appears_before_marker"] = before
+            tests.append(test)
+    return tests[:MAX_FOOTNOTE]
+
+
+def _filter_reason(data: dict[str, Any]) -> str | None:
+    """olmOCR's final filter: text fields need alphanumerics and no math delimiters or super/subscripts."""
+    for key in ("text", "before", "after", "cell", "marker", "appears_before_marker"):
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        if not any(ch.isalnum() for ch in value) and key != "marker":
+            return "no_alnum"
+        if "\\(" in value or "\\[" in value or "<sup" in value.lower() or _SUPERSUB.search(value):
+            return "markup"
+    return None
+
+
+def tests_for_page(spec: PageSpec, reference_md: str, pdf_name: str,
+                   page: int = 1) -> tuple[list[UnitTest], dict[str, int]]:
+    """The page's verified tests, and how many candidates were dropped per reason."""
+    rng = random.Random(f"tests:{spec.id}:{spec.seed}")
+    candidates: list[dict[str, Any]] = []
+    candidates += _absent(spec)
+    for block in reading_order(spec):
+        if isinstance(block, Table):
+            candidates += _table_tests(rng, block)
+    candidates += _order(rng, spec)
+    candidates += _present(rng, spec)
+    candidates += _math(spec)
+    candidates += _format(spec)
+    candidates += _footnotes(spec)
+    has_cjk = any("\u3040" <= ch <= "\u9fff" for ch in reference_md)
+    candidates.append({"type": "baseline", "max_repeats": 30, "check_disallowed_characters": not has_cjk})
+    return verify_tests(candidates, reference_md, pdf_name, page, prefix=spec.id)
+
+
+def verify_tests(candidates: list[dict[str, Any]], reference_md: str, pdf_name: str, page: int = 1, *,
+                 prefix: str = "t") -> tuple[list[UnitTest], dict[str, int]]:
+    """Build each candidate dict (``pdf``, ``page``, ``id`` filled in) and keep those passing on the reference."""
+    kept: list[UnitTest] = []
+    dropped: Counter[str] = Counter()
+    seen: set[str] = set()
+    per_type: Counter[str] = Counter()
+    for data in candidates:
+        kind = str(data.get("type"))
+        reason = _filter_reason(data)
+        if reason is not None:
+            dropped[f"filtered_{reason}_{kind}"] += 1
+            continue
+        key = repr(sorted(data.items()))
+        if key in seen:
+            dropped[f"duplicate_{kind}"] += 1
+            continue
+        seen.add(key)
+        full = {"pdf": pdf_name, "page": page, "id": f"{prefix}_{kind}_{per_type[kind]:02d}", **data}
+        try:
+            test = test_from_dict(full)
+        except ValueError:
+            dropped[f"invalid_{kind}"] += 1
+            continue
+        try:
+            passed, _ = test.check(reference_md)
+        except Exception:  # noqa: BLE001 - a test that cannot be checked is dropped, not fatal
+            passed = False
+        if not passed:
+            dropped[f"fails_reference_{kind}"] += 1
+            continue
+        per_type[kind] += 1
+        kept.append(test)
+    return kept, dict(dropped)
+
+
+def tests_as_dicts(tests: list[UnitTest]) -> list[dict[str, Any]]:
+    """Convenience for writers: olmOCR-Bench JSON objects in order."""
+    return [test_to_dict(t) for t in tests]
+
+
+# The name starts with "tests_"; keep pytest from collecting it when imported into a test module.
+tests_for_page.__test__ = False  # type: ignore[attr-defined]
+tests_as_dicts.__test__ = False  # type: ignore[attr-defined]
