@@ -1,0 +1,138 @@
+"""The HTML renderer of JinaOCRSynth against real Chromium and KaTeX (both required:
+``scripts/install_browser_assets.sh`` installs them)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from schemas.deadletter import RecordError
+from schemas.page import PAGE_SCHEMA, PageRecord, validate
+from synth.blocks import (
+    Formula,
+    Furniture,
+    Heading,
+    PageSpec,
+    Paragraph,
+    PlacedBlock,
+    Table,
+    TableCell,
+)
+from synth.pages import SynthPage, to_page_record
+from synth.render_html import HtmlRenderer, render_html
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _spec(blocks: list, *, layout: str = "report", columns: int = 1, size: tuple[int, int] = (640, 820),
+          id: str = "t-page") -> PageSpec:
+    return PageSpec(
+        id=id, layout=layout, suite="layout", columns=columns, width_px=size[0], height_px=size[1],
+        furniture=Furniture(header="Test Report 2024", footer="Internal", page_number="3"),
+        blocks=tuple(PlacedBlock(b, c) for b, c in blocks),
+    )
+
+
+SMALL = _spec([
+    (Heading("Results", 1), 0),
+    (Paragraph("We measured **three** sites; the error is \\(\\hat{x} - x\\)."), 0),
+    (Formula(r"\int_0^1 f(x)\,\mathrm{d}x = \frac{1}{2}"), 0),
+    (Table(((TableCell("Site", header=True), TableCell("Value", header=True)),
+            (TableCell("North"), TableCell("12.5")))), 0),
+])
+
+
+@pytest.fixture(scope="module")
+def renderer(tmp_path_factory: pytest.TempPathFactory):
+    with HtmlRenderer(tmp_path_factory.mktemp("synth")) as r:
+        yield r
+
+
+def test_renders_png_of_spec_size(renderer: HtmlRenderer) -> None:
+    page = renderer.render(SMALL)
+    assert page.png.startswith(b"\x89PNG")
+    img = Image.open(io.BytesIO(page.png))
+    assert img.size == (640, 820)
+    assert len(set(img.convert("L").getdata())) > 2  # not blank
+
+
+def test_two_column_paper_renders(renderer: HtmlRenderer) -> None:
+    spec = _spec([(Heading("Left", 2), 0), (Paragraph("Column one text."), 0),
+                  (Heading("Right", 2), 1), (Paragraph("Column two text."), 1)], layout="paper", columns=2)
+    assert Image.open(io.BytesIO(renderer.render(spec).png)).size == (640, 820)
+
+
+def test_overflow_is_rejected(renderer: HtmlRenderer) -> None:
+    long = "The committee reviewed the proposal and approved funding for the next phase. " * 12
+    spec = _spec([(Paragraph(long), 0) for _ in range(12)], id="t-overflow")
+    with pytest.raises(RecordError) as err:
+        renderer.render(spec)
+    assert err.value.reason == "synth_overflow"
+    renderer.render(SMALL)  # the reused page still works afterwards
+
+
+def test_wide_formula_is_rejected(renderer: HtmlRenderer) -> None:
+    wide = " + ".join(f"x_{{{i}}}^{{{i}}}" for i in range(60))
+    with pytest.raises(RecordError) as err:
+        renderer.render(_spec([(Formula(wide), 0)], id="t-wide"))
+    assert err.value.reason == "synth_overflow"
+
+
+def test_katex_error_is_rejected(renderer: HtmlRenderer) -> None:
+    with pytest.raises(RecordError) as err:
+        renderer.render(_spec([(Formula(r"\frac{1}{"), 0)], id="t-bad"))
+    assert err.value.reason == "synth_katex_error"
+
+
+def test_text_is_escaped_and_network_blocked(renderer: HtmlRenderer) -> None:
+    spec = _spec([(Paragraph('<img src="http://example.com/x.png"> & <script>alert(1)</script>'), 0)])
+    html = render_html(spec)
+    assert "&lt;img" in html and "<img src=\"http" not in html and "&lt;script&gt;" in html
+    renderer.render(spec)
+    page = renderer._page  # the reused offline page the renderer just used
+    assert page is not None
+    for url in ("http://example.com/", "https://example.com/a.js", "http://127.0.0.1:1/"):
+        outcome = page.evaluate("(u) => fetch(u).then(() => 'loaded', () => 'blocked')", url)
+        assert outcome == "blocked", url
+    outside = Path("/etc/hostname").as_uri()
+    assert page.evaluate("(u) => fetch(u).then(() => 'loaded', () => 'blocked')", outside) == "blocked"
+
+
+def test_html_and_png_are_deterministic(renderer: HtmlRenderer) -> None:
+    assert render_html(SMALL) == render_html(SMALL)
+    assert renderer.render(SMALL).png == renderer.render(SMALL).png
+
+
+def test_page_record_is_valid(renderer: HtmlRenderer) -> None:
+    page = renderer.render(SMALL)
+    synth = SynthPage(SMALL.id, page.png, page.html, "# Results\n", [], {}, page.width, page.height)
+    record = to_page_record(synth, SMALL)
+    assert validate(record) == []
+    assert record.source == "jinaocrsynth" and record.domain == "synthetic-layout"
+    assert record.provenance[0].stage == "synth:html"
+
+
+def test_cli_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "synth", "--pages", "3", "--seed", "5", "--out", str(out)],
+                          check=False, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    kept = summary["kept"]
+    assert kept + sum(summary["rejected"].values()) == 3 and kept >= 1
+    pngs = sorted((out / "pages").glob("*.png"))
+    assert len(pngs) == kept == len(list((out / "html").glob("*.html"))) == len(list((out / "reference").glob("*.md")))
+    table = pq.read_table(out / "records")
+    assert table.schema.equals(PAGE_SCHEMA, check_metadata=False) and table.num_rows == kept
+    for row in table.to_pylist():
+        assert validate(PageRecord.from_row(row)) == []
+    for jsonl in (out / "bench_data").glob("*.jsonl"):
+        for line in jsonl.read_text().splitlines():
+            assert json.loads(line)["pdf"].endswith(".pdf")
