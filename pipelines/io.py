@@ -26,7 +26,12 @@ def _hf_fs():
 
 
 def match(pattern: str) -> list[str]:
-    """Sorted URIs matching a glob (or the URI itself when it exists and has no wildcard)."""
+    """Sorted URIs matching a glob (or the URI itself when it exists and has no wildcard).
+
+    ``synth://...`` names generated input (``pipelines/sources/synth.py``) and matches itself.
+    """
+    if pattern.startswith("synth://"):
+        return [pattern]
     if _is_hf(pattern):
         fs = _hf_fs()
         found = fs.glob(pattern[len("hf://"):]) if any(c in pattern for c in "*?[") else [pattern[5:]]

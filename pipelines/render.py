@@ -205,6 +205,7 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
         instruction=page.instruction,
         response=page.response,
         response_format=page.response_format,
+        unit_tests=list(page.unit_tests),
         quality=dict(page.quality),
         provenance=provenance,
         split=page.split,

@@ -52,7 +52,6 @@ def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str
     kept_types: Counter[str] = Counter()
     dropped_types: Counter[str] = Counter()
     examples: dict[str, str] = {}
-    fallback = 0
     with HtmlRenderer(out / ".work") as renderer:
         for layout, s, page_seed, pid in plan(pages, seed, suite):
             spec: PageSpec = page_spec(layout, s, page_seed, pid)
@@ -64,7 +63,6 @@ def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str
                 if log:
                     print(f"rejected {pid}: {exc.reason}: {str(exc)[:160]}", file=sys.stderr)
                 continue
-            fallback += page.fallback
             (out / "pages" / f"{spec.id}.png").write_bytes(page.png)
             (out / "html" / f"{spec.id}.html").write_text(page.html, encoding="utf-8")
             (out / "reference" / f"{spec.id}.md").write_text(page.reference, encoding="utf-8")
@@ -83,7 +81,6 @@ def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str
         "rejected_examples": dict(sorted(examples.items())),
         "tests_kept_by_type": dict(sorted(kept_types.items())),
         "tests_dropped_by_reason": dict(sorted(dropped_types.items())),
-        "fallback_reference_pages": fallback,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return summary

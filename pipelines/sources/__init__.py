@@ -16,6 +16,7 @@ SOURCE_KINDS = {
     "loc": "pipelines.sources.historical:LocSource",
     "historical": "pipelines.sources.historical:MappedHistoricalSource",
     "local_folder": "pipelines.sources.local_folder:LocalFolderSource",
+    "jinaocrsynth": "pipelines.sources.synth:SynthSource",
 }
 
 

@@ -41,6 +41,7 @@ class SourcePage:
     quality: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     provenance: list[ProvenanceStep] = field(default_factory=list)
+    unit_tests: list[str] = field(default_factory=list)  # olmOCR-Bench JSON lines (synthetic pages)
 
 
 @dataclass

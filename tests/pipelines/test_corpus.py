@@ -26,6 +26,9 @@ def sample_config(samples_root: Path, tmp_path: Path, **write) -> Path:
     text = text.replace("assets/", f"{REPO}/assets/")
     raw = yaml.safe_load(text)
     raw["run"]["output"] = str(tmp_path / "out")
+    for source in raw["sources"]:
+        if source["kind"] == "jinaocrsynth":  # a few pages keep the suite fast; synth/ has its own tests
+            source["options"].update(pages=3, pages_per_unit=3)
     raw["write"].update(write)
     path = tmp_path / "corpus.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -164,3 +167,16 @@ def test_cleaning_stages_and_dedup_are_in_the_manifest(direct_run):
     samples = pq.read_table(out / "dropped" / "short-short_response.parquet")
     assert 0 < samples.num_rows <= cfg.clean.save_dropped
     assert samples.column("id").to_pylist() == sorted(samples.column("id").to_pylist())
+
+
+def test_synthetic_pages_carry_unit_tests_that_pass_on_their_response(direct_run):
+    from schemas.unit_tests import test_from_json
+
+    _, _, out = direct_run
+    rows = [r for r in pq.read_table(out / "data").to_pylist() if r["source"] == "jinaocrsynth"]
+    assert len(rows) == 3
+    for row in rows:
+        assert row["unit_tests"], row["source_id"]
+        for line in row["unit_tests"]:
+            passed, why = test_from_json(line).check(row["response"])
+            assert passed, (row["source_id"], why)
