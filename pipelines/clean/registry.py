@@ -1,4 +1,4 @@
-"""Per-record cleaning stages by name, built from the ``clean.stages`` list of the config.
+"""Per-record stages by name (cleaning, and the optional ``augment`` degradations), built from the ``clean.stages`` list of the config.
 
 Each entry of ``clean.stages`` is ``{name: <stage>, <option>: <value>, ...}``; the options are
 the fields of the stage's config dataclass (the annotated first argument of its constructor), so
@@ -17,6 +17,8 @@ STAGES = {
     "repeats": "pipelines.clean.repeats:RepeatFilter",
     "short": "pipelines.clean.short:ShortSampleFilter",
     "decontam": "pipelines.clean.decontam:Decontaminate",
+    # robustness degradations (Jina 5.2); off by default, seeded per record id
+    "augment": "synth.augment:DegradeStage",
 }
 
 
