@@ -28,10 +28,11 @@ bench: $(STAMP)
 	$(PY) benchmarks/teds.py
 	$(PY) benchmarks/math_checks.py
 	$(PY) benchmarks/clean.py
+	$(PY) benchmarks/synth.py
 
 deps: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/install_browser_assets.sh assets/katex/package.json assets/katex/package-lock.json
+$(STAMP): pyproject.toml scripts/install_browser_assets.sh scripts/install_latex.sh assets/katex/package.json assets/katex/package-lock.json
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
@@ -40,6 +41,8 @@ $(STAMP): pyproject.toml scripts/install_browser_assets.sh assets/katex/package.
 	fi
 	# Debian chromium + fonts and KaTeX from npm (assets/katex): math checks and HTML synthesis
 	scripts/install_browser_assets.sh
+	# pdflatex (Debian texlive-latex-base/-recommended, fonts-recommended, lmodern): LaTeX synthesis
+	bash scripts/install_latex.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: a plain `torch` requirement would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q --disable-pip-version-check 'torch==2.13.0'

@@ -26,6 +26,7 @@ from schemas.unit_tests import dump_tests
 from synth.blocks import PageSpec
 from synth.pages import page_spec, synthesize_page, to_page_record
 from synth.render_html import LAYOUTS, HtmlRenderer
+from synth.render_latex import LatexRenderer
 
 SUITES: tuple[str, ...] = ("layout", "formula", "table")
 
@@ -42,8 +43,8 @@ def plan(pages: int, seed: int, suite: str) -> list[tuple[str, str, int, str]]:
 
 def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str = "html",
         log: bool = True) -> dict:
-    if renderer_name != "html":
-        raise SystemExit(f"renderer {renderer_name!r} is not available here (only html)")
+    if renderer_name not in ("html", "latex"):
+        raise SystemExit(f"renderer {renderer_name!r} is not available here (html or latex)")
     for sub in ("pages", "html", "reference", "bench_data", "records"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     records: list[PageRecord] = []
@@ -52,11 +53,13 @@ def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str
     kept_types: Counter[str] = Counter()
     dropped_types: Counter[str] = Counter()
     examples: dict[str, str] = {}
-    with HtmlRenderer(out / ".work") as renderer:
+    make_renderer = LatexRenderer if renderer_name == "latex" else HtmlRenderer
+    with make_renderer(out / ".work") as renderer:
         for layout, s, page_seed, pid in plan(pages, seed, suite):
             spec: PageSpec = page_spec(layout, s, page_seed, pid)
             try:
                 page = synthesize_page(spec, renderer)
+                page.renderer = renderer_name
             except RecordError as exc:
                 rejected[exc.reason] += 1
                 examples.setdefault(exc.reason, str(exc)[:300])
@@ -64,7 +67,7 @@ def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str
                     print(f"rejected {pid}: {exc.reason}: {str(exc)[:160]}", file=sys.stderr)
                 continue
             (out / "pages" / f"{spec.id}.png").write_bytes(page.png)
-            (out / "html" / f"{spec.id}.html").write_text(page.html, encoding="utf-8")
+            (out / "html" / f"{spec.id}.{'tex' if renderer_name == 'latex' else 'html'}").write_text(page.html, encoding="utf-8")
             (out / "reference" / f"{spec.id}.md").write_text(page.reference, encoding="utf-8")
             tests_by_suite.setdefault(s, []).extend(page.tests)
             kept_types.update(t.type for t in page.tests)

@@ -1,0 +1,162 @@
+"""The LaTeX renderer of JinaOCRSynth against real ``pdflatex`` (required: the module runs
+``scripts/install_latex.sh`` when it is missing and fails with a clear message if it still is)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from schemas.deadletter import RecordError
+from schemas.page import PAGE_SCHEMA, PageRecord, validate
+from synth.blocks import (
+    Footnote,
+    Formula,
+    Furniture,
+    Heading,
+    PageSpec,
+    Paragraph,
+    PlacedBlock,
+    Table,
+    TableCell,
+)
+from synth.pages import page_spec, synthesize_page, to_page_record
+from synth.reference import reference_markdown
+from synth.render_latex import (
+    LatexRenderer,
+    escape_text,
+    math_source,
+    pdf_text,
+    render_latex,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def renderer() -> LatexRenderer:
+    if shutil.which("pdflatex") is None:
+        subprocess.run(["bash", str(REPO / "scripts" / "install_latex.sh")], check=False)
+    if shutil.which("pdflatex") is None:
+        pytest.fail("pdflatex is missing and scripts/install_latex.sh could not install it "
+                    "(Debian texlive-latex-base, texlive-latex-recommended, texlive-fonts-recommended, lmodern)")
+    return LatexRenderer()
+
+
+def _spec(blocks: list, *, layout: str = "report", columns: int = 1, size: tuple[int, int] = (640, 820),
+          id: str = "t-page") -> PageSpec:
+    return PageSpec(
+        id=id, layout=layout, suite="layout", columns=columns, width_px=size[0], height_px=size[1],
+        furniture=Furniture(header="Test Report 2024", footer="Internal", page_number="3"),
+        blocks=tuple(PlacedBlock(b, c) for b, c in blocks),
+    )
+
+
+def _image(png: bytes) -> Image.Image:
+    return Image.open(io.BytesIO(png))
+
+
+def test_report_and_paper_pages_render_at_the_spec_size(renderer: LatexRenderer) -> None:
+    report = page_spec("report", "layout", 3, "lt-report")
+    paper = page_spec("paper", "layout", 4, "lt-paper")
+    assert paper.columns == 2
+    for spec in (report, paper):
+        page = synthesize_page(spec, renderer)
+        assert _image(page.png).size == (spec.width_px, spec.height_px)
+        assert (page.width, page.height) == (spec.width_px, spec.height_px)
+        assert page.html.startswith("\\documentclass")
+        assert page.reference == reference_markdown(spec)
+        page.renderer = "latex"
+        record = to_page_record(page, spec)
+        assert validate(record) == []
+    assert "multicols*" in render_latex(paper)[0]
+
+
+def test_formula_and_table_suites_render(renderer: LatexRenderer) -> None:
+    for suite in ("formula", "table"):
+        for layout in ("report", "paper"):
+            spec = page_spec(layout, suite, 11, f"lt-{suite}-{layout}")
+            page = renderer.render(spec)
+            assert _image(page.png).size == (spec.width_px, spec.height_px)
+
+
+def test_spans_header_rows_and_footnotes(renderer: LatexRenderer) -> None:
+    table = Table(rows=(
+        (TableCell("Region", rowspan=2, header=True), TableCell("2023", colspan=2, header=True)),
+        (TableCell("Q1", header=True), TableCell("Q2", header=True)),
+        (TableCell("North", rowspan=2), TableCell("1,204"), TableCell("98.5%")),
+        (TableCell("7"), TableCell("")),
+    ), caption="Sales by quarter", style="grid")
+    spec = _spec([(Heading("Results", 2), 0), (table, 0), (Paragraph("See the notes[^1]."), 0),
+                  (Footnote("1", "A note."), 0)])
+    tex, _ = render_latex(spec)
+    assert "\\multicolumn{2}{c|}{\\textbf{2023}}" in tex
+    assert "\\pmspanrows{2}{\\textbf{Region}}" in tex
+    assert "\\footnotemark[1]" in tex and "\\footnotetext[1]{A note.}" in tex
+    pdf = renderer.compile(tex)
+    text = pdf_text(pdf)
+    for cell in ("Region", "2023", "Q1", "Q2", "North", "1,204", "98.5%", "Sales by quarter", "A note."):
+        assert cell in text
+    for furniture in ("Test Report 2024", "Internal"):
+        assert furniture in text
+
+
+def test_specials_are_escaped_and_land_in_the_text_layer(renderer: LatexRenderer) -> None:
+    assert escape_text("a_b ~ ^ \\") == "a\\_b \\textasciitilde{} \\textasciicircum{} \\textbackslash{}"
+    assert math_source("α ≤ 3") == "\\alpha  \\leq  3"
+    para = Paragraph("Costs rose 50% & $3 per #item_1 {net} ~x^2 \\ and **bold** *it* \\(x^{2}\\).")
+    spec = _spec([(para, 0)])
+    page = renderer.render(spec)
+    assert _image(page.png).size == (640, 820)
+    text = pdf_text(renderer.compile(page.html))
+    assert "50% & $3" in text
+    assert "#item_1 {net}" in text
+
+
+def test_text_that_cannot_fit_is_an_overflow(renderer: LatexRenderer) -> None:
+    long = Paragraph(" ".join(["Every sentence adds another line of text to this page."] * 400))
+    with pytest.raises(RecordError) as err:
+        renderer.render(_spec([(long, 0)]))
+    assert err.value.reason == "synth_overflow"
+
+
+def test_broken_macro_is_latex_failed_with_log_excerpt(renderer: LatexRenderer, tmp_path: Path) -> None:
+    r = LatexRenderer(tmp_path)
+    with pytest.raises(RecordError) as err:
+        r.render(_spec([(Formula("\\frac{a}{b} + \\notamacro{x}"), 0)]))
+    assert err.value.reason == "synth_latex_failed"
+    assert "Undefined control sequence" in str(err.value)
+    assert list(tmp_path.iterdir()) == []  # the job's temp dir is removed
+
+
+def test_timeout_is_reported(tmp_path: Path) -> None:
+    r = LatexRenderer(tmp_path, timeout_s=0.5)
+    loop = "\\documentclass{article}\\begin{document}\\def\\x{\\x}\\x\\end{document}"
+    with pytest.raises(RecordError) as err:
+        r.compile(loop)
+    assert err.value.reason == "synth_latex_timeout"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_latex_end_to_end(renderer: LatexRenderer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "synth", "--renderer", "latex", "--pages", "2", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["kept"] + sum(summary["rejected"].values()) == 2
+    assert summary["kept"] >= 1
+    assert len(list((out / "pages").glob("*.png"))) == summary["kept"]
+    assert len(list((out / "html").glob("*.tex"))) == summary["kept"]
+    table = pq.read_table(out / "records" / "synth-00000.parquet")
+    assert table.schema.equals(PAGE_SCHEMA, check_metadata=False)
+    for row in table.to_pylist():
+        assert row["provenance"][0]["stage"] == "synth:latex"
+        assert validate(PageRecord.from_row(row)) == []
