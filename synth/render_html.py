@@ -1,14 +1,19 @@
 """HTML renderer for JinaOCRSynth pages: a ``PageSpec`` -> jinja2 HTML -> Chromium -> PNG.
 
 One shared Chromium per process (``schemas.browser.shared_browser``) and one reused offline page
-per renderer: each page's HTML is written to the renderer's own temp folder and loaded from there,
-so the only requests the page may make are ``file://`` under that folder and KaTeX's ``dist``
-(``schemas.browser.new_offline_page`` aborts everything else). The viewport is the spec's page
-size; formulas are typeset in the page by ``katex.render`` (``throwOnError``); after fonts load,
-a geometry check in the page reports every element outside the page box or its column and every
-column that scrolls (content clipped by ``overflow: hidden``). Such pages raise
-``RecordError("synth_overflow")``, KaTeX failures ``RecordError("synth_katex_error")``, and a page
-that does not finish within the timeout ``RecordError("synth_timeout")``.
+per renderer. The page loads a shell document once (KaTeX's CSS and script, from the renderer's own
+temp folder); for each spec the full standalone document is rendered by ``render_html`` (what
+``html/<id>.html`` holds) and its ``<html lang>``, ``<style>``, ``<body class>`` and body are swapped
+into the shell, so no file is written and nothing is re-parsed per page. The only requests the page
+may make are ``file://`` under that folder and KaTeX's ``dist`` (``schemas.browser.new_offline_page``
+aborts everything else). The viewport is the spec's page size; formulas are typeset in the page by
+``katex.render`` (``throwOnError``); after images decode and fonts load (awaited only while some are
+loading), a geometry check in the page reports every element outside the page box or its column and
+every column that scrolls (content clipped by ``overflow: hidden``). The same check (``CHECK_JS``)
+runs in the standalone document. Such pages raise ``RecordError("synth_overflow")``, KaTeX failures
+``RecordError("synth_katex_error")``, and a page that does not finish within the timeout
+``RecordError("synth_timeout")``. The page box is captured by CDP ``Page.captureScreenshot`` (PNG
+with Chromium's fast settings, a lossless carrier).
 
 Images are encoded like the corpus (``pipelines.render``): PNG, zlib level 1, achromatic pages as
 8-bit grey. Chromium's output for the same HTML, fonts and build is byte-stable in our checks.
@@ -28,7 +33,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 from PIL import Image
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, CDPSession, Page
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -43,10 +48,12 @@ TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 LAYOUTS: tuple[str, ...] = ("report", "paper", "newspaper", "invoice", "form", "slides", "blog", "infographic")
 DEFAULT_TIMEOUT_MS = 15_000
 
-# Runs in the page after KaTeX has loaded: typeset, wait for fonts, then measure.
-PAGE_SCRIPT = r"""
-window.pmReport = null;
-(async () => {
+# The in-page check, shared by the standalone document (``PAGE_SCRIPT``) and the renderer's reused
+# shell (``HtmlRenderer``): typeset every ``[data-tex]`` node with KaTeX, wait for images to decode
+# and for fonts (only while some are loading), then measure. Resolves to ``{errors, problems,
+# nproblems}``, or ``{timeout: true}`` when images or fonts take longer than ``timeoutMs``.
+CHECK_JS = r"""
+async (timeoutMs) => {
   const errors = [];
   for (const el of document.querySelectorAll("[data-tex]")) {
     try {
@@ -56,13 +63,22 @@ window.pmReport = null;
       errors.push(`${(e && e.name) || "Error"}: ${(e && e.message) || e} in ${el.dataset.tex}`);
     }
   }
-  await document.fonts.ready;
+  const page = document.getElementById("page");
+  page.getBoundingClientRect();  // style and layout now, so that every font the page uses starts loading
+  const waits = [...document.images].map((img) => img.decode().catch(() => null));
+  if (document.fonts.status !== "loaded") waits.push(document.fonts.ready);
+  if (waits.length) {
+    let timer;
+    const late = new Promise((resolve) => { timer = setTimeout(() => resolve("timeout"), timeoutMs); });
+    const done = await Promise.race([Promise.all(waits), late]);
+    clearTimeout(timer);
+    if (done === "timeout") return {timeout: true, errors, problems: [], nproblems: 0};
+  }
   const tol = 1.5;
   const problems = [];
   const name = (el) => el.localName + (el.className && typeof el.className === "string" ? "." + el.className.split(" ")[0] : "")
     + ` "${(el.textContent || "").trim().slice(0, 40)}"`;
   const outside = (r, b) => r.left < b.left - tol || r.top < b.top - tol || r.right > b.right + tol || r.bottom > b.bottom + tol;
-  const page = document.getElementById("page");
   const P = page.getBoundingClientRect();
   const root = document.documentElement;
   if (root.scrollWidth > Math.ceil(P.width) + 1 || root.scrollHeight > Math.ceil(P.height) + 1)
@@ -91,9 +107,45 @@ window.pmReport = null;
   for (const el of page.querySelectorAll(".math-display")) {
     if (el.scrollWidth > el.clientWidth + 1) problems.push(`formula clipped: ${el.dataset.tex.slice(0, 40)}`);
   }
-  window.pmReport = {errors, problems: problems.slice(0, 20), nproblems: problems.length};
-})();
+  return {errors, problems: problems.slice(0, 20), nproblems: problems.length};
+}
 """
+
+# Runs in a standalone page (the saved ``html/<id>.html``) once KaTeX has loaded.
+PAGE_SCRIPT = "window.pmReport = null;\n(" + CHECK_JS.strip() + ")(" + str(DEFAULT_TIMEOUT_MS) + ").then((r) => { window.pmReport = r; });\n"
+
+# The renderer's reused shell: KaTeX's CSS and script load once; each page then swaps in its own
+# ``<html lang>``, ``<style>``, ``<body class>`` and body (``_SWAP_JS``) and runs ``CHECK_JS``.
+_SHELL = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>pagemill synth</title>
+<link rel="stylesheet" href="{katex_base}/katex.min.css">
+<script src="{katex_base}/katex.min.js"></script>
+<style id="pm-style"></style>
+</head>
+<body></body>
+</html>
+"""
+_SWAP_JS = "async ([lang, css, bodyClass, body, timeoutMs]) => {\n" \
+    "  document.documentElement.lang = lang;\n" \
+    "  document.getElementById('pm-style').textContent = css;\n" \
+    "  document.body.className = bodyClass;\n" \
+    "  document.body.innerHTML = body;\n" \
+    "  window.scrollTo(0, 0);\n" \
+    "  return await (" + CHECK_JS.strip() + ")(timeoutMs);\n}"
+_PARTS = re.compile(r'<html lang="(?P<lang>[^"]*)">.*?<style>\n(?P<css>.*?)</style>\n</head>\n'
+                    r'<body class="(?P<cls>[^"]*)">\n(?P<body>.*)<script>.*</script>\n</body>\n</html>\n?\Z', re.DOTALL)
+
+
+def html_parts(html: str) -> tuple[str, str, str, str]:
+    """``(lang, css, body class, body)`` of a ``render_html`` document: what the shell swaps in."""
+    m = _PARTS.search(html)
+    if m is None:
+        raise ValueError("not a synth page document")
+    return m["lang"], m["css"], m["cls"], m["body"]
+
 
 _INLINE = re.compile(r"\\\((.+?)\\\)|\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", re.DOTALL)
 _NUMERIC = re.compile(r"^[\s$€£%()+\-−.,0-9]+$")
@@ -213,7 +265,13 @@ class RenderedPage:
 
 
 class HtmlRenderer:
-    """Renders ``PageSpec``s through one reused offline Chromium page; not thread-safe (one per worker)."""
+    """Renders ``PageSpec``s through one reused offline Chromium page; not thread-safe (one per worker).
+
+    The page loads a shell document once (KaTeX's CSS and script from its ``dist``); each spec's
+    style and body are then swapped into it (``_SWAP_JS``), typeset and checked in one round trip,
+    and the page box is captured with ``Page.captureScreenshot``. Nothing is written per page: the
+    only file is the shell in the renderer's own folder, the one other directory the page may read.
+    """
 
     def __init__(self, work_dir: Path | str | None = None, *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  browser: Browser | None = None, png_compress_level: int = 1) -> None:
@@ -221,22 +279,30 @@ class HtmlRenderer:
         if work_dir is not None:
             Path(work_dir).mkdir(parents=True, exist_ok=True)
         self._dir = Path(tempfile.mkdtemp(prefix="synth-html-", dir=work_dir)).resolve()
+        self._shell = self._dir / "shell.html"
+        self._shell.write_text(_SHELL.format(katex_base=self._dist.as_uri()), encoding="utf-8")
         self._browser = browser
         self._page: Page | None = None
+        self._cdp: CDPSession | None = None
+        self._size: tuple[int, int] | None = None
         self.timeout_ms = timeout_ms
         self._encode_cfg = RenderConfig(png_compress_level=png_compress_level)
 
     @property
     def page_dir(self) -> Path:
-        """Where page HTML is written before loading (an allowed directory of the offline page)."""
+        """The renderer's folder (holds the shell document; an allowed directory of the offline page)."""
         return self._dir
 
     def _get_page(self, size: tuple[int, int]) -> Page:
         if self._page is None or self._page.is_closed():
             browser = self._browser if self._browser is not None else shared_browser()
             self._page = new_offline_page(browser, [self._dist, self._dir], viewport=size)
-        elif self._page.viewport_size != {"width": size[0], "height": size[1]}:
+            self._size = size
+            self._page.goto(self._shell.as_uri(), wait_until="load", timeout=self.timeout_ms)
+            self._cdp = self._page.context.new_cdp_session(self._page)
+        elif self._size != size:
             self._page.set_viewport_size({"width": size[0], "height": size[1]})
+            self._size = size
         return self._page
 
     def _drop_page(self) -> None:
@@ -246,33 +312,40 @@ class HtmlRenderer:
             except PlaywrightError:
                 pass
             self._page = None
+            self._cdp = None
+            self._size = None
 
     def render(self, spec: PageSpec) -> RenderedPage:
         html = render_html(spec, self._dist.as_uri())
+        lang, css, body_class, body = html_parts(html)
         size = (spec.width_px, spec.height_px)
-        path = self._dir / "page.html"
-        path.write_text(html, encoding="utf-8")
-        page = self._get_page(size)
         try:
-            page.goto(path.as_uri(), wait_until="load", timeout=self.timeout_ms)
-            page.wait_for_function("window.pmReport !== null", timeout=self.timeout_ms)
-            report = page.evaluate("window.pmReport")
+            page = self._get_page(size)
+            report = page.evaluate(_SWAP_JS, [lang, css, body_class, body, self.timeout_ms])
+            if report.get("timeout"):
+                raise PlaywrightTimeout(f"images or fonts not ready in {self.timeout_ms} ms")
             if report["errors"]:
                 raise RecordError("synth_katex_error", f"{spec.id}: " + "; ".join(report["errors"][:3]))
             if report["nproblems"]:
                 raise RecordError("synth_overflow",
                                   f"{spec.id}: {report['nproblems']} geometry problems: " + "; ".join(report["problems"][:3]))
-            shot = page.screenshot(clip={"x": 0, "y": 0, "width": size[0], "height": size[1]},
-                                   type="png", animations="disabled", caret="hide")
+            assert self._cdp is not None
+            # Chromium's PNG is only a lossless carrier here (re-encoded below like the corpus), so
+            # let it use its fast zlib settings.
+            shot = self._cdp.send("Page.captureScreenshot", {
+                "format": "png", "optimizeForSpeed": True, "captureBeyondViewport": False, "fromSurface": True,
+                "clip": {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1}})
         except PlaywrightTimeout as exc:
             self._drop_page()  # a hung page must not poison the next one
             raise RecordError("synth_timeout", f"{spec.id}: page did not finish in {self.timeout_ms} ms") from exc
         except PlaywrightError:
             self._drop_page()
             raise
-        image = Image.open(io.BytesIO(shot)).convert("RGB")
+        image = Image.open(io.BytesIO(base64.b64decode(shot["data"])))
         if image.size != size:
             raise RecordError("synth_bad_size", f"{spec.id}: screenshot {image.size} != {size}")
+        if image.mode != "RGB":
+            image = image.convert("RGB")
         return RenderedPage(png=_encode(image, self._encode_cfg), html=html, width=size[0], height=size[1])
 
     def close(self) -> None:

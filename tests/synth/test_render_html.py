@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import subprocess
@@ -13,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from schemas.browser import new_offline_page, shared_browser
 from schemas.deadletter import RecordError
 from schemas.page import PAGE_SCHEMA, PageRecord, validate
 from synth.blocks import (
@@ -26,7 +28,7 @@ from synth.blocks import (
     TableCell,
 )
 from synth.pages import SynthPage, to_page_record
-from synth.render_html import HtmlRenderer, render_html
+from synth.render_html import HtmlRenderer, katex_dist, render_html
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -136,3 +138,39 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     for jsonl in (out / "bench_data").glob("*.jsonl"):
         for line in jsonl.read_text().splitlines():
             assert json.loads(line)["pdf"].endswith(".pdf")
+
+
+def test_no_state_leaks_between_pages(renderer: HtmlRenderer, tmp_path: Path) -> None:
+    """Pages rendered in sequence by one reused renderer equal each page from a fresh renderer."""
+    other = _spec([(Heading("Zweite Seite", 2), 0), (Paragraph("Links \\(a^2 + b^2\\)."), 0),
+                   (Heading("Rechts", 2), 1), (Formula(r"\sum_{k=1}^{n} k = \frac{n(n+1)}{2}"), 1)],
+                  layout="newspaper", columns=2, size=(700, 760), id="t-other")
+    other = dataclasses.replace(other, language="de")
+    in_sequence = [renderer.render(spec).png for spec in (SMALL, other, SMALL, other)]
+    fresh = []
+    for spec in (SMALL, other):
+        with HtmlRenderer(tmp_path) as r:
+            fresh.append(r.render(spec).png)
+    assert in_sequence == fresh + fresh
+    assert fresh[0] != fresh[1]
+
+
+def test_saved_html_is_a_standalone_document(renderer: HtmlRenderer, tmp_path: Path) -> None:
+    """The returned HTML, loaded on its own, typesets, passes its checks and looks like the PNG."""
+    rendered = renderer.render(SMALL)
+    html = rendered.html
+    assert html == render_html(SMALL, katex_dist().as_uri())
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    path = tmp_path / "page.html"
+    path.write_text(html, encoding="utf-8")
+    page = new_offline_page(shared_browser(), [katex_dist(), tmp_path], viewport=(SMALL.width_px, SMALL.height_px))
+    try:
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_function("window.pmReport !== null", timeout=15_000)
+        report = page.evaluate("window.pmReport")
+        assert report["errors"] == [] and report["nproblems"] == 0, report
+        shot = page.screenshot(clip={"x": 0, "y": 0, "width": SMALL.width_px, "height": SMALL.height_px}, type="png")
+    finally:
+        page.context.close()
+    standalone = Image.open(io.BytesIO(shot)).convert("RGB")
+    assert standalone.tobytes() == Image.open(io.BytesIO(rendered.png)).convert("RGB").tobytes()
