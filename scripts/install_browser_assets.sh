@@ -9,7 +9,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 KATEX_DIR="$ROOT/assets/katex"
-DEB_PACKAGES=(chromium fonts-dejavu-core)
+DEB_PACKAGES=(chromium fonts-dejavu-core fonts-wqy-microhei)  # wqy: Simplified Chinese pages
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

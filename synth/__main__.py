@@ -1,4 +1,5 @@
-"""CLI: ``python -m synth --pages N --seed S --out DIR [--suite layout|formula|table|all] [--renderer html]``.
+"""CLI: ``python -m synth --pages N --seed S --out DIR [--suite layout|formula|table|all] [--renderer html]
+[--language en|zh|mixed]``.
 
 Writes, for each kept page, ``DIR/pages/<id>.png``, ``DIR/html/<id>.html`` and
 ``DIR/reference/<id>.md``; per suite ``DIR/bench_data/<suite>.jsonl`` (olmOCR-Bench tests whose
@@ -6,7 +7,8 @@ Writes, for each kept page, ``DIR/pages/<id>.png``, ``DIR/html/<id>.html`` and
 ``DIR/records/synth-00000.parquet`` (``PageRecord`` rows, ``schemas.page.PAGE_SCHEMA``, sorted by
 id); and ``DIR/summary.json`` (pages kept, rejected by reason, tests kept and dropped by type).
 Page ``i`` gets layout ``LAYOUTS[i % 8]``, suite ``SUITES[i % 3]`` under ``--suite all``, and seed
-``S * 1_000_003 + i``; the same arguments give byte-identical files.
+``S * 1_000_003 + i``; ``--language mixed`` makes every 4th page (``i % 4 == 3``) Chinese (ids
+``...-zh-...``); the same arguments give byte-identical files.
 """
 
 from __future__ import annotations
@@ -31,18 +33,31 @@ from synth.render_latex import LatexRenderer
 SUITES: tuple[str, ...] = ("layout", "formula", "table")
 
 
-def plan(pages: int, seed: int, suite: str) -> list[tuple[str, str, int, str]]:
-    """(layout, suite, page seed, id) for each page of a run."""
+LANGUAGE_CHOICES: tuple[str, ...] = ("en", "zh", "mixed")
+
+
+def page_language(i: int, language: str) -> str:
+    """The language of page ``i`` under ``--language`` (mixed: every 4th page zh)."""
+    if language == "mixed":
+        return "zh" if i % 4 == 3 else "en"
+    return language
+
+
+def plan(pages: int, seed: int, suite: str, language: str = "en") -> list[tuple[str, str, int, str]]:
+    """(layout, suite, page seed, id) for each page of a run; page ``i``'s language is
+    ``page_language(i, language)`` (non-en pages carry it in their id)."""
     out = []
     for i in range(pages):
         s = SUITES[i % len(SUITES)] if suite == "all" else suite
         layout = LAYOUTS[i % len(LAYOUTS)]
-        out.append((layout, s, seed * 1_000_003 + i, f"synth-{s}-{layout}-s{seed}-{i:05d}"))
+        lang = page_language(i, language)
+        tag = "" if lang == "en" else f"-{lang}"
+        out.append((layout, s, seed * 1_000_003 + i, f"synth-{s}-{layout}{tag}-s{seed}-{i:05d}"))
     return out
 
 
 def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str = "html",
-        log: bool = True) -> dict:
+        log: bool = True, language: str = "en") -> dict:
     if renderer_name not in ("html", "latex"):
         raise SystemExit(f"renderer {renderer_name!r} is not available here (html or latex)")
     for sub in ("pages", "html", "reference", "bench_data", "records"):
@@ -55,8 +70,8 @@ def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str
     examples: dict[str, str] = {}
     make_renderer = LatexRenderer if renderer_name == "latex" else HtmlRenderer
     with make_renderer(out / ".work") as renderer:
-        for layout, s, page_seed, pid in plan(pages, seed, suite):
-            spec: PageSpec = page_spec(layout, s, page_seed, pid)
+        for i, (layout, s, page_seed, pid) in enumerate(plan(pages, seed, suite, language)):
+            spec: PageSpec = page_spec(layout, s, page_seed, pid, page_language(i, language))
             try:
                 page = synthesize_page(spec, renderer)
                 page.renderer = renderer_name
@@ -96,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--suite", choices=(*SUITES, "all"), default="all")
     ap.add_argument("--renderer", choices=("html", "latex"), default="html")
+    ap.add_argument("--language", choices=LANGUAGE_CHOICES, default="en")
     args = ap.parse_args(argv)
-    summary = run(args.pages, args.seed, args.out, args.suite, args.renderer)
+    summary = run(args.pages, args.seed, args.out, args.suite, args.renderer, language=args.language)
     print(f"kept {summary['kept']}/{summary['pages_requested']} pages; rejected {summary['rejected'] or 'none'}")
     print(f"tests kept {summary['tests_kept_by_type']}; dropped {summary['tests_dropped_by_reason']}")
     return 0

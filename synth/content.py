@@ -19,12 +19,18 @@ Conventions the renderers rely on (paragraph, list-item and footnote text):
 Blocks are in reading order, column by column (``PlacedBlock.column`` never decreases), so
 ``synth.reference`` can emit them as they come. The amount of content is modest so that a page
 fits; ``max_blocks`` caps the body and ``density`` (0.5-1.5) scales optional text.
+
+``language="zh"`` gives a Simplified Chinese page: paragraphs from ``synth/data/snippets_zh.json``
+(CC0, written for pagemill), Chinese names, organisations, headings, captions, furniture and dates
+(``2021年3月5日``); tables and formulas stay as generated. Chart figures carry a seeded, text-free
+matplotlib PNG (``synth.charts``) in ``Figure.image_png``.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -42,11 +48,13 @@ from synth.blocks import (
     PlacedBlock,
     Table,
 )
+from synth.charts import chart_png
 from synth.formulas import generate_formula, inline_formula
 from synth.tables import generate_table
 
 LAYOUTS: tuple[str, ...] = ("report", "slides", "blog", "infographic", "newspaper", "form", "invoice", "paper")
 SUITES: tuple[str, ...] = ("layout", "formula", "table")
+LANGUAGES: tuple[str, ...] = ("en", "zh")
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
 _FIRST = ("Amara", "Bruno", "Chen", "Dagny", "Elif", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kofi", "Lena",
@@ -61,6 +69,12 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
 _SECTION_HEADINGS = ("Background", "Method", "Findings", "Discussion", "Outlook", "Summary", "Next steps",
                      "Results", "Context", "Recommendations")
 
+_ZH_FAMILY = ("王", "李", "张", "刘", "陈", "杨", "赵", "黄", "周", "吴", "徐", "孙", "胡", "朱", "高", "林")
+_ZH_GIVEN = ("晓明", "婷", "建国", "丽华", "志强", "敏", "海燕", "俊杰", "雪", "文博", "静怡", "国平", "欣然", "立新")
+_ZH_ORGS = ("东湖水务局", "北山研究所", "江城交通管理局", "南岭野外观测站", "青松合作社", "云台天文台",
+            "西溪档案馆", "临海测绘院")
+_ZH_HEADINGS = ("背景", "方法", "主要发现", "讨论", "展望", "小结", "下一步工作", "结果", "概况", "建议")
+
 
 @dataclass(frozen=True)
 class Snippet:
@@ -71,20 +85,25 @@ class Snippet:
     topic: str
 
 
-@lru_cache(maxsize=1)
-def load_snippets() -> tuple[Snippet, ...]:
-    """The bundled openly licensed paragraphs (title, text, licence, source, topic)."""
-    data = json.loads((DATA_DIR / "snippets.json").read_text(encoding="utf-8"))
+@lru_cache(maxsize=2)
+def load_snippets(language: str = "en") -> tuple[Snippet, ...]:
+    """The bundled openly licensed paragraphs (title, text, licence, source, topic) of ``language``."""
+    name = {"en": "snippets.json", "zh": "snippets_zh.json"}[language]
+    data = json.loads((DATA_DIR / name).read_text(encoding="utf-8"))
     return tuple(Snippet(s["title"], s["text"], s["license"], s["source"], s["topic"]) for s in data["snippets"])
 
 
 # -- procedural values ---------------------------------------------------------------------------
 
-def person_name(rng: random.Random) -> str:
+def person_name(rng: random.Random, language: str = "en") -> str:
+    if language == "zh":
+        return rng.choice(_ZH_FAMILY) + rng.choice(_ZH_GIVEN)
     return f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
 
 
-def date_text(rng: random.Random) -> str:
+def date_text(rng: random.Random, language: str = "en") -> str:
+    if language == "zh":
+        return f"{rng.randint(2015, 2025)}年{rng.randint(1, 12)}月{rng.randint(1, 28)}日"
     return f"{rng.randint(1, 28)} {rng.choice(_MONTHS)} {rng.randint(2015, 2025)}"
 
 
@@ -97,8 +116,16 @@ def number_text(rng: random.Random) -> str:
     return f"{rng.uniform(10, 9999):,.2f}"
 
 
-def fact_sentence(rng: random.Random) -> str:
+def fact_sentence(rng: random.Random, language: str = "en") -> str:
     """A sentence carrying generated names, numbers and dates (good ``present`` targets)."""
+    if language == "zh":
+        org = rng.choice(_ZH_ORGS)
+        return rng.choice([
+            f"{org}在{date_text(rng, 'zh')}至{date_text(rng, 'zh')}期间共记录了{rng.randint(1200, 98000):,}条观测数据。",
+            f"{person_name(rng, 'zh')}负责此次调查，覆盖{rng.randint(3, 40)}个区县的{rng.randint(12, 480)}个站点。",
+            f"据{person_name(rng, 'zh')}介绍，{rng.randint(2016, 2026)}年的预算定为{number_text(rng)}元。",
+            f"{date_text(rng, 'zh')}的复核确认，该时期内的变化幅度为{rng.uniform(1, 40):.1f}%。",
+        ])
     org = rng.choice(_ORGS)
     return rng.choice([
         f"The {org} recorded {number_text(rng)} observations between {date_text(rng)} and {date_text(rng)}.",
@@ -113,10 +140,12 @@ def fact_sentence(rng: random.Random) -> str:
 class ContentSource:
     """Draws text blocks from the snippets without repeating one on a page; records what it used."""
 
-    def __init__(self, rng: random.Random, density: float = 1.0):
+    def __init__(self, rng: random.Random, density: float = 1.0, language: str = "en"):
         self.rng = rng
+        self.language = language
+        self.zh = language == "zh"
         self.density = max(0.5, min(1.5, density))
-        self._pool = list(load_snippets())
+        self._pool = list(load_snippets(language))
         rng.shuffle(self._pool)
         self.used: list[Snippet] = []
         self._footnotes = 0
@@ -128,7 +157,7 @@ class ContentSource:
 
     def heading(self, level: int = 2, text: str | None = None) -> Heading:
         if text is None:
-            text = self.rng.choice(_SECTION_HEADINGS) if self.rng.random() < 0.5 else self._pool[
+            text = self.rng.choice(_ZH_HEADINGS if self.zh else _SECTION_HEADINGS) if self.rng.random() < 0.5 else self._pool[
                 (len(self.used)) % len(self._pool)].title
         return Heading(text=text, level=level)
 
@@ -139,22 +168,30 @@ class ContentSource:
         keep = max(1, round(len(sentences) * min(1.0, self.density)))
         sentences = sentences[:keep]
         if bold:
-            sentences[0] = _embolden(self.rng, sentences[0])
+            sentences[0] = (_embolden_zh if self.zh else _embolden)(self.rng, sentences[0])
         note: Footnote | None = None
         if footnote:
             self._footnotes += 1
             marker = str(self._footnotes)
             first = sentences[0]
-            sentences[0] = first[:-1] + f"[^{marker}]" + first[-1] if first[-1] in ".!?" else first + f"[^{marker}]"
+            sentences[0] = first[:-1] + f"[^{marker}]" + first[-1] if first[-1] in ".!?。！？" else first + f"[^{marker}]"
             note = Footnote(marker=marker, text=self.footnote_text())
         if inline_math:
             a, b = inline_formula(self.rng), inline_formula(self.rng)
-            sentences.append(f"In the fitted model \\( {a} \\), and the bound \\( {b} \\) holds for every site.")
+            sentences.append(f"在拟合模型 \\( {a} \\) 中，界 \\( {b} \\) 对每个站点都成立。" if self.zh else
+                             f"In the fitted model \\( {a} \\), and the bound \\( {b} \\) holds for every site.")
         if fact if fact is not None else self.rng.random() < 0.5 * self.density:
-            sentences.append(fact_sentence(self.rng))
-        return Paragraph(" ".join(sentences)), note
+            sentences.append(fact_sentence(self.rng, self.language))
+        return Paragraph(("" if self.zh else " ").join(sentences)), note
 
     def footnote_text(self) -> str:
+        if self.zh:
+            return self.rng.choice([
+                f"数据于{date_text(self.rng, 'zh')}修订。",
+                f"资料来源：{self.rng.choice(_ZH_ORGS)}内部数据。",
+                f"与{person_name(self.rng, 'zh')}的私人通信。",
+                f"不含{self.rng.randint(2, 30)}条不完整记录。",
+            ])
         return self.rng.choice([
             f"Figures revised on {date_text(self.rng)}.",
             f"Source: {self.rng.choice(_ORGS)}, internal data.",
@@ -169,6 +206,10 @@ class ContentSource:
             kind = self.rng.random()
             if kind < 0.4:
                 items.append(_sentences(self.snippet().text)[0])
+            elif self.zh and kind < 0.7:
+                items.append(f"{self.rng.choice(_ZH_HEADINGS)}：{date_text(self.rng, 'zh')}前完成{number_text(self.rng)}")
+            elif self.zh:
+                items.append(f"请联系{self.rng.choice(_ZH_ORGS)}的{person_name(self.rng, 'zh')}")
             elif kind < 0.7:
                 items.append(f"{self.rng.choice(_SECTION_HEADINGS)}: {number_text(self.rng)} by {date_text(self.rng)}")
             else:
@@ -177,11 +218,19 @@ class ContentSource:
 
     def figure(self, n: int = 1) -> Figure:
         s = self.rng.choice(self._pool)
-        caption = self.rng.choice([
-            f"Figure {n}: {s.title} at {self.rng.randint(3, 40)} monitoring sites, {self.rng.randint(2015, 2025)}.",
-            f"Figure {n}. Share of {s.topic} records by quarter ({number_text(self.rng)} in total).",
-        ])
-        return Figure(caption=caption, kind=self.rng.choice(["placeholder", "chart"]))
+        if self.zh:
+            caption = self.rng.choice([
+                f"图{n}：{self.rng.randint(2015, 2025)}年{self.rng.randint(3, 40)}个监测站点的{s.title}情况。",
+                f"图{n}　各季度{s.topic}类记录所占比例（共{self.rng.randint(1200, 98000):,}条）。",
+            ])
+        else:
+            caption = self.rng.choice([
+                f"Figure {n}: {s.title} at {self.rng.randint(3, 40)} monitoring sites, {self.rng.randint(2015, 2025)}.",
+                f"Figure {n}. Share of {s.topic} records by quarter ({number_text(self.rng)} in total).",
+            ])
+        kind = self.rng.choice(["placeholder", "chart"])
+        # The chart is seeded by the caption (no draw from the page's rng), text-free (synth.charts).
+        return Figure(caption=caption, kind=kind, image_png=chart_png(caption) if kind == "chart" else None)
 
     def sources(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(f"{s.title} ({s.license}, {s.source})" for s in self.used))
@@ -190,7 +239,7 @@ class ContentSource:
 def _sentences(text: str) -> list[str]:
     out, start = [], 0
     for i, ch in enumerate(text):
-        if ch in ".!?" and (i + 1 == len(text) or text[i + 1] == " "):
+        if ch in "。！？" or ch in ".!?" and (i + 1 == len(text) or text[i + 1] == " "):
             out.append(text[start:i + 1].strip())
             start = i + 1
     if text[start:].strip():
@@ -208,7 +257,52 @@ def _embolden(rng: random.Random, sentence: str) -> str:
     return " ".join(words)
 
 
+def _embolden_zh(rng: random.Random, sentence: str) -> str:
+    """Bold a run of 2-4 Chinese characters (there are no word spaces to pick a word by)."""
+    runs = [m for m in re.finditer(r"[\u4e00-\u9fff]{4,}", sentence)]
+    if not runs:
+        return sentence
+    m = rng.choice(runs)
+    size = rng.randint(2, min(4, len(m.group()) - 1))
+    start = m.start() + rng.randint(0, len(m.group()) - size)
+    return sentence[:start] + "**" + sentence[start:start + size] + "**" + sentence[start + size:]
+
+
 # -- pages -----------------------------------------------------------------------------------------
+
+def _furniture_zh(rng: random.Random, layout: str, org: str) -> Furniture:
+    page = rng.randint(2, 24)
+    total = page + rng.randint(0, 30)
+    number = rng.choice([f"第 {page} 页，共 {total} 页", f"第 {page} 页", f"- {page} -", f"{page} / {total}"])
+    header = {
+        "report": f"{org} · {rng.randint(2015, 2025)}年度报告",
+        "slides": f"{org}情况通报",
+        "blog": f"{org}博客",
+        "infographic": f"数说{org}",
+        "newspaper": f"{rng.choice(['海港', '山谷', '县城', '晚间'])}时报 · {date_text(rng, 'zh')}",
+        "form": f"表{rng.choice('ABCDEFGH')}-{rng.randint(100, 999)} · {org}",
+        "invoice": f"{org} · 财务部",
+        "paper": f"应用{rng.choice(['调查', '野外', '系统', '测量'])}研究学报，第{rng.randint(2, 40)}卷",
+    }[layout]
+    footer = rng.choice(["内部资料，注意保密", f"打印于{date_text(rng, 'zh')}", "联系邮箱：records@example.org", ""])
+    if rng.random() < 0.15:
+        header = ""
+    return Furniture(header=header, footer=footer, page_number=number)
+
+
+def _title_zh(rng: random.Random, layout: str, src: ContentSource) -> str:
+    t = src._pool[0].title
+    return {
+        "report": f"{t}：进展报告",
+        "slides": t,
+        "blog": f"关于{t}的几点体会",
+        "infographic": f"{t}一览",
+        "newspaper": f"{t}引发广泛关注",
+        "form": f"{rng.choice(['场地使用', '设备借用', '研究许可', '会员资格'])}申请表",
+        "invoice": f"发票 INV-{rng.randint(10000, 99999)}",
+        "paper": f"论{t}的测量",
+    }[layout]
+
 
 def _furniture(rng: random.Random, layout: str, org: str) -> Furniture:
     page = rng.randint(2, 24)
@@ -246,19 +340,30 @@ def _title(rng: random.Random, layout: str, src: ContentSource, org: str) -> str
 
 
 def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
-                   density: float = 1.0, max_blocks: int | None = None) -> PageSpec:
-    """One page of ``layout`` for ``suite``; the same arguments always give an identical spec."""
+                   density: float = 1.0, max_blocks: int | None = None, language: str = "en") -> PageSpec:
+    """One page of ``layout`` for ``suite`` in ``language`` (en | zh); the same arguments always give
+    an identical spec."""
+    if language not in LANGUAGES:
+        raise ValueError(f"unknown language {language!r}; expected one of {list(LANGUAGES)}")
+    zh = language == "zh"
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; expected one of {list(LAYOUTS)}")
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {list(SUITES)}")
-    rng = random.Random(f"page:{layout}:{suite}:{seed}")
-    src = ContentSource(rng, density)
-    org = rng.choice(_ORGS)
+    rng = random.Random(f"page:{layout}:{suite}:{seed}" + (":zh" if zh else ""))
+    src = ContentSource(rng, density, language)
+    org = rng.choice(_ZH_ORGS if zh else _ORGS)
+    orgs = _ZH_ORGS if zh else _ORGS
     columns = {"newspaper": rng.choice([2, 3]), "paper": 2}.get(layout, 1)
     max_cols = 4 if columns > 1 else 7
-    furniture = _furniture(rng, layout, org)
-    title = _title(rng, layout, src, org)
+    furniture = _furniture_zh(rng, layout, org) if zh else _furniture(rng, layout, org)
+    title = _title_zh(rng, layout, src) if zh else _title(rng, layout, src, org)
+
+    def name() -> str:
+        return person_name(rng, language)
+
+    def date() -> str:
+        return date_text(rng, language)
 
     # (block, required): required blocks survive ``max_blocks``; optional ones are cut from the end.
     body: list[tuple[Block, bool]] = [(Heading(title, level=1), True)]
@@ -281,7 +386,7 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
         body.append((src.heading(2), False))
         para(fact=False, bold=True)
     elif layout == "blog":
-        body.append((Paragraph(f"By **{person_name(rng)}** · {date_text(rng)}"), True))
+        body.append((Paragraph(f"作者：**{name()}** · {date()}" if zh else f"By **{name()}** · {date()}"), True))
         para()
         body.append((src.heading(2), False))
         para(footnote=rng.random() < 0.5)
@@ -293,7 +398,10 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
         body.append((src.heading(3), False))
         body.append((src.list_block(ordered=True, n=3), False))
     elif layout == "newspaper":
-        body.append((Paragraph(f"By {person_name(rng)}, {rng.choice(['Staff Reporter', 'Science Editor', 'Correspondent'])}"), True))
+        if zh:
+            body.append((Paragraph(f"{name()}，{rng.choice(['本报记者', '科学编辑', '特约通讯员'])}"), True))
+        else:
+            body.append((Paragraph(f"By {name()}, {rng.choice(['Staff Reporter', 'Science Editor', 'Correspondent'])}"), True))
         para(bold=True)
         para(fact=True)
         body.append((src.heading(2), False))
@@ -303,24 +411,39 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
         body.append((src.figure(), False))
     elif layout == "form":
         para(fact=False)
-        fields = (f"Applicant name: {person_name(rng)}", f"Date of application: {date_text(rng)}",
-                  f"Reference number: {rng.choice('ABCDEFGH')}{rng.randint(100000, 999999)}",
-                  f"Organisation: {rng.choice(_ORGS)}")
+        if zh:
+            fields = (f"申请人姓名：{name()}", f"申请日期：{date()}",
+                      f"编号：{rng.choice('ABCDEFGH')}{rng.randint(100000, 999999)}", f"所在单位：{rng.choice(orgs)}")
+        else:
+            fields = (f"Applicant name: {name()}", f"Date of application: {date()}",
+                      f"Reference number: {rng.choice('ABCDEFGH')}{rng.randint(100000, 999999)}",
+                      f"Organisation: {rng.choice(orgs)}")
         body.append((ListBlock(items=fields, ordered=True), True))
-        body.append((src.heading(2, "Declaration"), False))
+        body.append((src.heading(2, "声明" if zh else "Declaration"), False))
         para(fact=False, footnote=True)
     elif layout == "invoice":
-        body.append((Paragraph(f"Billed to **{person_name(rng)}**, {rng.choice(_ORGS)}. Issued {date_text(rng)}; "
-                               f"payment due within {rng.choice([14, 30, 45])} days."), True))
+        if zh:
+            body.append((Paragraph(f"付款方：**{name()}**，{rng.choice(orgs)}。开具日期{date()}；"
+                                   f"请于{rng.choice([14, 30, 45])}天内付款。"), True))
+        else:
+            body.append((Paragraph(f"Billed to **{name()}**, {rng.choice(orgs)}. Issued {date()}; "
+                                   f"payment due within {rng.choice([14, 30, 45])} days."), True))
         if suite != "table":
             body.append((generate_table(rng, "borderless", max_cols=max_cols), True))
-        body.append((Paragraph(f"Total due: **{rng.uniform(200, 9000):,.2f} EUR**. Bank reference "
-                               f"{rng.randint(1000, 9999)}-{rng.randint(1000, 9999)}."), True))
+        if zh:
+            body.append((Paragraph(f"应付总额：**{rng.uniform(200, 9000):,.2f} 元**。银行参考号"
+                                   f"{rng.randint(1000, 9999)}-{rng.randint(1000, 9999)}。"), True))
+        else:
+            body.append((Paragraph(f"Total due: **{rng.uniform(200, 9000):,.2f} EUR**. Bank reference "
+                                   f"{rng.randint(1000, 9999)}-{rng.randint(1000, 9999)}."), True))
     elif layout == "paper":
-        body.append((Paragraph(f"{person_name(rng)} and {person_name(rng)}, {rng.choice(_ORGS)}"), True))
-        body.append((Heading("Abstract", level=2), True))
+        if zh:
+            body.append((Paragraph(f"{name()}、{name()}，{rng.choice(orgs)}"), True))
+        else:
+            body.append((Paragraph(f"{name()} and {name()}, {rng.choice(orgs)}"), True))
+        body.append((Heading("摘要" if zh else "Abstract", level=2), True))
         para(fact=True)
-        body.append((Heading("1 Introduction", level=2), False))
+        body.append((Heading("1 引言" if zh else "1 Introduction", level=2), False))
         para(footnote=True)
         body.append((src.figure(), False))
 
@@ -349,7 +472,7 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
     placed = _place(blocks, columns)
     return PageSpec(
         id=id or f"synth-{layout}-{suite}-{seed}",
-        layout=layout, suite=suite, language="en", columns=columns,
+        layout=layout, suite=suite, language=language, columns=columns,
         furniture=furniture, blocks=tuple(placed), license="cc0-1.0", seed=seed, sources=src.sources(),
     )
 

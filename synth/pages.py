@@ -59,6 +59,7 @@ def synthesize_page(spec: PageSpec, renderer: Renderer) -> SynthPage:
 def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
     """The corpus row for a synthetic page (``parse_page`` with its reference as the response)."""
     params = {"layout": spec.layout, "suite": spec.suite, "seed": spec.seed, "columns": spec.columns,
+              **({"language": spec.language} if spec.language != "en" else {}),
               "size": [spec.width_px, spec.height_px], "renderer": page.renderer}
     return PageRecord(
         id=page_id(SOURCE, spec.id, 1),
@@ -89,6 +90,6 @@ def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
 # --- specs -----------------------------------------------------------------------------------
 
 
-def page_spec(layout: str, suite: str, seed: int, id: str) -> PageSpec:
-    """The page a (layout, suite, seed) names: ``synth.content.make_page_spec``."""
-    return make_page_spec(layout, suite, seed, id)
+def page_spec(layout: str, suite: str, seed: int, id: str, language: str = "en") -> PageSpec:
+    """The page a (layout, suite, seed, language) names: ``synth.content.make_page_spec``."""
+    return make_page_spec(layout, suite, seed, id, language=language)

@@ -147,12 +147,15 @@ def html_parts(html: str) -> tuple[str, str, str, str]:
     return m["lang"], m["css"], m["cls"], m["body"]
 
 
-_INLINE = re.compile(r"\\\((.+?)\\\)|\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", re.DOTALL)
+_INLINE = re.compile(
+    r"\\\((.+?)\\\)|\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])|\[\^([^\]\s]+)\]", re.DOTALL
+)
 _NUMERIC = re.compile(r"^[\s$€£%()+\-−.,0-9]+$")
 
 
 def rich(text: str) -> Markup:
-    """Escape block text and turn its inline markup into HTML: ``\\( \\)`` math, ``**bold**``, ``*italic*``."""
+    """Escape block text and turn its inline markup into HTML: ``\\( \\)`` math, ``**bold**``,
+    ``*italic*`` and footnote markers ``[^m]`` (drawn as a superscript ``m``, as printed pages do)."""
     out: list[str] = []
     pos = 0
     for m in _INLINE.finditer(text):
@@ -161,8 +164,10 @@ def rich(text: str) -> Markup:
             out.append(f'<span class="math-inline" data-tex="{escape(m.group(1))}"></span>')
         elif m.group(2) is not None:
             out.append(f"<strong>{rich(m.group(2))}</strong>")
-        else:
+        elif m.group(3) is not None:
             out.append(f"<em>{rich(m.group(3))}</em>")
+        else:
+            out.append(f'<sup class="fn-marker">{escape(m.group(4))}</sup>')
         pos = m.end()
     out.append(str(escape(text[pos:])))
     return Markup("".join(out))

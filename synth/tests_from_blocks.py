@@ -54,6 +54,8 @@ _INLINE_MATH = re.compile(r"\\\((.+?)\\\)", re.DOTALL)
 _MARKER = re.compile(r"\[\^([^\]\s]+)\]")
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _SUPERSUB = re.compile("[\u00b2\u00b3\u00b9\u2070-\u209f]")
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]{4,}")
+_NUMBER = re.compile(r"[+-]?\d[\d,.]*\d%?|\d%")
 _COMMON = frozenset(["about", "above", "after", "again", "against", "because", "before", "being", "below", "between", "could", "during", "every", "first", "found", "further", "however", "little", "might", "other", "should", "since", "their", "there", "these", "those", "through", "under", "until", "where", "which", "while", "would", "years", "water", "often", "usually", "early", "later", "record", "records"])
 
 
@@ -66,7 +68,7 @@ def _plain(text: str) -> str:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|(?<=[。！？])", text) if s.strip()]
 
 
 def _text_blocks(spec: PageSpec) -> list[tuple[int, str]]:
@@ -155,6 +157,17 @@ def _present(rng: random.Random, spec: PageSpec) -> list[dict[str, Any]]:
     words: dict[str, None] = {}
     numbers: dict[str, None] = {}
     for _, sentence in _text_blocks(spec):
+        if _CJK_RUN.search(sentence):
+            # No word spaces: quote 4-6 character windows of Chinese runs, and the digit runs.
+            for m in _CJK_RUN.finditer(sentence):
+                run = m.group()
+                size = min(len(run), rng.randint(4, 6))
+                start = rng.randint(0, len(run) - size)
+                words[run[start:start + size]] = None
+            for m in _NUMBER.finditer(sentence):
+                if sum(ch.isdigit() for ch in m.group()) >= 3:
+                    numbers[m.group()] = None
+            continue
         tokens = sentence.split()
         for k, tok in enumerate(tokens):
             word = tok.strip(".,;:()!?\"'")
@@ -204,6 +217,8 @@ def _footnotes(spec: PageSpec) -> list[dict[str, Any]]:
             if m.group(1) not in markers:
                 continue
             before = " ".join(_plain(block.text[: m.start()]).split()[-4:])
+            if _CJK_RUN.search(before):  # no word spaces: the last 8 characters
+                before = before[-8:].strip()
             test: dict[str, Any] = {"type": "footnote", "marker": m.group(1)}
             if len(before) >= 8:
                 test["appears_before_marker"] = before
