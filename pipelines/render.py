@@ -44,7 +44,8 @@ def _achromatic(pixels: np.ndarray) -> bool:
     return bool(np.array_equal(pixels[:, :, 0], pixels[:, :, 1]) and np.array_equal(pixels[:, :, 1], pixels[:, :, 2]))
 
 
-def _encode(image: Image.Image, cfg: RenderConfig) -> bytes:
+def encode_image(image: Image.Image, cfg: RenderConfig) -> bytes:
+    """Encode a page image as the corpus stores it (PNG, grey pages as 8-bit grey, or WebP)."""
     buf = io.BytesIO()
     if cfg.image_format == "png":
         achromatic = image.info.get("achromatic")
@@ -185,7 +186,7 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
         image = decode_image(page.payload, cfg, page.rotation)
     else:
         raise RecordError("bad_payload", f"unknown payload kind {page.payload_kind!r}")
-    encoded = _encode(image, cfg)
+    encoded = encode_image(image, cfg)
     provenance = list(page.provenance) + [
         ProvenanceStep("render", VERSION, params_hash(asdict(cfg)))
     ]

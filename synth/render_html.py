@@ -37,7 +37,7 @@ from playwright.sync_api import Browser, CDPSession, Page
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from pipelines.render import RenderConfig, _encode
+from pipelines.render import RenderConfig, encode_image
 from schemas.browser import new_offline_page, shared_browser
 from schemas.deadletter import RecordError
 from schemas.math_render import INSTALL_HINT, KATEX_DIR
@@ -351,7 +351,7 @@ class HtmlRenderer:
             raise RecordError("synth_bad_size", f"{spec.id}: screenshot {image.size} != {size}")
         if image.mode != "RGB":
             image = image.convert("RGB")
-        return RenderedPage(png=_encode(image, self._encode_cfg), html=html, width=size[0], height=size[1])
+        return RenderedPage(png=encode_image(image, self._encode_cfg), html=html, width=size[0], height=size[1])
 
     def close(self) -> None:
         self._drop_page()

@@ -31,7 +31,7 @@ from typing import Self
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from PIL import Image
 
-from pipelines.render import RenderConfig, _encode, pdf_page_count, rasterize_pdf_page
+from pipelines.render import RenderConfig, encode_image, pdf_page_count, rasterize_pdf_page
 from schemas.deadletter import RecordError
 from synth.blocks import (
     Block,
@@ -405,7 +405,7 @@ class LatexRenderer:
             image = image.resize(size, Image.Resampling.LANCZOS)
             if achromatic is not None:
                 image.info["achromatic"] = achromatic
-        return RenderedPage(png=_encode(image, self._encode_cfg), html=tex, width=size[0], height=size[1])
+        return RenderedPage(png=encode_image(image, self._encode_cfg), html=tex, width=size[0], height=size[1])
 
     def close(self) -> None:
         """Nothing is held between jobs; kept for symmetry with ``HtmlRenderer``."""
