@@ -26,7 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import io
 from pipelines.clean.dedup_stage import (
-    DedupSettings,
+    dedup_config,
     dedup_edges,
     dedup_key_members,
     dedup_losers,
@@ -157,7 +157,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
 
     clean_stages = [(spec["name"], build_stage(spec)) for spec in cfg.clean.stages]
     dedup_on = cfg.clean.dedup.get("enabled", True)
-    dedup_cfg = DedupSettings.from_options(cfg.clean.dedup) if dedup_on else None
+    dedup_cfg = dedup_config(cfg.clean.dedup) if dedup_on else None
     keep_dropped = cfg.clean.save_dropped > 0
 
     envelopes = (

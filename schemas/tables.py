@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -30,24 +31,31 @@ class Table:
 
     def grid(self) -> list[list[Cell | None]]:
         """Occupancy grid: each spanned cell fills every position it covers; holes are ``None``."""
-        placed: dict[tuple[int, int], Cell] = {}
-        n_cols = 0
-        for r, row in enumerate(self.rows):
-            c = 0
-            for cell in row:
-                while (r, c) in placed:
-                    c += 1
-                for dr in range(max(1, cell.rowspan)):
-                    for dc in range(max(1, cell.colspan)):
-                        placed[(r + dr, c + dc)] = cell
-                c += max(1, cell.colspan)
-                n_cols = max(n_cols, c)
+        placed = place_cells(self.rows)
+        n_cols = max((c for _, c in placed), default=-1) + 1
         n_rows = max((r for r, _ in placed), default=-1) + 1
-        return [[placed.get((r, c)) for c in range(n_cols)] for r in range(n_rows)]
+        return [[placed[(r, c)][0] if (r, c) in placed else None for c in range(n_cols)] for r in range(n_rows)]
 
     @property
     def is_rectangular(self) -> bool:
         return all(cell is not None for row in self.grid() for cell in row)
+
+
+def place_cells(rows) -> dict[tuple[int, int], tuple[Any, int, int]]:
+    """Where spanned cells land: ``(row, col) -> (cell, row offset, col offset)`` for every position a
+    cell covers (offsets ``0, 0`` at its origin). Cells are placed left to right in the first free
+    column, as HTML does; any cell type with ``rowspan`` and ``colspan`` works."""
+    placed: dict[tuple[int, int], tuple[Any, int, int]] = {}
+    for r, row in enumerate(rows):
+        c = 0
+        for cell in row:
+            while (r, c) in placed:
+                c += 1
+            for dr in range(max(1, cell.rowspan)):
+                for dc in range(max(1, cell.colspan)):
+                    placed[(r + dr, c + dc)] = (cell, dr, dc)
+            c += max(1, cell.colspan)
+    return placed
 
 
 class _TableParser(HTMLParser):

@@ -31,8 +31,14 @@ from typing import Self
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from PIL import Image
 
-from pipelines.render import RenderConfig, encode_image, pdf_page_count, rasterize_pdf_page
+from pipelines.render import (
+    RenderConfig,
+    encode_image,
+    pdf_page_count,
+    rasterize_pdf_page,
+)
 from schemas.deadletter import RecordError
+from schemas.tables import place_cells
 from synth.blocks import (
     Block,
     Figure,
@@ -46,6 +52,7 @@ from synth.blocks import (
     TableCell,
 )
 from synth.render_html import RenderedPage
+from synth.tables import header_rows
 
 VERSION = "1"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates_latex"
@@ -136,21 +143,10 @@ def _heading(b: Heading) -> str:
 def _grid(table: Table) -> tuple[int, list[list[tuple[str, TableCell | None, int]]]]:
     """The table's full grid: per row, per column, ("cell", cell, 0) at a cell's origin,
     ("covered", origin cell, rows left below) under a rowspan, ("hspan", None, 0) inside a colspan."""
-    taken: dict[tuple[int, int], tuple[TableCell, int]] = {}
-    width = 0
-    origins: dict[tuple[int, int], TableCell] = {}
-    for r, row in enumerate(table.rows):
-        c = 0
-        for cell in row:
-            while (r, c) in taken:
-                c += 1
-            origins[(r, c)] = cell
-            for dr in range(max(1, cell.rowspan)):
-                for dc in range(max(1, cell.colspan)):
-                    taken[(r + dr, c + dc)] = (cell, dr)
-            c += max(1, cell.colspan)
-        width = max(width, c)
-    width = max([width] + [c + 1 for (_, c) in taken])
+    placed = place_cells(table.rows)
+    taken = {pos: (cell, dr) for pos, (cell, dr, _) in placed.items()}
+    origins = {pos: cell for pos, (cell, dr, dc) in placed.items() if dr == 0 and dc == 0}
+    width = max([0] + [c + 1 for (_, c) in taken])
     n_rows = max([len(table.rows)] + [r + 1 for (r, _) in taken])
     grid: list[list[tuple[str, TableCell | None, int]]] = []
     for r in range(n_rows):
@@ -189,14 +185,7 @@ def _table(b: Table) -> str:
                         for e in (grid[r][c] for r in range(len(grid)))) for c in range(width)]
     align = ["r" if numeric_cols[c] and c > 0 else "l" for c in range(width)]
     colspec = ("|" + "|".join(align) + "|") if boxed else "".join(align)
-    n_head = 0
-    for row in b.rows:
-        if row and all(c.header for c in row):
-            n_head += 1
-        else:
-            break
-    if n_head == len(b.rows):
-        n_head = 0
+    n_head = header_rows(b)
     lines: list[str] = [f"\\begin{{tabular}}{{{colspec}}}"]
     lines.append(r"\toprule" if ruled else r"\hline" if boxed else "")
     for r, row in enumerate(grid):

@@ -162,6 +162,17 @@ _GENERATORS: dict[str, Callable[[random.Random, int], Table]] = {
 }
 
 
+def header_rows(table: Table) -> int:
+    """Leading rows made only of header cells (the table head); 0 when every row is a header."""
+    n_head = 0
+    for row in table.rows:
+        if row and all(c.header for c in row):
+            n_head += 1
+        else:
+            break
+    return 0 if n_head == len(table.rows) else n_head
+
+
 def table_html(table: Table) -> str:
     """The reference HTML: ``<table>`` with a ``<thead>`` for leading all-header rows, ``<th>``/``<td>``
     and ``rowspan``/``colspan``; no caption (the caption is a separate line in the reference)."""
@@ -174,14 +185,7 @@ def table_html(table: Table) -> str:
             attrs += f' colspan="{cell.colspan}"'
         return f"<{tag}{attrs}>{html.escape(cell.text, quote=False)}</{tag}>"
 
-    n_head = 0
-    for row in table.rows:
-        if row and all(c.header for c in row):
-            n_head += 1
-        else:
-            break
-    if n_head == len(table.rows):
-        n_head = 0
+    n_head = header_rows(table)
     parts = ["<table>"]
     if n_head:
         parts.append("<thead>")

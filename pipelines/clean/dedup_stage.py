@@ -31,17 +31,14 @@ from pipelines.clean.dedup import (
 from schemas.page import PageRecord
 
 
-class DedupSettings(DedupConfig):
-    """``DedupConfig`` built from the config's ``clean.dedup`` mapping (``enabled`` removed)."""
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any]) -> DedupConfig:
-        values = {k: v for k, v in options.items() if k != "enabled"}
-        known = {f.name for f in fields(DedupConfig)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"clean.dedup: unknown options {unknown}; known: {sorted(known | {'enabled'})}")
-        return DedupConfig(**values)
+def dedup_config(options: dict[str, Any]) -> DedupConfig:
+    """``DedupConfig`` from the config's ``clean.dedup`` mapping (``enabled`` is the DAG's switch)."""
+    values = {k: v for k, v in options.items() if k != "enabled"}
+    known = {f.name for f in fields(DedupConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"clean.dedup: unknown options {unknown}; known: {sorted(known | {'enabled'})}")
+    return DedupConfig(**values)
 
 
 @dataclass(frozen=True)
