@@ -1,0 +1,173 @@
+"""Load a VLM checkpoint from a local path, or build a tiny one from config for CPU work.
+
+Real checkpoints (Qwen2.5-VL, GLM-4V, ... any `AutoModelForImageTextToText` whose image path is
+Qwen2-VL-style patches) load from a local folder; nothing here reaches a hub. The tiny models are
+the same transformers classes with a few million parameters and the project's tokenizer
+(`assets/tokenizer/tokenizer.json` plus the chat-template special tokens):
+
+- ``tiny``: `Qwen2_5_VLForConditionalGeneration`, dense decoder.
+- ``tiny-moe``: `Glm4vMoeForConditionalGeneration`, decoder with routed plus shared experts, top-k,
+  so the MoE regularizers of Jina-OCR-v1 5.4 have a router to act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from model.processing import CHATML_TEMPLATE, PageProcessor, ProcessorSpec
+
+TOKENIZER_FILE = Path(__file__).resolve().parent.parent / "assets" / "tokenizer" / "tokenizer.json"
+CHAT_TOKENS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+               "<|video_pad|>"]
+TINY_KINDS = ("tiny", "tiny-moe")
+
+
+class ModelLoadError(ValueError):
+    """A checkpoint that cannot be used: missing, unreadable, or its tokenizer does not fit."""
+
+
+@dataclass
+class Loaded:
+    model: nn.Module
+    processor: PageProcessor
+    source: str  # "tiny", "tiny-moe" or the checkpoint path
+
+
+def tiny_tokenizer():
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(TOKENIZER_FILE))
+    tok.add_special_tokens({"additional_special_tokens": CHAT_TOKENS})
+    tok.eos_token = "<|im_end|>"
+    tok.pad_token = "<|endoftext|>"
+    return tok
+
+
+def tiny_image_processor(max_side: int = 448):
+    from transformers import Qwen2VLImageProcessorPil
+
+    # Pages keep their aspect ratio; at most (max_side/28)^2 image tokens after the 2x2 merge.
+    return Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=max_side * max_side, patch_size=14,
+                                    merge_size=2, temporal_patch_size=2)
+
+
+def tiny_processor(max_side: int = 448) -> PageProcessor:
+    return PageProcessor(tiny_tokenizer(), tiny_image_processor(max_side), CHATML_TEMPLATE, ProcessorSpec())
+
+
+def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int = 128, layers: int = 4):
+    """Config for a few-million-parameter model of the given kind, sized for the project tokenizer."""
+    from transformers import Glm4vMoeConfig, Qwen2_5_VLConfig
+
+    tok = tiny_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    vocab = vocab_size or len(tok)
+    heads = 4
+    head_dim = hidden // heads
+    # M-RoPE sections split head_dim/2 rotary frequencies over (time, height, width).
+    half = head_dim // 2
+    mrope = [half - 2 * (half * 3 // 8), half * 3 // 8, half * 3 // 8]
+    rope = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": mrope}
+    special = dict(bos_token_id=ids("<|im_start|>"), eos_token_id=ids("<|im_end|>"),
+                   pad_token_id=ids("<|endoftext|>"))
+    if kind == "tiny":
+        return Qwen2_5_VLConfig(
+            text_config=dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 3,
+                             num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=2,
+                             rope_parameters=rope, max_position_embeddings=32768, **special),
+            vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
+                               out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
+                               temporal_patch_size=2, fullatt_block_indexes=[1], window_size=56),
+            image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+            vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+            tie_word_embeddings=False, **special)
+    if kind == "tiny-moe":
+        rope_glm = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": mrope,
+                    "partial_rotary_factor": 1.0}
+        return Glm4vMoeConfig(
+            text_config=dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 3,
+                             num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=2,
+                             head_dim=head_dim, rope_parameters=rope_glm, max_position_embeddings=32768,
+                             moe_intermediate_size=hidden, n_routed_experts=8, n_shared_experts=1,
+                             num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1,
+                             norm_topk_prob=True, **special),
+            vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
+                               out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
+                               temporal_patch_size=2, image_size=336),
+            image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+            image_start_token_id=ids("<|vision_start|>"), image_end_token_id=ids("<|vision_end|>"),
+            video_start_token_id=ids("<|vision_start|>"), video_end_token_id=ids("<|vision_end|>"),
+            tie_word_embeddings=False, **special)
+    raise ModelLoadError(f"unknown tiny model kind {kind!r}; expected one of {TINY_KINDS}")
+
+
+def build_tiny(kind: str = "tiny", seed: int = 0, **sizes) -> Loaded:
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(tiny_config(kind, **sizes))
+    return Loaded(model.float(), tiny_processor(), kind)
+
+
+def load(source: str, dtype: torch.dtype | None = None) -> Loaded:
+    """``tiny``/``tiny-moe`` (fresh weights) or a local checkpoint folder (model + processor files)."""
+    if source in TINY_KINDS:
+        return build_tiny(source)
+    path = Path(source)
+    if not path.is_dir():
+        raise ModelLoadError(f"checkpoint {source!r} is not a local folder (nothing is fetched from a hub)")
+    if not (path / "config.json").exists():
+        raise ModelLoadError(f"checkpoint {source!r} has no config.json")
+    from transformers import AutoModelForImageTextToText
+
+    processor = PageProcessor.from_pretrained(path)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype or torch.float32)
+    check_tokenizer(model, processor, source)
+    return Loaded(model, processor, str(path))
+
+
+def check_tokenizer(model: nn.Module, processor: PageProcessor, source: str) -> None:
+    """Fail before training when the tokenizer cannot drive this model's embeddings."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    n = len(processor.tokenizer)
+    if n > rows:
+        raise ModelLoadError(f"{source}: tokenizer has {n} tokens but the model embeds only {rows}")
+    image_id = getattr(model.config, "image_token_id", None)
+    if image_id is not None and image_id != processor.image_token_id:
+        raise ModelLoadError(f"{source}: model image_token_id {image_id} != tokenizer's "
+                             f"{processor.spec.image_token} id {processor.image_token_id}")
+
+
+def save(loaded_model: nn.Module, processor: PageProcessor, path: str | Path) -> None:
+    loaded_model.save_pretrained(path)
+    processor.save_pretrained(path)
+
+
+def text_model(model: nn.Module) -> nn.Module:
+    """The decoder stack (embeddings, layers, final norm, rotary embedding)."""
+    return model.model.language_model
+
+
+def vision_tower(model: nn.Module) -> nn.Module:
+    return model.model.visual
+
+
+def projector(model: nn.Module) -> nn.Module:
+    """The merger that maps vision features into the decoder's width."""
+    return model.model.visual.merger
+
+
+def rope_index(model: nn.Module, input_ids: torch.Tensor, mm_token_type_ids: torch.Tensor,
+               image_grid_thw: torch.Tensor) -> torch.Tensor:
+    """(3, B, L) M-RoPE positions for unpadded rows, as the model computes them itself."""
+    pos, _ = model.model.get_rope_index(input_ids, mm_token_type_ids=mm_token_type_ids,
+                                        image_grid_thw=image_grid_thw)
+    return pos
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
