@@ -8,10 +8,17 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := poppler-utils
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: corpus test test-all samples bench deps clean
+.PHONY: corpus train test test-all samples bench deps clean
 
 corpus: $(STAMP)
 	$(PY) -m pipelines.corpus $(ARGS)
+
+# Tiny VLM through SFT, GRPO, merge search and FastMTP on out/corpus (built first if missing).
+train: $(STAMP) out/corpus/manifest.json
+	$(PY) -m model.train $(ARGS)
+
+out/corpus/manifest.json: | $(STAMP)
+	$(PY) -m pipelines.corpus
 
 test: $(STAMP)
 	$(PY) -m pytest -m "not slow" -q $(ARGS)

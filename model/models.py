@@ -47,7 +47,7 @@ def tiny_tokenizer():
     return tok
 
 
-def tiny_image_processor(max_side: int = 448):
+def tiny_image_processor(max_side: int = 336):
     from transformers import Qwen2VLImageProcessorPil
 
     # Pages keep their aspect ratio; at most (max_side/28)^2 image tokens after the 2x2 merge.
@@ -55,7 +55,7 @@ def tiny_image_processor(max_side: int = 448):
                                     merge_size=2, temporal_patch_size=2)
 
 
-def tiny_processor(max_side: int = 448) -> PageProcessor:
+def tiny_processor(max_side: int = 336) -> PageProcessor:
     return PageProcessor(tiny_tokenizer(), tiny_image_processor(max_side), CHATML_TEMPLATE, ProcessorSpec())
 
 

@@ -1,0 +1,113 @@
+"""Training checkpoints that resume exactly: weights, optimizer, schedule, data and RNG state.
+
+Layout of a checkpoint folder (loadable by `model.models.load` as a plain model checkpoint too):
+
+    config.json, model.safetensors, tokenizer/processor files   the model (transformers layout)
+    optimizer.safetensors                                       AdamW moments, one tensor per entry
+    trainer_state.json                                          step, optimizer hyper-parameters,
+                                                                scheduler, data-stream and RNG state
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+STATE_FILE = "trainer_state.json"
+OPTIM_FILE = "optimizer.safetensors"
+
+
+def rng_state() -> dict[str, Any]:
+    return {
+        "torch": torch.get_rng_state().tolist(),
+        "numpy": _jsonable(np.random.get_state()),
+        "python": _jsonable(random.getstate()),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    np_state = state["numpy"]
+    np.random.set_state((np_state[0], np.array(np_state[1], dtype=np.uint32), *np_state[2:]))
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+
+
+def _jsonable(obj):
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (tuple, list)):
+        return [_jsonable(o) for o in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    return obj
+
+
+def save_checkpoint(path: str | Path, model, processor, optimizer=None, scheduler=None,
+                    state: dict[str, Any] | None = None) -> Path:
+    """Write the model (transformers layout), optimizer tensors and a JSON trainer state."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    doc: dict[str, Any] = {"state": state or {}, "rng": rng_state()}
+    if optimizer is not None:
+        tensors, meta = _flatten_optimizer(optimizer.state_dict())
+        save_file(tensors, str(path / OPTIM_FILE))
+        doc["optimizer"] = meta
+    if scheduler is not None:
+        doc["scheduler"] = scheduler.state_dict()
+    (path / STATE_FILE).write_text(json.dumps(doc))
+    return path
+
+
+def load_checkpoint(path: str | Path, model, optimizer=None, scheduler=None,
+                    restore_rng: bool = True) -> dict[str, Any]:
+    """Load weights into ``model`` (and optimizer/scheduler when given); return the saved state."""
+    path = Path(path)
+    # transformers renames keys on save (e.g. Qwen2.5-VL's "model.visual." -> "visual."), so read the
+    # weights back through from_pretrained rather than the raw safetensors names.
+    saved = type(model).from_pretrained(path, dtype=next(model.parameters()).dtype)
+    model.load_state_dict(saved.state_dict(), strict=True)
+    del saved
+    doc = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
+    if optimizer is not None:
+        optimizer.load_state_dict(_unflatten_optimizer(load_file(str(path / OPTIM_FILE)),
+                                                       doc["optimizer"]))
+    if scheduler is not None and "scheduler" in doc:
+        scheduler.load_state_dict(doc["scheduler"])
+    if restore_rng and "rng" in doc:
+        set_rng_state(doc["rng"])
+    return doc.get("state", {})
+
+
+def _flatten_optimizer(sd: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for idx, entry in sd["state"].items():
+        for name, value in entry.items():
+            if torch.is_tensor(value):
+                tensors[f"{idx}.{name}"] = value.detach().contiguous().clone()
+            else:
+                scalars.setdefault(str(idx), {})[name] = value
+    if not tensors:  # safetensors refuses an empty file
+        tensors["__empty__"] = torch.zeros(0)
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key == "__empty__":
+            continue
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = value
+    for idx, entry in meta.get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(entry)
+    return {"state": state, "param_groups": meta["param_groups"]}

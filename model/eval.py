@@ -1,0 +1,166 @@
+"""Greedy evaluation on the eval split, scored with the `schemas` unit tests and similarity metrics.
+
+Each eval page is decoded greedily; the prediction is scored against the reference with the
+normalized edit distance (`schemas.similarity`) and against the page's olmOCR-style unit tests
+(`schemas.unit_tests`). The report keeps one row per page (the input of `model.errors`) and a table
+per domain and per test type. ``python -m model.eval --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import torch
+from tqdm import tqdm
+
+from model.models import Loaded, load
+from model.processing import Encoded
+from schemas.similarity import normalized_edit_distance
+from schemas.unit_tests import test_from_json
+
+
+@dataclass
+class EvalRow:
+    id: str
+    source: str
+    domain: str
+    task: str
+    prediction: str
+    reference: str
+    edit_distance: float
+    tests: list[dict] = field(default_factory=list)  # {"type", "passed", "explanation"}
+
+
+@dataclass
+class EvalReport:
+    rows: list[EvalRow]
+    summary: dict[str, float]
+    by_domain: dict[str, dict[str, float]]
+    by_test_type: dict[str, dict[str, float]]
+
+    def to_json(self) -> dict:
+        return {"summary": self.summary, "by_domain": self.by_domain, "by_test_type": self.by_test_type,
+                "rows": [asdict(r) for r in self.rows]}
+
+
+def prompt_inputs(encoded: Encoded, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Model inputs for the prompt part of an encoded sample (batch of one)."""
+    ids = encoded.input_ids[: encoded.prompt_len][None].to(device)
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": encoded.mm_token_type_ids[: encoded.prompt_len][None].to(device),
+        "pixel_values": encoded.pixel_values.to(device),
+        "image_grid_thw": encoded.image_grid_thw.to(device),
+    }
+
+
+@torch.no_grad()
+def greedy(loaded: Loaded, encoded: Encoded, max_new_tokens: int) -> list[int]:
+    """The verifier's plain greedy continuation of the prompt (transformers' generate)."""
+    model = loaded.model
+    device = next(model.parameters()).device
+    inputs = prompt_inputs(encoded, device)
+    out = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens,
+                         eos_token_id=loaded.processor.eos_token_id,
+                         pad_token_id=loaded.processor.tokenizer.pad_token_id)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def score_prediction(prediction: str, reference: str, unit_tests: Iterable[str]) -> tuple[float, list[dict]]:
+    tests = []
+    for raw in unit_tests:
+        test = test_from_json(raw)
+        passed, why = test.check(prediction)
+        tests.append({"type": str(getattr(test, "type", type(test).__name__)), "passed": bool(passed),
+                      "explanation": why})
+    return normalized_edit_distance(prediction, reference), tests
+
+
+def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progress: bool = True) -> EvalReport:
+    """Decode and score every sample (``model.data.Sample``)."""
+    loaded.model.eval()
+    rows = []
+    for s in tqdm(list(samples), desc="eval", disable=not progress, leave=False):
+        ids = greedy(loaded, s.encoded, max_new_tokens)
+        prediction = loaded.processor.decode(ids)
+        ed, tests = score_prediction(prediction, s.response, s.unit_tests or [])
+        rows.append(EvalRow(s.id, s.source, s.domain, getattr(s, "task", "") or "", prediction, s.response,
+                            ed, tests))
+    return summarize(rows)
+
+
+def summarize(rows: list[EvalRow]) -> EvalReport:
+    def agg(selected: list[EvalRow]) -> dict[str, float]:
+        tests = [t for r in selected for t in r.tests]
+        return {"pages": len(selected),
+                "edit_distance": sum(r.edit_distance for r in selected) / max(1, len(selected)),
+                "tests": len(tests),
+                "unit_test_pass_rate": sum(t["passed"] for t in tests) / len(tests) if tests else float("nan")}
+
+    by_domain = defaultdict(list)
+    for r in rows:
+        by_domain[r.domain].append(r)
+    by_type: dict[str, list[bool]] = defaultdict(list)
+    for r in rows:
+        for t in r.tests:
+            by_type[t["type"]].append(t["passed"])
+    return EvalReport(
+        rows=rows,
+        summary=agg(rows),
+        by_domain={d: agg(rs) for d, rs in sorted(by_domain.items())},
+        by_test_type={t: {"tests": len(v), "unit_test_pass_rate": sum(v) / len(v)}
+                      for t, v in sorted(by_type.items())},
+    )
+
+
+def format_report(report: EvalReport, title: str = "eval") -> str:
+    lines = [f"{title}: {report.summary['pages']} pages, edit distance {report.summary['edit_distance']:.3f}, "
+             f"unit tests {_rate(report.summary)} of {report.summary['tests']}",
+             f"  {'domain':<26}{'pages':>6}{'edit dist':>11}{'tests':>7}{'pass':>8}"]
+    for d, a in report.by_domain.items():
+        lines.append(f"  {d:<26}{a['pages']:>6}{a['edit_distance']:>11.3f}{a['tests']:>7}{_rate(a):>8}")
+    if report.by_test_type:
+        lines.append(f"  {'test type':<26}{'':>6}{'':>11}{'tests':>7}{'pass':>8}")
+        for t, a in report.by_test_type.items():
+            lines.append(f"  {t:<26}{'':>6}{'':>11}{a['tests']:>7}{_rate(a):>8}")
+    return "\n".join(lines)
+
+
+def compare(before: EvalReport, after: EvalReport) -> str:
+    b, a = before.summary, after.summary
+    better = a["edit_distance"] < b["edit_distance"]
+    return (f"edit distance {b['edit_distance']:.3f} -> {a['edit_distance']:.3f}, unit tests {_rate(b)} -> "
+            f"{_rate(a)}: trained model {'beats' if better else 'does NOT beat'} the untrained one")
+
+
+def _rate(a: dict) -> str:
+    r = a.get("unit_test_pass_rate", float("nan"))
+    return "-" if r != r else f"{r:.0%}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    from model.data import DataConfig, eval_samples
+
+    ap = argparse.ArgumentParser(description="Greedy-decode the eval split and score it with schemas tests.")
+    ap.add_argument("--model", required=True, help="'tiny', 'tiny-moe' or a local checkpoint folder")
+    ap.add_argument("--corpus", default="out/corpus", help="corpus folder with data/*.parquet")
+    ap.add_argument("--limit", type=int, default=None, help="at most this many eval pages")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--out", help="write the report JSON here")
+    args = ap.parse_args(argv)
+    loaded = load(args.model)
+    samples = eval_samples(DataConfig(path=args.corpus), loaded.processor, limit=args.limit)
+    report = evaluate(loaded, samples, args.max_new_tokens)
+    print(format_report(report, f"eval {args.model}"))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report.to_json(), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Trainable-module selection per training phase, AdamW, and the warmup + cosine schedule.
+
+Jina-OCR-v1 Table 3: alignment SFT trains the decoder, the cross-modal projector and the output head
+with the vision tower frozen; robustness SFT also unfreezes the vision tower at its own (lower)
+learning rate; GRPO trains decoder and projector. `param_groups` encodes exactly that, so every
+loop (SFT, GRPO) freezes and groups parameters the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from model.models import projector, vision_tower
+
+PHASES = ("alignment", "robustness", "grpo")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-3
+    vision_lr: float = 1e-4  # robustness SFT only
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "OptimConfig":
+        d = dict(d or {})
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+
+def param_groups(model: nn.Module, phase: str, cfg: OptimConfig) -> list[dict]:
+    """Freeze what the phase keeps fixed and return AdamW groups for the rest.
+
+    The projector (vision merger) lives inside the vision tower's module tree, so it is split out:
+    it trains in every phase, while the rest of the tower trains only in robustness SFT.
+    """
+    if phase not in PHASES:
+        raise ValueError(f"unknown training phase {phase!r}; expected one of {PHASES}")
+    proj = {id(p) for p in projector(model).parameters()}
+    tower = {id(p) for p in vision_tower(model).parameters()} - proj
+    decoder, vision = [], []
+    for p in model.parameters():
+        if id(p) in tower:
+            p.requires_grad_(phase == "robustness")
+            if phase == "robustness":
+                vision.append(p)
+        else:
+            p.requires_grad_(True)
+            decoder.append(p)
+    groups = [{"params": decoder, "lr": cfg.lr, "name": "decoder+projector+head"}]
+    if vision:
+        groups.append({"params": vision, "lr": cfg.vision_lr, "name": "vision"})
+    return groups
+
+
+def make_optimizer(model: nn.Module, phase: str, cfg: OptimConfig, total_steps: int):
+    """AdamW over the phase's groups and a LambdaLR with linear warmup then cosine decay."""
+    groups = param_groups(model, phase, cfg)
+    opt = torch.optim.AdamW(groups, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: lr_factor(step, cfg.warmup_steps, total_steps, cfg.min_lr_ratio))
+    return opt, sched
+
+
+def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """Multiplier on the base rate: linear warmup to 1, then cosine down to ``min_ratio``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def trainable(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,217 @@
+"""Supervised fine-tuning: alignment SFT (packed) and robustness SFT (unpacked, degraded pages).
+
+Jina-OCR-v1 5.1-5.2 and Table 3. One plain-PyTorch loop serves both phases; what differs is the
+config: which modules train (`model.optim.param_groups`), packing, degradations and domain weights
+(`model.data.DataConfig`). The loop is AdamW with warmup + cosine, gradient accumulation, gradient
+clipping, bf16 autocast on CUDA (fp32 on CPU), optional 5.4 regularizers, and checkpoints that
+resume exactly (`model.checkpoint`). Run one phase alone with ``python -m model.sft --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from model.checkpoint import load_checkpoint, save_checkpoint
+from model.data import BatchStream, DataConfig
+from model.models import Loaded, load
+from model.optim import OptimConfig, make_optimizer, trainable
+from model.regularizers import RegularizerConfig, regularizer_loss
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    phase: str = "alignment"  # or "robustness"
+    steps: int = 100
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    log_every: int = 10
+    save_every: int = 0  # 0: only at the end
+    seed: int = 0
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    regularizers: RegularizerConfig = field(default_factory=RegularizerConfig)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "SFTConfig":
+        d = dict(d or {})
+        d["optim"] = OptimConfig.from_dict(d.get("optim"))
+        d["data"] = DataConfig.from_dict(d.get("data") or {})
+        d["regularizers"] = RegularizerConfig(**(d.get("regularizers") or {}))
+        return cls(**d)
+
+
+@dataclass
+class StepLog:
+    step: int
+    loss: float
+    ce: float
+    lr: float
+    tokens_per_s: float
+    response_tokens: int
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+def response_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Summed next-token cross-entropy over response tokens, and their count.
+
+    Position t predicts token t+1; labels are -100 on prompt, image and padding tokens.
+    """
+    shift_logits = logits[:, :-1].float()
+    shift_labels = labels[:, 1:]
+    n = int((shift_labels != -100).sum())
+    loss = F.cross_entropy(shift_logits.reshape(-1, shift_logits.shape[-1]), shift_labels.reshape(-1),
+                           ignore_index=-100, reduction="sum")
+    return loss, n
+
+
+class RouterCapture:
+    """Collects each MoE layer's router logits during a forward pass.
+
+    Asking the model for ``output_router_logits`` makes transformers compute its own auxiliary
+    loss from the attention mask, which breaks on the 4-D block masks of packed rows; a forward
+    hook on the router modules reads the same logits without that side effect.
+    """
+
+    def __init__(self, model: torch.nn.Module, enabled: bool):
+        self.logits: list[torch.Tensor] = []
+        self._hooks = []
+        if enabled:
+            for module in model.modules():
+                if type(module).__name__.endswith("TopkRouter") or type(module).__name__.endswith("Router"):
+                    self._hooks.append(module.register_forward_hook(self._hook))
+            if not self._hooks:
+                raise ValueError("router regularizers are on but the model has no MoE router")
+
+    def _hook(self, module, args, output) -> None:
+        self.logits.append(output[0] if isinstance(output, tuple) else output)
+
+    def take(self) -> tuple[torch.Tensor, ...]:
+        out, self.logits = tuple(self.logits), []
+        return out
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+
+def autocast_for(device: torch.device):
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+
+def train_sft(loaded: Loaded, cfg: SFTConfig, out_dir: str | Path, resume_from: str | Path | None = None,
+              progress: bool = True, stop_after: int | None = None) -> list[StepLog]:
+    """Run ``cfg.steps`` optimizer steps and write the final checkpoint to ``out_dir``.
+
+    ``stop_after`` ends the run early at that step (checkpoint written there, schedule unchanged),
+    as a preempted job would; resuming from it continues as if never stopped.
+    """
+    model, processor = loaded.model, loaded.processor
+    device = next(model.parameters()).device
+    torch.manual_seed(cfg.seed)
+    model.train()
+    optimizer, scheduler = make_optimizer(model, cfg.phase, cfg.optim, cfg.steps)
+    stream = BatchStream(cfg.data, processor, model, split="train")
+    reg = cfg.regularizers.for_model(model)
+    routers = RouterCapture(model, reg.needs_router)
+    start = 0
+    if resume_from is not None:
+        state = load_checkpoint(resume_from, model, optimizer, scheduler)
+        stream.load_state_dict(state["stream"])
+        start = int(state["step"])
+    log.info("%s SFT: %d trainable of %d parameters, steps %d..%d", cfg.phase, trainable(model),
+             sum(p.numel() for p in model.parameters()), start, cfg.steps)
+    history: list[StepLog] = []
+    batches = iter(stream)
+    end = min(cfg.steps, stop_after) if stop_after else cfg.steps
+    bar = tqdm(range(start, end), desc=f"{cfg.phase} SFT", disable=not progress, leave=False)
+    for step in bar:
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        micro = [next(batches) for _ in range(cfg.grad_accum)]
+        total_tokens = sum(b.n_response_tokens for b in micro)
+        loss_sum, ce_sum, parts_sum = 0.0, 0.0, {}
+        for batch in micro:
+            batch = batch.to(device) if hasattr(batch, "to") else batch
+            with autocast_for(device):
+                out = model(**batch.model_kwargs(), output_hidden_states=reg.needs_hidden)
+            out.router_logits = routers.take()
+            ce, n = response_ce(out.logits, batch.labels)
+            # Token-level mean over the whole accumulated step, so micro-batches of different
+            # sizes weigh by their response tokens.
+            loss = ce / max(1, total_tokens)
+            reg_loss, parts = regularizer_loss(reg, out, batch.labels != -100, batch.segment_ids,
+                                               out.hidden_states[-1] if reg.needs_hidden else None)
+            loss = loss + reg_loss / len(micro)
+            loss.backward()
+            loss_sum += float(loss.detach())
+            ce_sum += float(ce.detach())
+            for k, v in parts.items():
+                parts_sum[k] = parts_sum.get(k, 0.0) + float(v) / len(micro)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
+        optimizer.step()
+        lr = optimizer.param_groups[0]["lr"]
+        scheduler.step()
+        dt = time.perf_counter() - t0
+        entry = StepLog(step + 1, loss_sum, ce_sum / max(1, total_tokens), lr, total_tokens / dt, total_tokens,
+                        parts_sum)
+        history.append(entry)
+        bar.set_postfix(loss=f"{entry.loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{entry.tokens_per_s:.0f}")
+        if cfg.log_every and (step + 1) % cfg.log_every == 0:
+            log.info("step %d loss %.4f ce %.4f lr %.2e tokens/s %.0f %s", step + 1, entry.loss, entry.ce, lr,
+                     entry.tokens_per_s, {k: round(v, 4) for k, v in parts_sum.items()})
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < end:
+            _save(out_dir, loaded, optimizer, scheduler, stream, step + 1, cfg)
+    routers.close()
+    _save(out_dir, loaded, optimizer, scheduler, stream, end, cfg)
+    if stream.skipped:
+        log.warning("skipped samples: %s", dict(stream.skipped))
+    _write_history(Path(out_dir), history, stream)
+    model.eval()
+    return history
+
+
+def _save(out_dir, loaded: Loaded, optimizer, scheduler, stream, step: int, cfg: SFTConfig) -> None:
+    save_checkpoint(out_dir, loaded.model, loaded.processor, optimizer, scheduler,
+                    {"step": step, "stream": stream.state_dict(), "phase": cfg.phase})
+
+
+def _write_history(out_dir: Path, history: list[StepLog], stream) -> None:
+    with open(out_dir / "train_log.jsonl", "a") as f:
+        for h in history:
+            f.write(json.dumps(asdict(h)) + "\n")
+    (out_dir / "skipped.json").write_text(json.dumps(dict(stream.skipped), indent=2))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import yaml
+
+    ap = argparse.ArgumentParser(description="Run one SFT phase (alignment or robustness) on corpus shards.")
+    ap.add_argument("--model", default="tiny", help="'tiny', 'tiny-moe' or a local checkpoint folder")
+    ap.add_argument("--config", help="YAML with SFTConfig keys (phase, steps, optim, data, regularizers)")
+    ap.add_argument("--out", required=True, help="checkpoint folder to write")
+    ap.add_argument("--resume", help="checkpoint folder to resume from (same config)")
+    ap.add_argument("--steps", type=int, help="override steps")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    raw: dict[str, Any] = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
+    if args.steps:
+        raw["steps"] = args.steps
+    cfg = SFTConfig.from_dict(raw)
+    train_sft(load(args.model), cfg, args.out, resume_from=args.resume)
+
+
+if __name__ == "__main__":
+    main()
