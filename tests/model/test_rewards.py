@@ -1,0 +1,267 @@
+"""GRPO reward terms (Jina-OCR-v1 Table 4): product, floors, left-out terms, repetition, the worker
+pool's timeouts, and the CLI. Values are computed by hand from the metric definitions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from model import rewards
+from model.rewards import (
+    DEFAULT_FLOORS,
+    RewardConfig,
+    RewardItem,
+    RewardPool,
+    combine,
+    format_table,
+    score,
+)
+from schemas.similarity import METRICS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def present(text: str, i: int = 0) -> str:
+    return json.dumps({"pdf": "p.pdf", "page": 1, "id": f"t{i}", "type": "present", "text": text})
+
+
+# --------------------------------------------------------------------------- combine
+
+
+def test_combine_is_the_floored_product():
+    terms = {"content": 0.5, "structure": 0.1, "table": 0.05, "repetition": 0.3, "formula": None}
+    # structure floored to 0.2, table to 0.1, formula left out
+    assert combine(terms, DEFAULT_FLOORS) == pytest.approx(0.5 * 0.2 * 0.1 * 0.3, abs=1e-12)
+    assert combine(terms, {}) == pytest.approx(0.5 * 0.1 * 0.05 * 0.3, abs=1e-12)
+    assert combine({"unit_tests": 0.7, "format": 0.9}, DEFAULT_FLOORS) == pytest.approx(0.63)
+    assert combine({}, DEFAULT_FLOORS) == 1.0
+
+
+def test_repetition_is_never_floored():
+    assert combine({"content": 1.0, "repetition": 0.0}, DEFAULT_FLOORS) == 0.0
+    with pytest.raises(ValueError, match="never floored"):
+        RewardConfig(floors={"repetition": 0.2})
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="unknown terms"):
+        RewardConfig(terms=("content", "bleu"))
+    with pytest.raises(ValueError, match="unknown terms"):
+        RewardConfig(terms_by_dataset={"synth": ["tedz"]})
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        RewardConfig(floors={"table": 1.5})
+    with pytest.raises(ValueError, match="unknown config keys"):
+        RewardConfig.from_dict({"flors": {}})
+    cfg = RewardConfig.from_dict({"terms": ["content"], "repeats": {"min_length": 64}})
+    assert cfg.terms == ("content",) and cfg.repeats.min_length == 64
+
+
+# --------------------------------------------------------------------------- terms
+
+
+def test_content_only_page_leaves_out_formula_table_and_tests():
+    r = score("abcd", "abcf")
+    assert r.terms == {"content": 0.75, "formula": None, "table": None, "structure": 1.0,
+                       "unit_tests": None, "repetition": 1.0, "format": 1.0}
+    assert r.left_out == ["formula", "table", "unit_tests"]
+    assert r.total == pytest.approx(0.75)
+
+
+def test_format_term_is_floored():
+    # one disallowed tag of one: conformance 0 -> floor 0.2; content 1 - 13/17
+    r = score("abcd", "<span>abcd</span>")
+    assert r.terms["format"] == 0.0
+    assert r.terms["content"] == pytest.approx(4 / 17)
+    assert r.total == pytest.approx(4 / 17 * 0.2)
+
+
+def test_structure_term_is_floored():
+    # "{{x" has 2 braces, both unclosed: brace balance 0; tag closure 1 -> structural validity 0.5
+    r = score("x", "{{x", cfg=RewardConfig(terms=("structure",)))
+    assert r.terms["structure"] == pytest.approx(0.5)
+    r = score("x", "{{x <b><i>", cfg=RewardConfig(terms=("structure",)))
+    assert r.terms["structure"] == pytest.approx(0.0)
+    assert r.total == pytest.approx(0.2)
+
+
+def test_table_term_is_the_mean_of_teds_teds_s_and_table_edit():
+    ref = "<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>d</td></tr></table>"
+    cand = "<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>x</td></tr></table>"
+    r = score(ref, cand, cfg=RewardConfig(terms=("table",)))
+    parts = [METRICS[name](ref, cand)[0] for name in ("teds", "teds_s", "table_edit")]
+    assert parts[1] == 1.0 and parts[0] < 1.0
+    assert r.terms["table"] == pytest.approx(sum(parts) / 3)
+    # TEDS: 6 nodes, one cell renamed at cost 1 -> 1 - 1/6
+    assert parts[0] == pytest.approx(5 / 6)
+    # no table in the completion: 0, floored at 0.1
+    r = score(ref, "a b c d", cfg=RewardConfig(terms=("table",)))
+    assert r.terms["table"] == 0.0 and r.total == pytest.approx(0.1)
+    # only TEDS-S configured
+    r = score(ref, cand, cfg=RewardConfig(terms=("table",), table_signals=("teds_s",)))
+    assert r.terms["table"] == 1.0
+
+
+def test_formula_term_and_left_out_without_reference_formula():
+    r = score(r"see $\frac12$", r"see $\frac{1}{2}$", cfg=RewardConfig(terms=("formula",)))
+    assert r.terms["formula"] == 1.0
+    r = score(r"see $x+y$", "see nothing", cfg=RewardConfig(terms=("formula",)))
+    assert r.terms["formula"] == 0.0 and r.total == 0.0  # formula has no floor
+    r = score("plain", "$x$", cfg=RewardConfig(terms=("formula",)))
+    assert r.terms["formula"] is None and r.left_out == ["formula"] and r.total == 1.0
+
+
+def test_unit_tests_term_is_the_fraction_passed_and_floored():
+    tests = [present("alpha beta", 0), present("gamma delta", 1)]
+    cfg = RewardConfig(terms=("unit_tests",))
+    assert score("ref", "alpha beta and more", tests, cfg).terms["unit_tests"] == 0.5
+    assert score("ref", "alpha beta, gamma delta", tests, cfg).total == 1.0
+    r = score("ref", "nothing here", tests, cfg)
+    assert r.terms["unit_tests"] == 0.0 and r.total == pytest.approx(0.2)
+    # dicts are accepted as well as JSON strings; a malformed test is refused at the boundary
+    assert score("ref", "gamma delta", [json.loads(t) for t in tests], cfg).terms["unit_tests"] == 0.5
+    with pytest.raises(ValueError, match="unit_tests\\[0\\]"):
+        score("ref", "x", ['{"type": "present"}'], cfg)
+
+
+def test_repetition_term_is_graded_by_the_loop_length():
+    text = "Intro text about the thing. " * 3 + "the same row again | " * 60
+    # the detector: exact loop, period 21, span (84, 1344): 1 - (1260 - 21) / 1344
+    r = score(text, text, cfg=RewardConfig(terms=("content", "repetition")))
+    assert r.terms["content"] == 1.0
+    assert r.terms["repetition"] == pytest.approx(105 / 1344)
+    assert r.total == pytest.approx(105 / 1344)
+    shorter = "Intro text about the thing. " * 3 + "the same row again | " * 40
+    assert score(shorter, shorter).terms["repetition"] > r.terms["repetition"]
+
+
+def test_terms_by_dataset_selects_terms():
+    cfg = RewardConfig(terms_by_dataset={"jinaocrsynth": ["content", "table"], "web-pdf": ["content"]})
+    assert list(score("abcd", "abcd", cfg=cfg, dataset="jinaocrsynth").terms) == ["content", "table"]
+    # first listed key wins: (source, domain)
+    assert list(score("abcd", "abcd", cfg=cfg, dataset=("finepdfs", "web-pdf")).terms) == ["content"]
+    assert list(score("abcd", "abcd", cfg=cfg, dataset="other").terms) == list(cfg.terms)
+    assert cfg.terms == ("content", "formula", "table", "structure", "unit_tests", "repetition", "format")
+
+
+# --------------------------------------------------------------------------- pool
+
+
+def stall_term(reference, completion, tests, cfg):
+    """A term that hangs: the pool must kill its worker."""
+    time.sleep(600)
+    return 1.0
+
+
+def failing_term(reference, completion, tests, cfg):
+    raise RuntimeError("boom")
+
+
+@pytest.fixture
+def extra_terms():
+    rewards.register_term("stall", stall_term)
+    rewards.register_term("failing", failing_term)
+    yield
+    del rewards.TERMS["stall"], rewards.TERMS["failing"]
+
+
+def _big_table(rows: int, cols: int, word: str) -> str:
+    body = "".join("<tr>" + "".join(f"<td>r{r}c{c} {word}</td>" for c in range(cols)) + "</tr>"
+                   for r in range(rows))
+    return f"<table>{body}</table>"
+
+
+ITEMS = [
+    RewardItem("abcd", "abcf"),
+    RewardItem("# T\n\n$x^2$ and <table><tr><td>a</td></tr></table>", "# T\n\n$x^3$ and <table><tr><td>a</td></tr>"),
+    RewardItem("ref", "alpha beta", [present("alpha beta"), present("zeta")]),
+    RewardItem("abcd", "abcd", dataset="synth"),
+]
+
+
+def test_pool_matches_in_process_scores():
+    cfg = RewardConfig(workers=2, terms_by_dataset={"synth": ["content"]})
+    with RewardPool(cfg) as pool:
+        got = pool.score_many(ITEMS)
+        assert pool.timeouts == 0
+    want = [score(i.reference, i.completion, i.unit_tests, cfg, i.dataset) for i in ITEMS]
+    assert [g.to_dict() for g in got] == [w.to_dict() for w in want]
+    assert got[2].terms["unit_tests"] == 0.5
+
+
+def test_pool_timeout_scores_failure_and_keeps_going():
+    # TEDS on a 300x20 table takes seconds; 0.5 s is not enough
+    big = _big_table(300, 20, "value")
+    cfg = RewardConfig(terms=("content", "table"), timeout_s=0.5, workers=1)
+    with RewardPool(cfg) as pool:
+        slow, fast = pool.score_many([RewardItem(big, big.replace("value", "valve")), RewardItem("abcd", "abcf")])
+        assert pool.timeouts >= 1 and pool.replaced == pool.timeouts
+    assert "table" in slow.timed_out and slow.terms["table"] == 0.0
+    assert slow.total <= 0.1  # table failure floored at 0.1
+    assert fast.timed_out == [] and fast.terms == {"content": 0.75, "table": None}
+
+
+def test_pool_kills_a_hung_worker_and_replaces_it(extra_terms):
+    cfg = RewardConfig(terms=("content", "stall", "failing"), timeout_s=1.0, workers=1)
+    with RewardPool(cfg) as pool:
+        first = pool._workers[0].process
+        [r] = pool.score_many([RewardItem("abcd", "abcf")])
+        assert r.timed_out == ["stall"] and r.terms["stall"] == 0.0 and r.total == 0.0
+        assert r.errors == {"failing": "RuntimeError: boom"} and r.terms["failing"] == 0.0
+        assert r.terms["content"] == 0.75
+        assert first.poll() is not None  # the hung worker is gone
+        assert pool._workers[0].process is not first
+        # the replacement serves the next call
+        [again] = pool.score_many([RewardItem("abcd", "abcd")])
+        assert again.terms["content"] == 1.0 and again.timed_out == ["stall"]
+        last = pool._workers[0].process
+    assert last.poll() is not None  # closing the pool ends its workers
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "model.rewards", *args], input=stdin, capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=120)
+
+
+def test_cli_scores_a_jsonl(tmp_path):
+    lines = [{"completion": "abcf", "reference": "abcd"},
+             {"completion": "alpha beta", "reference": "ref", "unit_tests": [present("alpha beta"), present("zeta")]},
+             {"completion": "abcd", "reference": "abcd", "dataset": "synth"}]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    (tmp_path / "cfg.yaml").write_text("terms_by_dataset:\n  synth: [content]\n")
+    done = _cli("--input", str(path), "--config", str(tmp_path / "cfg.yaml"), "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.strip().splitlines()
+    assert rows[0].split()[:3] == ["line", "total", "content"]
+    assert rows[1].split()[:3] == ["1", "0.7500", "0.7500"]
+    # "ref" -> "alpha beta": 9 edits of 10 -> content 0.1; one unit test of two passes
+    assert rows[2].split()[:3] == ["2", "0.0500", "0.1000"]
+    assert rows[3].split() == ["3", "1.0000", "1.0000"] + ["-"] * 6  # dataset synth: content only
+    # mean of totals (0.75 + 0.05 + 1) / 3, content mean (0.75 + 0.1 + 1) / 3
+    assert rows[4].split()[:3] == ["mean", "0.6000", "0.6167"]
+    done = _cli("--input", str(path), "--json", "--workers", "1", "--terms", "content,unit_tests")
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["terms"].get("unit_tests") for r in results] == [None, 0.5, None]
+    assert [r["total"] for r in results] == pytest.approx([0.75, 0.05, 1.0])
+
+
+def test_cli_rejects_a_bad_line(tmp_path):
+    done = _cli(stdin='{"completion": "x"}\n')
+    assert done.returncode == 2 and "line 1: reference missing" in done.stderr
+    assert "python -m model.rewards" in _cli("--help").stdout
+
+
+def test_format_table_marks_timeouts_and_left_out():
+    r = rewards.RewardResult(0.1, {"content": 1.0, "table": 0.0, "formula": None}, ["formula"], ["table"])
+    text = format_table([r])
+    assert "0.0000T" in text and text.splitlines()[1].split()[-1] == "-"
