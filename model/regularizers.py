@@ -243,7 +243,11 @@ def regularizer_loss(cfg: RegularizerConfig, out, batch_mask: torch.Tensor | Non
     parts: dict[str, torch.Tensor] = {}
     if not cfg.enabled:
         return total, parts
-    b, length = logits.shape[:2]
+    shape_source = next((t for t in (batch_mask, segment_ids) if t is not None), None)
+    b, length = (shape_source.shape[:2] if shape_source is not None else logits.shape[:2])
+    # The SFT loop computes logits only where they predict a target (``logits_to_keep``); then every
+    # kept position counts for the z-loss.
+    targets_only = logits.shape[1] != length
     keys = sequence_keys(segment_ids, (b, length))
     if cfg.needs_router:
         router_logits = getattr(out, "router_logits", None)
@@ -260,9 +264,13 @@ def regularizer_loss(cfg: RegularizerConfig, out, batch_mask: torch.Tensor | Non
             total = total + cfg.entropy * ent
             parts["entropy"] = ent.detach()
     if cfg.z_loss:
-        mask = torch.ones(b, length, dtype=torch.bool, device=logits.device) if batch_mask is None else batch_mask
-        # Position t predicts token t+1: penalise the logits that produce a target token.
-        lz = z_loss(logits[:, :-1], mask[:, 1:].to(logits.device), cfg.z_loss)
+        if targets_only:
+            lz = z_loss(logits, None, cfg.z_loss)
+        else:
+            mask = torch.ones(b, length, dtype=torch.bool, device=logits.device) if batch_mask is None \
+                else batch_mask
+            # Position t predicts token t+1: penalise the logits that produce a target token.
+            lz = z_loss(logits[:, :-1], mask[:, 1:].to(logits.device), cfg.z_loss)
         total = total + lz
         parts["z_loss"] = lz.detach()
     if cfg.needs_hidden:

@@ -64,11 +64,23 @@ class StepLog:
     parts: dict[str, float] = field(default_factory=dict)
 
 
-def response_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+def target_positions(labels: torch.Tensor) -> torch.Tensor:
+    """Indices t (row 0) whose logits predict a response token (label at t+1 is not -100)."""
+    return (labels[0, 1:] != -100).nonzero()[:, 0]
+
+
+def response_ce(logits: torch.Tensor, labels: torch.Tensor, keep: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, int]:
     """Summed next-token cross-entropy over response tokens, and their count.
 
-    Position t predicts token t+1; labels are -100 on prompt, image and padding tokens.
+    Position t predicts token t+1; labels are -100 on prompt, image and padding tokens. With
+    ``keep`` (from `target_positions`), ``logits`` holds only those positions (batch of one row):
+    computing the vocabulary projection for prompt and image tokens would be wasted work.
     """
+    if keep is not None:
+        targets = labels[0, keep + 1]
+        loss = F.cross_entropy(logits[0].float(), targets, reduction="sum")
+        return loss, int(targets.numel())
     shift_logits = logits[:, :-1].float()
     shift_labels = labels[:, 1:]
     n = int((shift_labels != -100).sum())
@@ -146,9 +158,10 @@ def train_sft(loaded: Loaded, cfg: SFTConfig, out_dir: str | Path, resume_from: 
         for batch in micro:
             batch = batch.to(device) if hasattr(batch, "to") else batch
             with autocast_for(device):
-                out = model(**batch.model_kwargs(), output_hidden_states=reg.needs_hidden)
+                keep = target_positions(batch.labels)
+                out = model(**batch.model_kwargs(), output_hidden_states=reg.needs_hidden, logits_to_keep=keep)
             out.router_logits = routers.take()
-            ce, n = response_ce(out.logits, batch.labels)
+            ce, n = response_ce(out.logits, batch.labels, keep)
             # Token-level mean over the whole accumulated step, so micro-batches of different
             # sizes weigh by their response tokens.
             loss = ce / max(1, total_tokens)

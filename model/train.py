@@ -21,7 +21,7 @@ import argparse
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,82 @@ def _eval(loaded, cfg: TrainRunConfig, title: str, out: Path):
     return report
 
 
+def _grpo(loaded, cfg: TrainRunConfig, target: Path) -> dict[str, Any]:
+    from model.grpo import GRPOConfig, load_prompts, train_grpo
+
+    gcfg = GRPOConfig.from_dict({"seed": cfg.seed, **cfg.grpo})
+    prompts = load_prompts(cfg.corpus, loaded.processor, gcfg)
+    history = train_grpo(loaded, gcfg, prompts, target)
+    first, last = history[0], history[-1]
+    print(f"GRPO ({gcfg.baseline} baseline): {len(history)} steps on {len(prompts)} prompts, sampled reward "
+          f"{first.reward_mean:.3f} -> {last.reward_mean:.3f}, zero-advantage prompts {last.zero_advantage_share:.0%}",
+          flush=True)
+    return {"steps": len(history), "prompts": len(prompts), "reward_first": first.reward_mean,
+            "reward_last": last.reward_mean}
+
+
+def _state(path: Path) -> dict:
+    return {k: v.clone() for k, v in load(str(path)).model.state_dict().items()}
+
+
+def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[Path]) -> dict[str, Any]:
+    """5.5: merge search over the candidate checkpoints, scored on the eval split."""
+    import copy
+    import threading
+
+    from model.merge import make_evaluator, merge_search, write_merged
+
+    mcfg = {"budget": 6, "workers": 2, "max_new_tokens": 64, **cfg.merge}
+    base_state = _state(base)
+    states = [_state(c) for c in candidates]
+    samples = list(eval_samples(DataConfig(path=cfg.corpus, seed=cfg.seed), loaded.processor,
+                                limit=cfg.eval_limit))
+    local = threading.local()
+
+    def score(state: dict) -> dict:
+        # One model copy per worker thread; each evaluation loads the merged weights into it.
+        if not hasattr(local, "loaded"):
+            local.loaded = copy.deepcopy(loaded)
+        local.loaded.model.load_state_dict(state)
+        s = evaluate(local.loaded, samples, mcfg["max_new_tokens"], progress=False).summary
+        rate = s["unit_test_pass_rate"]
+        return {"unit_test_pass_rate": 0.0 if rate != rate else rate, "edit_distance": s["edit_distance"]}
+
+    result = merge_search(base_state, states, make_evaluator(base_state, states, score), budget=mcfg["budget"],
+                          workers=mcfg["workers"], seed=cfg.seed, log_path=out / "merge_log.jsonl")
+
+    def save_fn(state: dict, path: Path) -> None:
+        loaded.model.load_state_dict(state)
+        loaded.model.save_pretrained(path)
+        loaded.processor.save_pretrained(path)
+
+    write_merged(result.best, base_state, states, out / "merged", save_fn)
+    best = result.best
+    print(f"merge search: {len(result.log)} evaluations over {[c.name for c in candidates]}, best "
+          f"{best.candidate.method} {best.candidate.params} weights {best.candidate.weights}: {best.scores}",
+          flush=True)
+    return {"evaluations": len(result.log), "best": best.to_json()}
+
+
+def _errors(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
+    from model.errors import analyze, write_report
+
+    loaded = load(str(verifier))
+    samples = eval_samples(DataConfig(path=cfg.corpus, seed=cfg.seed), loaded.processor, limit=cfg.eval_limit)
+    report = evaluate(loaded, samples, cfg.eval_max_new_tokens, progress=False)
+    analysis = analyze([asdict(r) for r in report.rows])
+    write_report(analysis, target)
+    modes = analysis.get("failure_modes", [])
+    print(f"error analysis of {verifier.name}: {len(modes)} failure modes -> {target}", flush=True)
+    for m in modes[:5]:
+        print(f"  {m['name']}", flush=True)
+    return {"failure_modes": len(modes), "path": str(target)}
+
+
+def _mtp(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
+    raise NotImplementedError
+
+
 def run(cfg: TrainRunConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -109,6 +185,27 @@ def run(cfg: TrainRunConfig) -> dict[str, Any]:
     verdict = compare(before, after)
     print(verdict, flush=True)
     results["sft"] = {"before": before.summary, "after": after.summary, "verdict": verdict}
+
+    candidates = [current]
+    if "grpo" in cfg.phases:
+        t = time.perf_counter()
+        results["grpo"] = _grpo(loaded, cfg, out / "grpo")
+        candidates.append(out / "grpo")
+        timings["grpo"] = time.perf_counter() - t
+    verifier = current
+    if "merge" in cfg.phases and len(candidates) > 1:
+        t = time.perf_counter()
+        results["merge"] = _merge(loaded, cfg, out, base=out / "sft-alignment", candidates=candidates)
+        verifier = out / "merged"
+        timings["merge search"] = time.perf_counter() - t
+    t = time.perf_counter()
+    results["errors"] = _errors(cfg, verifier, out / "errors.json")
+    timings["error analysis"] = time.perf_counter() - t
+    if "mtp" in cfg.phases:
+        t = time.perf_counter()
+        results["mtp"] = _mtp(cfg, verifier, out / "mtp-head")
+        timings["mtp"] = time.perf_counter() - t
+    results["verifier"] = str(verifier)
     results["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
     (out / "summary.json").write_text(json.dumps(results, indent=2, default=str))
     print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()), flush=True)

@@ -1,0 +1,162 @@
+"""Issue 6 figures: packed alignment SFT against TRL's SFTTrainer, and peak RSS as the corpus grows.
+
+    python benchmarks/train.py [--steps 12] [--model tiny] [--corpus out/corpus]
+
+1. Response tokens per second on this CPU: `model.sft` (packed rows, block-diagonal attention)
+   versus TRL's `SFTTrainer` on the same tiny model and the same encoded samples, unpacked (the
+   only mode TRL allows for VLMs), one sample per step. TRL is installed for this script only,
+   into ``.cache/bench-trl`` (``pip --target``, no dependencies: its requirements are already in
+   the venv), so the project's environment stays as ``make`` built it.
+2. Peak RSS of the packed SFT run on the corpus and on the corpus repeated 4x (new ids, same
+   pages): streaming keeps it flat.
+
+Each measurement runs in a fresh subprocess so RSS and warm-up do not leak between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRL_DIR = ROOT / ".cache" / "bench-trl"
+sys.path.insert(0, str(ROOT))
+
+
+def ensure_trl() -> None:
+    if not (TRL_DIR / "trl").exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--target", str(TRL_DIR), "trl==1.16.0", "accelerate>=1.10,<2"], check=True)
+
+
+def run_ours(model: str, corpus: str, steps: int, max_length: int) -> dict:
+    from model.models import build_tiny
+    from model.sft import SFTConfig, train_sft
+
+    loaded = build_tiny(model)
+    cfg = SFTConfig.from_dict({"steps": steps, "log_every": 0, "optim": {"lr": 1e-3, "warmup_steps": 1},
+                               "data": {"path": corpus, "max_length": max_length}})
+    out = ROOT / ".cache" / "bench-train-ours"
+    history = train_sft(loaded, cfg, out, progress=False)
+    timed = history[1:]  # step 1 includes one-off warm-up
+    tokens = sum(h.response_tokens for h in timed)
+    seconds = sum(h.response_tokens / h.tokens_per_s for h in timed)
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def run_trl(model: str, corpus: str, steps: int) -> dict:
+    sys.path.insert(0, str(TRL_DIR))
+    import torch
+    from transformers import TrainerCallback
+    from trl import SFTConfig as TRLConfig
+    from trl import SFTTrainer
+
+    from model.data import DataConfig, SampleSource
+    from model.models import build_tiny
+
+    loaded = build_tiny(model)
+    source = SampleSource(loaded.processor, DataConfig(path=corpus), split="train")
+    samples = []
+    for s in source:
+        samples.append(s)
+        if len(samples) >= steps:
+            break
+
+    from datasets import Dataset
+
+    rows = Dataset.from_dict({"idx": list(range(len(samples)))})  # the collator looks samples up by index
+
+    def collate(batch):
+        (row,) = batch
+        e = samples[row["idx"]].encoded
+        labels = e.input_ids.clone()
+        labels[: e.prompt_len] = -100
+        return {"input_ids": e.input_ids[None], "attention_mask": torch.ones_like(e.input_ids)[None],
+                "labels": labels[None], "pixel_values": e.pixel_values, "image_grid_thw": e.image_grid_thw,
+                "mm_token_type_ids": e.mm_token_type_ids[None]}
+
+    times: list[tuple[float, int]] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append((time.perf_counter() - self.t, 0))
+
+    args = TRLConfig(output_dir=str(ROOT / ".cache" / "bench-train-trl"), per_device_train_batch_size=1,
+                     max_steps=len(samples), learning_rate=1e-3, logging_steps=1000, save_strategy="no",
+                     report_to=[], remove_unused_columns=False, dataset_kwargs={"skip_prepare_dataset": True},
+                     use_cpu=True, bf16=False, dataloader_num_workers=0)
+    trainer = SFTTrainer(model=loaded.model, args=args, train_dataset=rows, data_collator=collate,
+                         processing_class=loaded.processor.tokenizer, callbacks=[Clock()])
+    trainer.train()
+    response = [s.encoded.length - s.encoded.prompt_len for s in samples]
+    tokens = sum(response[1:])
+    seconds = sum(t for t, _ in times[1:])
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def grow_corpus(src: str, factor: int, dst: Path) -> str:
+    """``factor`` copies of every row with distinct ids: the same pages, ``factor`` times the rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from model.data import shard_files
+
+    (dst / "data").mkdir(parents=True, exist_ok=True)
+    n = 0
+    for f in shard_files(src):
+        table = pq.read_table(f)
+        for i in range(factor):
+            ids = pa.array([f"{x}-copy{i}" for x in table.column("id").to_pylist()])
+            pq.write_table(table.set_column(table.schema.get_field_index("id"), "id", ids),
+                           dst / "data" / f"train-{n:05d}-of-99999.parquet", row_group_size=16)
+            n += 1
+    return str(dst)
+
+
+def child(argv: list[str]) -> dict:
+    """Run one measurement in a subprocess; return its JSON result plus its peak RSS."""
+    proc = subprocess.run([sys.executable, __file__, *argv], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark child {argv} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=12, help="optimizer steps (ours) / samples (TRL)")
+    ap.add_argument("--model", default="tiny", choices=["tiny", "tiny-moe"])
+    ap.add_argument("--corpus", default="out/corpus")
+    ap.add_argument("--max-length", type=int, default=2048)
+    ap.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        result = (run_ours(args.model, args.corpus, args.steps, args.max_length) if args.child == "ours"
+                  else run_trl(args.model, args.corpus, args.steps))
+        result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(result))
+        return
+    ensure_trl()
+    common = ["--model", args.model, "--steps", str(args.steps), "--max-length", str(args.max_length)]
+    ours = child(["--child", "ours", "--corpus", args.corpus, *common])
+    trl = child(["--child", "trl", "--corpus", args.corpus, "--steps", str(args.steps * 4), "--model", args.model])
+    big = grow_corpus(args.corpus, 4, ROOT / ".cache" / "bench-corpus-x4")
+    ours4 = child(["--child", "ours", "--corpus", big, *common])
+    print(f"model {args.model}, corpus {args.corpus}; response tokens/s on this CPU (first step excluded)")
+    print(f"  {'run':<44}{'tokens':>8}{'seconds':>9}{'tok/s':>9}{'peak RSS MiB':>14}")
+    for name, r in [("pagemill packed alignment SFT", ours), ("TRL SFTTrainer, unpacked, batch 1", trl),
+                    ("pagemill packed, corpus x4", ours4)]:
+        print(f"  {name:<44}{r['tokens']:>8}{r['seconds']:>9.1f}{r['tokens_per_s']:>9.0f}{r['peak_rss_mib']:>14.0f}")
+    print(f"speedup packed / TRL: {ours['tokens_per_s'] / trl['tokens_per_s']:.2f}x (target >= 1.5x)")
+    print(f"peak RSS corpus x4 / x1: {ours4['peak_rss_mib'] / ours['peak_rss_mib']:.2f} (target: flat)")
+
+
+if __name__ == "__main__":
+    main()
