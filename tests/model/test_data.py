@@ -4,64 +4,24 @@ the position-ID shift of Jina-OCR-v1 5.1 and exact resume; all on a tiny corpus 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import random
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
-from PIL import Image, ImageDraw
 
 from model.data import (IGNORE_INDEX, BatchStream, DataConfig, DomainSampler, SampleSource, assigned_split,
                         domain_probabilities, eval_samples, iter_records, pack, shift_positions, single)
 from model.models import build_tiny, rope_index
-from schemas.page import PAGE_SCHEMA, PageRecord, ProvenanceStep, page_id
+from tests.model.corpus import make_record, page_png, write_corpus
 
-WORDS = "the quick brown fox jumps over a lazy dog table formula page column row".split()
 # (domain, source, rows): "docs" has 10x the rows of each other domain, and its sources are 3:1.
 LAYOUT = [("docs", "docs-a", 30), ("docs", "docs-b", 10), ("news", "news-a", 4), ("formula", "synth", 4)]
 BAD_CORRUPT = ("garbage", "truncated")
 BAD_LONG = "long"
 CFG = dict(max_length=160, max_sample_tokens=120, eval_fraction=0.2, seed=3)
-
-
-def page_png(seed: str, size: tuple[int, int] = (84, 56)) -> bytes:
-    r = random.Random(seed)
-    image = Image.new("L", size, "white")
-    draw = ImageDraw.Draw(image)
-    for y in range(4, size[1] - 8, 10):
-        draw.text((r.randint(2, 8), y), " ".join(r.choices(WORDS, k=3)), fill="black")
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def make_record(source: str, domain: str, n: int, image: bytes | None = None, response: str | None = None,
-                split: str = "train") -> PageRecord:
-    data = image if image is not None else page_png(f"{source}/{n}")
-    r = random.Random(f"{source}{n}")
-    return PageRecord(
-        id=page_id(source, str(n), 0), source=source, source_id=str(n), page_number=0, domain=domain,
-        language="en", license="cc0", image=data, image_sha256=hashlib.sha256(data).hexdigest(),
-        width=84, height=56, task="parse_page", instruction="Convert the page to markdown.",
-        response=response if response is not None else " ".join(r.choices(WORDS, k=r.randint(3, 12))),
-        unit_tests=[json.dumps({"type": "present", "text": "fox", "pdf": "x.pdf", "page": 1, "id": f"t{n}"})],
-        provenance=[ProvenanceStep("test", "1", "x")], split=split)
-
-
-def write_corpus(root, records: list[PageRecord], files: int = 2, row_group: int = 8) -> str:
-    """Shards like the real writer's (PAGE_SCHEMA, data/<split>-NNNNN-of-MMMMM.parquet), small row groups."""
-    data = root / "data"
-    data.mkdir(parents=True)
-    for i in range(files):
-        part = records[i::files]
-        table = pa.Table.from_pylist([r.to_row() for r in part], schema=PAGE_SCHEMA)
-        pq.write_table(table, data / f"train-{i:05d}-of-{files:05d}.parquet", row_group_size=row_group)
-    return str(root)
 
 
 @pytest.fixture(scope="module")
