@@ -24,7 +24,7 @@ from model.rewards import (
 )
 from schemas.similarity import METRICS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def present(text: str, i: int = 0) -> str:
