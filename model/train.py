@@ -151,7 +151,21 @@ def _errors(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]
 
 
 def _mtp(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
-    raise NotImplementedError
+    """5.6: fit the FastMTP head on the frozen selected verifier, then the Table 8 decoding table."""
+    from model.decode import bench_on_corpus, format_table
+    from model.mtp import FitConfig, fit_for_checkpoint
+
+    mcfg = dict(cfg.mtp)
+    bench_tokens = int(mcfg.pop("bench_max_new_tokens", 128))
+    fcfg = FitConfig.from_dict({"seed": cfg.seed, **mcfg})
+    loaded = load(str(verifier))
+    result = fit_for_checkpoint(loaded, cfg.corpus, fcfg, out=target)
+    rows = bench_on_corpus(loaded, result.head, cfg.corpus, limit=cfg.eval_limit, max_new_tokens=bench_tokens)
+    table = format_table(rows)
+    (target / "decode_table.txt").write_text(table + "\n")
+    print(f"FastMTP head on {verifier.name} (K={fcfg.depths}, {fcfg.steps} steps), speculative decoding on "
+          f"the eval pages:\n{table}", flush=True)
+    return {"table": [asdict(r) for r in rows]}
 
 
 def run(cfg: TrainRunConfig) -> dict[str, Any]:

@@ -1,0 +1,47 @@
+"""model/train.py: `make train`'s phases chained on a small corpus, each leaving its outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from model.data import assigned_split
+from model.train import TrainRunConfig, run
+from tests.model.corpus import make_record, write_corpus
+
+
+def synth_record(n: int):
+    text = f"Total revenue {n} grew while costs fell."
+    tests = [json.dumps({"type": "present", "text": "revenue", "pdf": "s.pdf", "page": 1, "id": f"p{n}"}),
+             json.dumps({"type": "absent", "text": "lorem", "pdf": "s.pdf", "page": 1, "id": f"a{n}"})]
+    return make_record("jinaocrsynth", "synthetic-layout", n, response=text, unit_tests=tests)
+
+
+def test_train_runs_every_phase_end_to_end(tmp_path):
+    records = [make_record("docs-a", "docs", n) for n in range(12)] + [synth_record(n) for n in range(6)]
+    corpus = write_corpus(tmp_path / "corpus", records)
+    cfg = TrainRunConfig(
+        model="tiny-moe", corpus=corpus, out=str(tmp_path / "model"), eval_max_new_tokens=8,
+        alignment={"steps": 2, "data": {"max_length": 256, "max_sample_tokens": 200},
+                   "regularizers": {"balance": 1e-3}},
+        robustness={"steps": 1, "data": {"pack": False, "degrade_prob": 1.0, "max_length": 256,
+                                         "max_sample_tokens": 200}},
+        grpo={"num_rollouts": 2, "max_completion_tokens": 4, "prompts_per_step": 1, "steps": 1,
+              "reward": {"workers": 1}},
+        merge={"budget": 2, "workers": 2, "max_new_tokens": 4},
+        mtp={"steps": 2, "batch_size": 2, "max_new_tokens": 8, "bench_max_new_tokens": 6},
+    )
+    results = run(cfg)
+    out = Path(cfg.out)
+    for name in ("untrained", "sft-alignment", "sft-robustness", "grpo", "merged"):
+        assert (out / name / "config.json").exists(), name
+    assert json.loads((out / "sft-alignment" / "trainer_state.json").read_text())["state"]["step"] == 2
+    assert len((out / "merge_log.jsonl").read_text().splitlines()) == 2
+    assert "failure_modes" in json.loads((out / "errors.json").read_text())
+    assert (out / "mtp-head" / "model.safetensors").exists()
+    ks = [row["k"] for row in results["mtp"]["table"]]
+    assert ks == [0, 1, 2, 3] and all(row["lossless"] for row in results["mtp"]["table"])
+    synthetic_train = [r for r in records
+                       if r.source == "jinaocrsynth" and assigned_split(r.id, "train", 0.1) == "train"]
+    assert results["grpo"]["prompts"] == len(synthetic_train)  # only synthetic pages with unit tests
+    assert set(results["sft"]) == {"before", "after", "verdict"}
