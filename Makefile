@@ -36,6 +36,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/math_checks.py
 	$(PY) benchmarks/clean.py
 	$(PY) benchmarks/synth.py
+	$(PY) benchmarks/train.py
+	$(PY) benchmarks/mtp.py
+	$(PY) benchmarks/grpo.py
 
 deps: $(STAMP)
 

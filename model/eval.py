@@ -34,6 +34,7 @@ class EvalRow:
     reference: str
     edit_distance: float
     tests: list[dict] = field(default_factory=list)  # {"type", "passed", "explanation"}
+    nll: float = float("nan")  # teacher-forced mean negative log-likelihood per response token
 
 
 @dataclass
@@ -72,6 +73,31 @@ def greedy(loaded: Loaded, encoded: Encoded, max_new_tokens: int) -> list[int]:
     return out[0, inputs["input_ids"].shape[1]:].tolist()
 
 
+@torch.no_grad()
+def response_nll(loaded: Loaded, encoded: Encoded) -> float:
+    """Mean next-token NLL of the reference response given the page (teacher forcing).
+
+    Greedy transcriptions of a tiny model are all poor, and normalized edit distance then rewards
+    long junk over short text; the likelihood of the reference says directly whether training moved
+    the model towards the data.
+    """
+    from model.models import rope_index
+    from model.sft import response_ce, target_positions
+
+    model = loaded.model
+    device = next(model.parameters()).device
+    ids = encoded.input_ids[None].to(device)
+    mm = encoded.mm_token_type_ids[None].to(device)
+    labels = ids.clone()
+    labels[:, : encoded.prompt_len] = -100
+    keep = target_positions(labels)
+    out = model(input_ids=ids, mm_token_type_ids=mm, pixel_values=encoded.pixel_values.to(device),
+                image_grid_thw=encoded.image_grid_thw.to(device),
+                position_ids=rope_index(model, ids, mm, encoded.image_grid_thw.to(device)), logits_to_keep=keep)
+    loss, n = response_ce(out.logits, labels, keep)
+    return float(loss) / max(1, n)
+
+
 def score_prediction(prediction: str, reference: str, unit_tests: Iterable[str]) -> tuple[float, list[dict]]:
     tests = []
     for raw in unit_tests:
@@ -91,7 +117,7 @@ def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progr
         prediction = loaded.processor.decode(ids)
         ed, tests = score_prediction(prediction, s.response, s.unit_tests or [])
         rows.append(EvalRow(s.id, s.source, s.domain, getattr(s, "task", "") or "", prediction, s.response,
-                            ed, tests))
+                            ed, tests, response_nll(loaded, s.encoded)))
     return summarize(rows)
 
 
@@ -99,6 +125,7 @@ def summarize(rows: list[EvalRow]) -> EvalReport:
     def agg(selected: list[EvalRow]) -> dict[str, float]:
         tests = [t for r in selected for t in r.tests]
         return {"pages": len(selected),
+                "nll": sum(r.nll for r in selected) / max(1, len(selected)),
                 "edit_distance": sum(r.edit_distance for r in selected) / max(1, len(selected)),
                 "tests": len(tests),
                 "unit_test_pass_rate": sum(t["passed"] for t in tests) / len(tests) if tests else float("nan")}
@@ -120,23 +147,30 @@ def summarize(rows: list[EvalRow]) -> EvalReport:
 
 
 def format_report(report: EvalReport, title: str = "eval") -> str:
-    lines = [f"{title}: {report.summary['pages']} pages, edit distance {report.summary['edit_distance']:.3f}, "
-             f"unit tests {_rate(report.summary)} of {report.summary['tests']}",
-             f"  {'domain':<26}{'pages':>6}{'edit dist':>11}{'tests':>7}{'pass':>8}"]
+    s = report.summary
+    lines = [f"{title}: {s['pages']} pages, response NLL {s['nll']:.3f}, edit distance {s['edit_distance']:.3f}, "
+             f"unit tests {_rate(s)} of {s['tests']}",
+             f"  {'domain':<26}{'pages':>6}{'NLL':>8}{'edit dist':>11}{'tests':>7}{'pass':>8}"]
     for d, a in report.by_domain.items():
-        lines.append(f"  {d:<26}{a['pages']:>6}{a['edit_distance']:>11.3f}{a['tests']:>7}{_rate(a):>8}")
+        lines.append(f"  {d:<26}{a['pages']:>6}{a['nll']:>8.3f}{a['edit_distance']:>11.3f}{a['tests']:>7}{_rate(a):>8}")
     if report.by_test_type:
-        lines.append(f"  {'test type':<26}{'':>6}{'':>11}{'tests':>7}{'pass':>8}")
+        lines.append(f"  {'test type':<26}{'':>6}{'':>8}{'':>11}{'tests':>7}{'pass':>8}")
         for t, a in report.by_test_type.items():
-            lines.append(f"  {t:<26}{'':>6}{'':>11}{a['tests']:>7}{_rate(a):>8}")
+            lines.append(f"  {t:<26}{'':>6}{'':>8}{'':>11}{a['tests']:>7}{_rate(a):>8}")
     return "\n".join(lines)
 
 
 def compare(before: EvalReport, after: EvalReport) -> str:
+    """One line: does the trained model beat the untrained one on the eval pages, metric by metric."""
     b, a = before.summary, after.summary
-    better = a["edit_distance"] < b["edit_distance"]
-    return (f"edit distance {b['edit_distance']:.3f} -> {a['edit_distance']:.3f}, unit tests {_rate(b)} -> "
-            f"{_rate(a)}: trained model {'beats' if better else 'does NOT beat'} the untrained one")
+    nll = a["nll"] < b["nll"]
+    ed = a["edit_distance"] < b["edit_distance"]
+    tests = a.get("unit_test_pass_rate", 0) > b.get("unit_test_pass_rate", 0)
+    verdict = "beats" if nll else "does NOT beat"
+    return (f"trained model {verdict} the untrained one on reference likelihood: response NLL {b['nll']:.3f} -> "
+            f"{a['nll']:.3f}; greedy edit distance {b['edit_distance']:.3f} -> {a['edit_distance']:.3f} "
+            f"({'better' if ed else 'not better'}), unit tests {_rate(b)} -> {_rate(a)} "
+            f"({'better' if tests else 'not better'})")
 
 
 def _rate(a: dict) -> str:
