@@ -34,7 +34,7 @@ class EvalRow:
     reference: str
     edit_distance: float
     tests: list[dict] = field(default_factory=list)  # {"type", "passed", "explanation"}
-    nll: float = float("nan")  # teacher-forced mean negative log-likelihood per response token
+    nll: float | None = None  # teacher-forced mean negative log-likelihood per response token; None: not measured
 
 
 @dataclass
@@ -124,8 +124,9 @@ def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progr
 def summarize(rows: list[EvalRow]) -> EvalReport:
     def agg(selected: list[EvalRow]) -> dict[str, float]:
         tests = [t for r in selected for t in r.tests]
+        nlls = [r.nll for r in selected if r.nll is not None]
         return {"pages": len(selected),
-                "nll": sum(r.nll for r in selected) / max(1, len(selected)),
+                "nll": sum(nlls) / len(nlls) if nlls else float("nan"),
                 "edit_distance": sum(r.edit_distance for r in selected) / max(1, len(selected)),
                 "tests": len(tests),
                 "unit_test_pass_rate": sum(t["passed"] for t in tests) / len(tests) if tests else float("nan")}
