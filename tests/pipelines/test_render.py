@@ -49,6 +49,23 @@ def test_grey_pages_are_stored_as_grey_png_losslessly():
     assert Image.open(io.BytesIO(rgb.image)).mode == "RGB"
 
 
+def test_colour_pdf_page_stays_rgb_and_lossless_with_either_png_filter():
+    buf = io.BytesIO()
+    Image.new("RGB", (200, 100), (200, 30, 30)).save(buf, format="PDF")
+    rendered, _ = rasterize_pdf_page(buf.getvalue(), 0, 400, grey_when_achromatic=True)
+    assert rendered.mode == "RGB" and rendered.info["achromatic"] is False
+    stored = {}
+    for png_filter in ("auto", "none", "adaptive"):
+        record = render_page(page(buf.getvalue()), RenderConfig(longest_side=400, png_filter=png_filter))
+        image = Image.open(io.BytesIO(record.image))
+        assert image.mode == "RGB"
+        assert image.tobytes() == rendered.tobytes()
+        stored[png_filter] = record.image
+    assert stored["auto"] == stored["none"] != stored["adaptive"]  # PDF pages: no row filters by default
+    with pytest.raises(ValueError, match="png_filter"):
+        render_page(page(buf.getvalue()), RenderConfig(png_filter="paeth"))
+
+
 def test_colour_scan_stays_rgb():
     buf = io.BytesIO()
     Image.new("RGB", (40, 30), (200, 30, 30)).save(buf, format="PNG")
