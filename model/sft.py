@@ -62,6 +62,7 @@ class StepLog:
     tokens_per_s: float
     response_tokens: int
     parts: dict[str, float] = field(default_factory=dict)
+    data_seconds: float = 0.0  # of the step's wall time, spent reading, decoding and packing samples
 
 
 def target_positions(labels: torch.Tensor) -> torch.Tensor:
@@ -153,6 +154,7 @@ def train_sft(loaded: Loaded, cfg: SFTConfig, out_dir: str | Path, resume_from: 
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         micro = [next(batches) for _ in range(cfg.grad_accum)]
+        data_seconds = time.perf_counter() - t0
         total_tokens = sum(b.n_response_tokens for b in micro)
         loss_sum, ce_sum, parts_sum = 0.0, 0.0, {}
         for batch in micro:
@@ -179,7 +181,7 @@ def train_sft(loaded: Loaded, cfg: SFTConfig, out_dir: str | Path, resume_from: 
         scheduler.step()
         dt = time.perf_counter() - t0
         entry = StepLog(step + 1, loss_sum, ce_sum / max(1, total_tokens), lr, total_tokens / dt, total_tokens,
-                        parts_sum)
+                        parts_sum, data_seconds)
         history.append(entry)
         bar.set_postfix(loss=f"{entry.loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{entry.tokens_per_s:.0f}")
         if cfg.log_every and (step + 1) % cfg.log_every == 0:
