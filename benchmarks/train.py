@@ -1,6 +1,6 @@
 """Issue 6 figures: packed alignment SFT against TRL's SFTTrainer, and peak RSS as the corpus grows.
 
-    python benchmarks/train.py [--steps 12] [--model tiny] [--corpus out/corpus]
+    python benchmarks/train.py [--steps 24] [--model tiny] [--corpus out/corpus]
 
 1. Response tokens per second on this CPU: `model.sft` (packed rows, block-diagonal attention)
    versus TRL's `SFTTrainer` on the same tiny model and the same encoded samples, unpacked (the
@@ -135,7 +135,7 @@ def child(argv: list[str]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=12, help="optimizer steps (ours) / samples (TRL)")
+    ap.add_argument("--steps", type=int, default=24, help="optimizer steps (ours) / samples (TRL)")
     ap.add_argument("--model", default="tiny", choices=["tiny", "tiny-moe"])
     ap.add_argument("--corpus", default="out/corpus")
     ap.add_argument("--max-length", type=int, default=2048)
