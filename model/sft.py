@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from model.attention import use_segment_attention
 from model.checkpoint import load_checkpoint, save_checkpoint
 from model.data import BatchStream, DataConfig
 from model.models import Loaded, load
@@ -139,6 +140,7 @@ def train_sft(loaded: Loaded, cfg: SFTConfig, out_dir: str | Path, resume_from: 
     stream = BatchStream(cfg.data, processor, model, split="train")
     reg = cfg.regularizers.for_model(model)
     routers = RouterCapture(model, reg.needs_router)
+    segments = use_segment_attention(model)  # per-sample causal attention in packed rows
     start = 0
     if resume_from is not None:
         state = load_checkpoint(resume_from, model, optimizer, scheduler)
@@ -161,7 +163,8 @@ def train_sft(loaded: Loaded, cfg: SFTConfig, out_dir: str | Path, resume_from: 
             batch = batch.to(device) if hasattr(batch, "to") else batch
             with autocast_for(device):
                 keep = target_positions(batch.labels)
-                out = model(**batch.model_kwargs(), output_hidden_states=reg.needs_hidden, logits_to_keep=keep)
+                out = model(**batch.model_kwargs(segments=segments), output_hidden_states=reg.needs_hidden,
+                            logits_to_keep=keep)
             out.router_logits = routers.take()
             ce, n = response_ce(out.logits, batch.labels, keep)
             # Token-level mean over the whole accumulated step, so micro-batches of different

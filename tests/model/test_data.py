@@ -14,6 +14,7 @@ import torch
 
 from model.data import (IGNORE_INDEX, BatchStream, DataConfig, DomainSampler, SampleSource, assigned_split,
                         domain_probabilities, eval_samples, iter_records, pack, shift_positions, single)
+from model.attention import use_segment_attention
 from model.models import build_tiny, rope_index
 from tests.model.corpus import make_record, page_png, write_corpus
 
@@ -144,20 +145,37 @@ def test_block_mask_is_causal_inside_each_sample_only(corpus, tiny) -> None:
     assert not mask[first_end, first_end - 1]  # sample 2's first token cannot see sample 1
 
 
+@pytest.mark.parametrize("segments", [False, True], ids=["block-mask", "segment-sdpa"])
 @pytest.mark.parametrize("kind", ["tiny", "tiny-moe"])
-def test_packed_logits_equal_unpacked_logits(corpus, kind) -> None:
+def test_packed_logits_equal_unpacked_logits(corpus, kind, segments) -> None:
     loaded = build_tiny(kind)
     model = loaded.model.eval()
+    if segments:
+        assert use_segment_attention(model)
     cfg = cfg_for(corpus, shift_prob=0.0, max_length=400)
     src = SampleSource(loaded.processor, cfg, records=iter_records(corpus["path"]))
     samples = [s for _, s in zip(range(3), src)]
     rng = np.random.default_rng(0)
     batch = pack(samples, rng, cfg, model)
+    kwargs = batch.model_kwargs(segments=segments)
+    assert (kwargs["attention_mask"] is None) == segments
     with torch.no_grad():
-        packed = model(**batch.model_kwargs()).logits[0]
+        packed = model(**kwargs).logits[0]
         for i, s in enumerate(samples):
             alone = model(**single(s, rng, cfg, model).model_kwargs()).logits[0]
             torch.testing.assert_close(packed[batch.segment_ids[0] == i], alone, atol=1e-4, rtol=0)
+
+
+def test_segment_attention_refuses_segments_that_do_not_cover_the_row(corpus) -> None:
+    loaded = build_tiny("tiny")
+    assert use_segment_attention(loaded.model)
+    cfg = cfg_for(corpus, shift_prob=0.0, max_length=400)
+    src = SampleSource(loaded.processor, cfg, records=iter_records(corpus["path"]))
+    samples = [s for _, s in zip(range(2), src)]
+    kwargs = pack(samples, np.random.default_rng(0), cfg, loaded.model).model_kwargs(segments=True)
+    kwargs["segment_lengths"] = kwargs["segment_lengths"][:1]
+    with pytest.raises(ValueError, match="segments sum to its length"):
+        loaded.model(**kwargs)
 
 
 # -- position-ID shift (5.1) ------------------------------------------------------------------
