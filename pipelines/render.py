@@ -19,6 +19,7 @@ import numpy as np
 import pypdfium2 as pdfium
 from PIL import Image, ImageOps
 
+from pipelines.png import encode_png
 from pipelines.sources.base import SourcePage
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
@@ -26,13 +27,18 @@ from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
 VERSION = "1"
 # pdfium is not thread-safe; Beam's multi-threading mode may call us from several threads.
 _PDFIUM_LOCK = threading.Lock()
+# Runners parallelise over processes; OpenCV's own threads would only contend with them (and spin:
+# in 2 Beam workers on 2 cores its page-sized colour conversions took 10x their single-thread time).
+cv2.setNumThreads(1)
 
 
 @dataclass(frozen=True)
 class RenderConfig:
     longest_side: int = 1288
     image_format: str = "png"  # png | webp
-    png_compress_level: int = 1  # zlib level: 1 is ~1.4x faster than 6 for ~15% larger files
+    # zlib level. 2: with zlib-ng (PDF pages) 1.7 ms and 73 KB for a grey 1288-px text page, against
+    # 1.0 ms and 93 KB at 1; with Pillow (scans) close to 1 in speed, ~1.4x faster than 6.
+    png_compress_level: int = 2
     png_gray_when_achromatic: bool = True  # store grey pages as 8-bit grey PNG (lossless)
     # PNG row filters: "auto" = none for rasterised PDF pages (flat text pages gain ~10% from
     # adaptive filtering at twice the encoding time), adaptive for scans and synthetic pages;
@@ -62,11 +68,20 @@ def grey_if_achromatic(bgr: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def encode_image(image: Image.Image, cfg: RenderConfig, flat: bool = False) -> bytes:
+def encode_image(image: Image.Image | np.ndarray, cfg: RenderConfig, flat: bool = False) -> bytes:
     """Encode a page image as the corpus stores it (PNG, grey pages as 8-bit grey, or WebP).
 
-    ``flat``: the image is a rasterised PDF page, where ``png_filter: auto`` skips row filters.
+    ``image``: a PIL image, or uint8 pixels ((H, W) grey or (H, W, 3) RGB, as ``render_pdf_pixels``
+    returns them: PDF pages skip the PIL round trip). ``flat``: a rasterised PDF page, where
+    ``png_filter: auto`` skips row filters.
     """
+    if cfg.png_filter not in ("auto", "none", "adaptive"):
+        raise ValueError(f"unknown png_filter {cfg.png_filter!r}")
+    unfiltered = cfg.png_filter == "none" or (cfg.png_filter == "auto" and flat)
+    if isinstance(image, np.ndarray):
+        if cfg.image_format == "png" and unfiltered:
+            return encode_png(image, cfg.png_compress_level)
+        image = Image.fromarray(image, mode="L" if image.ndim == 2 else "RGB")
     buf = io.BytesIO()
     if cfg.image_format == "png":
         if image.mode == "RGB" and cfg.png_gray_when_achromatic:
@@ -77,20 +92,10 @@ def encode_image(image: Image.Image, cfg: RenderConfig, flat: bool = False) -> b
                 # Lossless: an 8-bit grey PNG decodes to the same RGB values at half the size and
                 # ~2.5x less encoding time; readers call .convert("RGB") as for any page.
                 image = image.getchannel(0)
-        if cfg.png_filter not in ("auto", "none", "adaptive"):
-            raise ValueError(f"unknown png_filter {cfg.png_filter!r}")
-        unfiltered = cfg.png_filter == "none" or (cfg.png_filter == "auto" and flat)
         if unfiltered and image.mode in ("L", "RGB"):
-            # Pillow always chooses filters adaptively (about half its PNG time on a text page);
-            # libpng through OpenCV takes a fixed filter.
-            pixels = np.asarray(image)
-            if image.mode == "RGB":
-                pixels = cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR)
-            ok, encoded = cv2.imencode(".png", pixels, [cv2.IMWRITE_PNG_COMPRESSION, cfg.png_compress_level,
-                                                        cv2.IMWRITE_PNG_FILTER, cv2.IMWRITE_PNG_FILTER_NONE])
-            if not ok:
-                raise RecordError("encode_failed", f"OpenCV could not encode a {image.mode} {image.size} PNG")
-            return encoded.tobytes()
+            # Pillow always chooses filters adaptively (about half its PNG time on a text page) and
+            # deflates with classic zlib; pipelines.png writes unfiltered rows with zlib-ng (~4x faster).
+            return encode_png(np.asarray(image), cfg.png_compress_level)
         image.save(buf, format="PNG", compress_level=cfg.png_compress_level)
     elif cfg.image_format == "webp":
         image.save(buf, format="WEBP", quality=cfg.webp_quality, method=4)
@@ -144,6 +149,15 @@ def rasterize_pdf_page(data: bytes, index: int, longest_side: int, rotation: int
     """Render page ``index`` so its longest side is ``longest_side`` pixels; RGB PIL image
     (8-bit grey "L" for a page without colour when ``grey_when_achromatic``: the same pixels).
     ``image.info["achromatic"]`` says whether the page has no colour."""
+    pixels, achromatic, text = render_pdf_pixels(data, index, longest_side, rotation, with_text, grey_when_achromatic)
+    image = Image.fromarray(pixels, mode="L" if pixels.ndim == 2 else "RGB")
+    image.info["achromatic"] = achromatic
+    return image, text
+
+
+def render_pdf_pixels(data: bytes, index: int, longest_side: int, rotation: int = 0, with_text: bool = False,
+                      grey_when_achromatic: bool = False) -> tuple[np.ndarray, bool, str | None]:
+    """``rasterize_pdf_page`` as uint8 pixels: ((H, W, 3) RGB or (H, W) grey, achromatic, text)."""
     if rotation not in (0, 90, 180, 270):
         raise RecordError("bad_rotation", f"rotation must be 0/90/180/270, got {rotation}")
     with _PDFIUM_LOCK:
@@ -160,17 +174,16 @@ def rasterize_pdf_page(data: bytes, index: int, longest_side: int, rotation: int
             bgr = bitmap.to_numpy()  # a view of pdfium's buffer
             grey = grey_if_achromatic(bgr)
             if grey is not None and grey_when_achromatic:
-                image = Image.fromarray(grey, mode="L")
+                pixels = grey
             else:
-                image = Image.fromarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), mode="RGB")
-            image.info["achromatic"] = grey is not None
+                pixels = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
             text = None
             if with_text:
                 textpage = page.get_textpage()
                 text = textpage.get_text_bounded()
                 textpage.close()
             page.close()
-            return image, text
+            return pixels, grey is not None, text
         except pdfium.PdfiumError as exc:
             raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
         finally:
@@ -218,12 +231,14 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
     """Rasterise or decode one ``SourcePage`` into a ``PageRecord``."""
     text_layer = None
     if page.payload_kind == "pdf":
-        image, text_layer = rasterize_pdf_page(
+        image, _, text_layer = render_pdf_pixels(
             page.payload, page.pdf_page_index, cfg.longest_side, page.rotation, cfg.keep_text_layer,
             grey_when_achromatic=cfg.image_format == "png" and cfg.png_gray_when_achromatic,
         )
+        height, width = image.shape[:2]
     elif page.payload_kind == "image":
         image = decode_image(page.payload, cfg, page.rotation)
+        width, height = image.size
     else:
         raise RecordError("bad_payload", f"unknown payload kind {page.payload_kind!r}")
     encoded = encode_image(image, cfg, flat=page.payload_kind == "pdf")
@@ -240,8 +255,8 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
         license=page.license,
         image=encoded,
         image_sha256=hashlib.sha256(encoded).hexdigest(),
-        width=image.width,
-        height=image.height,
+        width=width,
+        height=height,
         task=page.task,
         instruction=page.instruction,
         response=page.response,
