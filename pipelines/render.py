@@ -7,6 +7,8 @@ the PDF text layer for later checks. Bad payloads raise ``RecordError`` with a r
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import io
 import logging
@@ -27,9 +29,27 @@ from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
 VERSION = "1"
 # pdfium is not thread-safe; Beam's multi-threading mode may call us from several threads.
 _PDFIUM_LOCK = threading.Lock()
-# Runners parallelise over processes; OpenCV's own threads would only contend with them (and spin:
-# in 2 Beam workers on 2 cores its page-sized colour conversions took 10x their single-thread time).
+# Runners parallelise over processes; OpenCV's own threads would only contend with them.
 cv2.setNumThreads(1)
+
+
+def _keep_page_buffers_on_heap() -> bool:
+    """Serve page-sized buffers (1-5 MB bitmaps, grey planes, PNG rows) from glibc's heap.
+
+    By default glibc mmaps each such block and unmaps it on free, so every page's buffers are
+    page-faulted and zeroed afresh; in Beam's SDK workers that was a third of their CPU time (2,000
+    pages: 16.6 -> 9.9 CPU-seconds per worker with these settings). Freed blocks now stay on the heap
+    for the next page, so memory stays bounded by the largest working set. No-op off glibc.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+        return bool(libc.mallopt(m_mmap_threshold, 32 << 20)) and bool(libc.mallopt(m_trim_threshold, 128 << 20))
+    except (OSError, AttributeError):
+        return False
+
+
+_keep_page_buffers_on_heap()
 
 
 @dataclass(frozen=True)
