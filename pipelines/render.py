@@ -60,9 +60,9 @@ class RenderConfig:
     # 1.0 ms and 93 KB at 1; with Pillow (scans) close to 1 in speed, ~1.4x faster than 6.
     png_compress_level: int = 2
     png_gray_when_achromatic: bool = True  # store grey pages as 8-bit grey PNG (lossless)
-    # PNG row filters: "auto" = none for rasterised PDF pages (flat text pages gain ~10% from
-    # adaptive filtering at twice the encoding time), adaptive for scans and synthetic pages;
-    # "none" or "adaptive" forces one everywhere.
+    # PNG row filters: "auto" = none for rasterised PDF pages (written by pipelines.png with
+    # zlib-ng; Pillow's adaptive filters save ~10% of bytes on text pages for ~5x the time),
+    # adaptive (Pillow) for scans and synthetic pages; "none" or "adaptive" forces one everywhere.
     png_filter: str = "auto"
     webp_quality: int = 90
     max_pixels: int = 64_000_000  # decoded image cap (decompression bombs)

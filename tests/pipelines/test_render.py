@@ -115,3 +115,14 @@ def test_exif_orientation_and_downscale():
 
 def test_garbage_image_bytes():
     assert reason(decode_image, b"\x89PNG\r\n\x1a\nbroken", RenderConfig()) == "corrupt_image"
+
+
+def test_page_buffers_stay_on_the_heap_on_glibc():
+    import platform
+
+    from pipelines.render import _keep_page_buffers_on_heap
+
+    if platform.libc_ver()[0] == "glibc":  # the machines this runs on; elsewhere it is a no-op
+        assert _keep_page_buffers_on_heap() is True
+    else:
+        assert _keep_page_buffers_on_heap() is False
