@@ -39,7 +39,7 @@ from samples.make.pdfs import paragraphs, text_pdf  # noqa: E402
 PER_TAR = 500
 
 
-def build_input(root: Path, pages: int, seed: int = 0, per_tar: int = PER_TAR) -> list[Path]:
+def build_input(root: Path, pages: int, seed: int = 0) -> list[Path]:
     """olmOCR-mix-1025 layout with ``pages`` rows; returns the PDF files (also kept for baselines)."""
     rng = random.Random(seed)
     templates = [text_pdf([paragraphs(rng, rng.randint(4, 9), (40, 90))]) for _ in range(40)]
@@ -49,7 +49,7 @@ def build_input(root: Path, pages: int, seed: int = 0, per_tar: int = PER_TAR) -
     for i in range(pages):
         doc_id = f"bench/{i:07d}"
         data = templates[i % len(templates)]
-        tar_name = f"00_documents_train_{i // per_tar:05d}.tar.gz"
+        tar_name = f"00_documents_train_{i // PER_TAR:05d}.tar.gz"
         members.append((f"{doc_id}.pdf", data))
         path = pdf_dir / f"{i:07d}.pdf"
         path.write_bytes(data)
@@ -58,7 +58,7 @@ def build_input(root: Path, pages: int, seed: int = 0, per_tar: int = PER_TAR) -
                      "pdf_relpath": f"pdf_tarballs/{tar_name}:{doc_id}.pdf", "primary_language": "en",
                      "is_rotation_valid": True, "rotation_correction": 0, "is_table": False,
                      "is_diagram": False, "natural_text": f"page {i} " + paragraphs(rng, 1)[0], "extras": None})
-        if len(members) == per_tar or i == pages - 1:
+        if len(members) == PER_TAR or i == pages - 1:
             write_tar(root / "mix" / "pdf_tarballs" / tar_name, members)
             members = []
     frame = pd.DataFrame(rows).set_index("id")

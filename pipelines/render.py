@@ -70,18 +70,15 @@ class RenderConfig:
     keep_text_layer: bool = True
 
 
-def _achromatic(pixels: np.ndarray) -> bool:
-    """True when every pixel has R == G == B (typical of text pages)."""
-    return bool(np.array_equal(pixels[:, :, 0], pixels[:, :, 1]) and np.array_equal(pixels[:, :, 1], pixels[:, :, 2]))
-
-
 def grey_if_achromatic(bgr: np.ndarray) -> np.ndarray | None:
-    """The grey plane of a BGR page when it has no colour (else None), exactly.
+    """The grey plane of an (H, W, 3) page when it has no colour (else None), exactly.
 
     OpenCV's BGR->grey weights sum to one in fixed point, so a pixel (v, v, v) maps to v; grey->BGR
-    therefore reproduces the page iff every pixel is achromatic. Two SIMD passes, ~4x cheaper than
-    comparing channel views in numpy.
+    therefore reproduces the page iff every pixel is achromatic. The test does not depend on channel
+    order, so RGB pages may be passed too. Two SIMD passes, ~4x cheaper than comparing channel views
+    in numpy.
     """
+    bgr = np.ascontiguousarray(bgr)
     grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
     if cv2.norm(bgr, cv2.cvtColor(grey, cv2.COLOR_GRAY2BGR), cv2.NORM_INF) == 0:
         return grey
@@ -107,7 +104,7 @@ def encode_image(image: Image.Image | np.ndarray, cfg: RenderConfig, flat: bool 
         if image.mode == "RGB" and cfg.png_gray_when_achromatic:
             achromatic = image.info.get("achromatic")
             if achromatic is None:
-                achromatic = _achromatic(np.asarray(image))
+                achromatic = grey_if_achromatic(np.asarray(image)) is not None
             if achromatic:
                 # Lossless: an 8-bit grey PNG decodes to the same RGB values at half the size and
                 # ~2.5x less encoding time; readers call .convert("RGB") as for any page.

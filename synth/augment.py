@@ -60,6 +60,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from pipelines.render import grey_if_achromatic
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
@@ -166,8 +167,10 @@ def _to_array(image: ImageLike) -> np.ndarray:
             arr = arr[:, :, :3]
         if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] != 3):
             raise ValueError(f"augment: expected HxW or HxWx3 image, got shape {arr.shape}")
-    if arr.ndim == 3 and np.array_equal(arr[:, :, 0], arr[:, :, 1]) and np.array_equal(arr[:, :, 1], arr[:, :, 2]):
-        arr = arr[:, :, 0]
+    if arr.ndim == 3:
+        grey = grey_if_achromatic(arr)
+        if grey is not None:
+            arr = grey
     return np.ascontiguousarray(arr)
 
 
