@@ -31,6 +31,7 @@ samples: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/ingest.py $(ARGS)
+	$(PY) benchmarks/png.py
 	$(PY) benchmarks/unit_tests.py
 	$(PY) benchmarks/teds.py
 	$(PY) benchmarks/math_checks.py

@@ -12,6 +12,7 @@ import ctypes.util
 import hashlib
 import io
 import logging
+import math
 import threading
 import warnings
 from dataclasses import asdict, dataclass
@@ -56,12 +57,12 @@ _keep_page_buffers_on_heap()
 class RenderConfig:
     longest_side: int = 1288
     image_format: str = "png"  # png | webp
-    # zlib level. 2: with zlib-ng (PDF pages) 1.7 ms and 73 KB for a grey 1288-px text page, against
-    # 1.0 ms and 93 KB at 1; with Pillow (scans) close to 1 in speed, ~1.4x faster than 6.
+    # zlib level. PDF pages (pipelines.png, ISA-L, whose levels stop at 3): 2 is 0.74 ms and 77 KB for
+    # a grey 1288-px text page; with Pillow (scans) 2 is close to 1 in speed, ~1.4x faster than 6.
     png_compress_level: int = 2
     png_gray_when_achromatic: bool = True  # store grey pages as 8-bit grey PNG (lossless)
     # PNG row filters: "auto" = none for rasterised PDF pages (written by pipelines.png with
-    # zlib-ng; Pillow's adaptive filters save ~10% of bytes on text pages for ~5x the time),
+    # ISA-L; Pillow's adaptive filters save ~10% of bytes on text pages for ~5x the time),
     # adaptive (Pillow) for scans and synthetic pages; "none" or "adaptive" forces one everywhere.
     png_filter: str = "auto"
     webp_quality: int = 90
@@ -111,7 +112,7 @@ def encode_image(image: Image.Image | np.ndarray, cfg: RenderConfig, flat: bool 
                 image = image.getchannel(0)
         if unfiltered and image.mode in ("L", "RGB"):
             # Pillow always chooses filters adaptively (about half its PNG time on a text page) and
-            # deflates with classic zlib; pipelines.png writes unfiltered rows with zlib-ng (~4x faster).
+            # deflates with classic zlib; pipelines.png writes unfiltered rows with ISA-L (~10x faster).
             return encode_png(np.asarray(image), cfg.png_compress_level)
         image.save(buf, format="PNG", compress_level=cfg.png_compress_level)
     elif cfg.image_format == "webp":
@@ -161,6 +162,44 @@ def pdf_page_count(data: bytes) -> int:
             pdf.close()
 
 
+class _PageRenderer:
+    """Render a pdfium page as BGR pixels into one reused, grown buffer (pdfium's C API).
+
+    ``PdfPage.render`` allocates a fresh zeroed ctypes array per page, page-faulted in by pdfium's
+    per-pixel 24-bit fill: ~1 ms of a ~3 ms 1288-px page on this CPU. Here the buffer stays, white is
+    one memset, and the render call is pypdfium2's default (``FPDF_ANNOT``: annotations drawn, BGR).
+    Callers hold ``_PDFIUM_LOCK`` and copy the pixels out (grey plane or RGB conversion) before they
+    release it, so the buffer is never shared; it keeps the largest page seen (5 MB at 1288 px).
+    """
+
+    _ROTATION = {0: 0, 90: 1, 180: 2, 270: 3}  # degrees clockwise -> pdfium's rotate argument
+
+    def __init__(self):
+        self.buffer = np.empty(0, dtype=np.uint8)
+
+    def __call__(self, page: pdfium.PdfPage, scale: float, rotation: int) -> np.ndarray:
+        width, height = math.ceil(page.get_width() * scale), math.ceil(page.get_height() * scale)
+        if rotation in (90, 270):
+            width, height = height, width
+        if self.buffer.size < width * height * 3:
+            self.buffer = np.empty(width * height * 3, dtype=np.uint8)
+        pixels = self.buffer[: width * height * 3].reshape(height, width, 3)
+        pixels.fill(255)
+        bitmap = pdfium.raw.FPDFBitmap_CreateEx(width, height, pdfium.raw.FPDFBitmap_BGR,
+                                                pixels.ctypes.data_as(ctypes.c_void_p), width * 3)
+        if not bitmap:
+            raise RecordError("corrupt_pdf", f"pdfium cannot make a {width}x{height} bitmap")
+        try:
+            pdfium.raw.FPDF_RenderPageBitmap(bitmap, page.raw, 0, 0, width, height, self._ROTATION[rotation],
+                                             pdfium.raw.FPDF_ANNOT)
+        finally:
+            pdfium.raw.FPDFBitmap_Destroy(bitmap)
+        return pixels
+
+
+_render_bgr = _PageRenderer()
+
+
 def rasterize_pdf_page(data: bytes, index: int, longest_side: int, rotation: int = 0,
                        with_text: bool = False, grey_when_achromatic: bool = False) -> tuple[Image.Image, str | None]:
     """Render page ``index`` so its longest side is ``longest_side`` pixels; RGB PIL image
@@ -187,8 +226,7 @@ def render_pdf_pixels(data: bytes, index: int, longest_side: int, rotation: int 
             if width <= 0 or height <= 0:
                 raise RecordError("corrupt_pdf", f"page {index} has size {width}x{height}")
             scale = longest_side / max(width, height)
-            bitmap = page.render(scale=scale, rotation=rotation)  # BGR, pdfium's native order
-            bgr = bitmap.to_numpy()  # a view of pdfium's buffer
+            bgr = _render_bgr(page, scale, rotation)  # a reused buffer: copied out below, under the lock
             grey = grey_if_achromatic(bgr)
             if grey is not None and grey_when_achromatic:
                 pixels = grey

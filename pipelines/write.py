@@ -9,7 +9,8 @@ boundaries or worker count) while memory stays bounded:
    ``shard_bytes``; ``write_shard`` reads the spill files of a range (with an id filter), sorts the
    rows by id and writes ``data/<split>-NNNNN-of-MMMMM.parquet`` atomically (write then rename).
 
-So a worker holds at most one shard (~256 MB by default) in memory, however large the corpus.
+So a worker holds at most one shard (~256 MB by default, twice that while sorting it) in memory,
+however large the corpus.
 """
 
 from __future__ import annotations
@@ -163,8 +164,9 @@ def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int,
 def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
     """Write one shard: rows with ids in [first_id, last_id], sorted by id; atomic rename.
 
-    Peak memory is the shard's rows plus one row group: rows are sorted by index and taken one
-    row group at a time, and bytes stream to the destination (a temporary name, then renamed).
+    Peak memory is about twice the shard's rows (the spilled batches and their contiguous copy, for
+    a moment) plus one row group: rows are sorted by index and taken one row group at a time, and
+    bytes stream to the destination (a temporary name, then renamed).
     """
     tables = []
     for path in plan.files:
@@ -178,7 +180,8 @@ def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
                 kept = batch.filter(mask)
                 if kept.num_rows:
                     tables.append(pa.Table.from_batches([kept], schema=PAGE_SCHEMA))
-    table = pa.concat_tables(tables) if tables else PAGE_SCHEMA.empty_table()
+    # One contiguous copy: take() on the many small chunks costs ~30x more per row than on one.
+    table = pa.concat_tables(tables).combine_chunks() if tables else PAGE_SCHEMA.empty_table()
     del tables
     order = pc.sort_indices(table.select(["id", "image_sha256"]),
                             sort_keys=[("id", "ascending"), ("image_sha256", "ascending")])

@@ -1,8 +1,10 @@
 """The one training-sample schema: ``PageRecord``, its pyarrow schema and its validation.
 
-Every corpus, synthetic page and model input in pagemill is a ``PageRecord``. The pyarrow schema is
-derived from Hugging Face ``datasets.Features`` so the Parquet files carry the ``huggingface``
-schema metadata and ``datasets.load_dataset("parquet", ...)`` returns ``image`` as an ``Image``.
+Every corpus, synthetic page and model input in pagemill is a ``PageRecord``. The pyarrow schema
+carries the ``huggingface`` schema metadata of the matching ``datasets.Features`` (``features()``),
+so ``datasets.load_dataset("parquet", ...)`` returns ``image`` as an ``Image``. The schema is built
+from pyarrow types without importing ``datasets`` (~0.4 s in every Beam worker);
+``tests/schemas/test_page.py`` checks it equals ``features().arrow_schema``, metadata included.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-import datasets
 import pyarrow as pa
 
 TASKS = ("parse_page", "transcribe_table", "transcribe_formula", "caption", "vqa", "kie")
@@ -85,38 +86,55 @@ class PageRecord:
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
-FEATURES = datasets.Features(
-    {
-        "id": datasets.Value("string"),
-        "source": datasets.Value("string"),
-        "source_id": datasets.Value("string"),
-        "page_number": datasets.Value("int32"),
-        "domain": datasets.Value("string"),
-        "language": datasets.Value("string"),
-        "license": datasets.Value("string"),
-        "image": datasets.Image(),
-        "image_sha256": datasets.Value("string"),
-        "width": datasets.Value("int32"),
-        "height": datasets.Value("int32"),
-        "task": datasets.Value("string"),
-        "instruction": datasets.Value("string"),
-        "response": datasets.Value("string"),
-        "response_format": datasets.Value("string"),
-        "unit_tests": datasets.List(datasets.Value("string")),
-        "quality": datasets.Value("string"),
-        "provenance": datasets.List(
-            {
-                "stage": datasets.Value("string"),
-                "version": datasets.Value("string"),
-                "params_hash": datasets.Value("string"),
-            }
-        ),
-        "split": datasets.Value("string"),
-        "text_layer": datasets.Value("string"),
-        "metadata": datasets.Value("string"),
-    }
+IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])  # datasets.Image's storage
+_FIELDS = [
+    ("id", pa.string()),
+    ("source", pa.string()),
+    ("source_id", pa.string()),
+    ("page_number", pa.int32()),
+    ("domain", pa.string()),
+    ("language", pa.string()),
+    ("license", pa.string()),
+    ("image", IMAGE_TYPE),
+    ("image_sha256", pa.string()),
+    ("width", pa.int32()),
+    ("height", pa.int32()),
+    ("task", pa.string()),
+    ("instruction", pa.string()),
+    ("response", pa.string()),
+    ("response_format", pa.string()),
+    ("unit_tests", pa.list_(pa.string())),
+    ("quality", pa.string()),
+    ("provenance", pa.list_(pa.struct([("stage", pa.string()), ("version", pa.string()),
+                                       ("params_hash", pa.string())]))),
+    ("split", pa.string()),
+    ("text_layer", pa.string()),
+    ("metadata", pa.string()),
+]
+
+
+def _hf_feature(arrow_type: pa.DataType) -> dict:
+    """The ``datasets`` feature dict (as ``Features.to_dict`` writes it) for the types used here."""
+    if arrow_type == IMAGE_TYPE:
+        return {"_type": "Image"}
+    if pa.types.is_list(arrow_type):
+        return {"feature": _hf_feature(arrow_type.value_type), "_type": "List"}
+    if pa.types.is_struct(arrow_type):
+        return {f.name: _hf_feature(f.type) for f in arrow_type}
+    return {"dtype": str(arrow_type), "_type": "Value"}
+
+
+PAGE_SCHEMA: pa.Schema = pa.schema(
+    _FIELDS,
+    metadata={"huggingface": json.dumps({"info": {"features": {name: _hf_feature(t) for name, t in _FIELDS}}})},
 )
-PAGE_SCHEMA: pa.Schema = FEATURES.arrow_schema
+
+
+def features():
+    """``datasets.Features`` of a page record (imports ``datasets``, so only where needed)."""
+    import datasets
+
+    return datasets.Features.from_dict(json.loads(PAGE_SCHEMA.metadata[b"huggingface"])["info"]["features"])
 
 
 def page_id(source: str, source_id: str, page_number: int, transform: str = "") -> str:

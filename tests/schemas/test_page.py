@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from schemas.page import (
-    FEATURES,
+    features,
     PAGE_SCHEMA,
     PageRecord,
     ProvenanceStep,
@@ -76,4 +76,15 @@ def test_schema_carries_hf_image_feature():
     meta = json.loads(PAGE_SCHEMA.metadata[b"huggingface"])
     assert meta["info"]["features"]["image"] == {"_type": "Image"}
     assert PAGE_SCHEMA.field("image").type == pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    assert set(FEATURES) == {f.name for f in PAGE_SCHEMA}
+    assert set(features()) == {f.name for f in PAGE_SCHEMA}
+
+
+def test_schema_is_what_datasets_derives_from_the_features():
+    """PAGE_SCHEMA is built without importing datasets; it must equal datasets' own derivation."""
+    import datasets
+
+    hf = features()
+    assert isinstance(hf["image"], datasets.Image)
+    assert isinstance(hf["provenance"], datasets.List)
+    assert hf.arrow_schema.equals(PAGE_SCHEMA, check_metadata=True)
+    assert hf.arrow_schema.metadata == PAGE_SCHEMA.metadata
