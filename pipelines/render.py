@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import hashlib
 import io
 import logging
@@ -282,6 +283,11 @@ def decode_image(data: bytes, cfg: RenderConfig, rotation: int = 0) -> Image.Ima
     return image
 
 
+@functools.lru_cache(maxsize=16)
+def _config_hash(cfg: RenderConfig) -> str:
+    return params_hash(asdict(cfg))
+
+
 def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
     """Rasterise or decode one ``SourcePage`` into a ``PageRecord``."""
     text_layer = None
@@ -298,7 +304,7 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
         raise RecordError("bad_payload", f"unknown payload kind {page.payload_kind!r}")
     encoded = encode_image(image, cfg, flat=page.payload_kind == "pdf")
     provenance = list(page.provenance) + [
-        ProvenanceStep("render", VERSION, params_hash(asdict(cfg)))
+        ProvenanceStep("render", VERSION, _config_hash(cfg))
     ]
     return PageRecord(
         id=page_id(page.source, page.source_id, page.page_number),
