@@ -126,3 +126,25 @@ def test_page_buffers_stay_on_the_heap_on_glibc():
         assert _keep_page_buffers_on_heap() is True
     else:
         assert _keep_page_buffers_on_heap() is False
+
+
+def test_reused_render_buffer_gives_pypdfium2s_pixels_for_every_size_and_rotation():
+    """Pages are rendered into one reused buffer: a small page after a large one, any rotation,
+    must come out exactly as pypdfium2's own PdfPage.render (a fresh bitmap) draws it."""
+    import numpy as np
+    import pypdfium2 as pdfium
+    from reportlab.lib.pagesizes import A4, landscape, letter
+
+    from pipelines.render import render_pdf_pixels
+
+    pdfs = [text_pdf([["Large page " * 40]], pagesize=landscape(A4)), text_pdf([["Small."]], pagesize=(200, 120)),
+            text_pdf([["Letter page words."]], pagesize=letter)]
+    for data in pdfs + pdfs[::-1]:
+        for rotation in (0, 90, 180, 270):
+            for longest in (1288, 300):
+                pixels, achromatic, _ = render_pdf_pixels(data, 0, longest, rotation)
+                doc = pdfium.PdfDocument(data)
+                fresh = doc[0].render(scale=longest / max(doc[0].get_size()), rotation=rotation).to_numpy()
+                doc.close()
+                assert achromatic and pixels.shape == fresh.shape
+                assert np.array_equal(pixels, fresh[:, :, ::-1])  # ours is RGB, pdfium's BGR
