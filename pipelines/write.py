@@ -3,8 +3,10 @@
 Writing is two-phase so that shard contents are a function of the records alone (not of bundle
 boundaries or worker count) while memory stays bounded:
 
-1. ``SpillWriter`` (one per bundle) appends records to small temporary Parquet files, one per
-   id-range bucket, flushing whenever its buffers pass a byte budget.
+1. ``SpillWriter`` (one per bundle) appends records to temporary Arrow IPC files, one per id-range
+   bucket, flushing whenever its buffers pass a byte budget. IPC, not Parquet: a spill is read
+   once, by ``write_shard``, and IPC is written and memory-mapped back with no encoding (spill plus
+   read-back 0.47 ms/page against 1.94 ms with uncompressed Parquet).
 2. ``plan_shards`` orders all record ids of a split and cuts them into id ranges of about
    ``shard_bytes``; ``write_shard`` reads the spill files of a range (with an id filter), sorts the
    rows by id and writes ``data/<split>-NNNNN-of-MMMMM.parquet`` atomically (write then rename).
@@ -19,7 +21,7 @@ import hashlib
 import io as _io
 import uuid
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -87,7 +89,7 @@ class SpillWriter:
         self.token = uuid.uuid4().hex[:12]
         self.buffers: dict[tuple[str, int], list[dict]] = {}
         self.buffer_bytes: dict[tuple[str, int], int] = {}
-        self.writers: dict[tuple[str, int], tuple[pq.ParquetWriter, object, str]] = {}
+        self.writers: dict[tuple[str, int], tuple[pa.ipc.RecordBatchFileWriter, object, str]] = {}
 
     def add(self, record: PageRecord) -> SpillEntry:
         """Buffer one record; the returned entry is valid once ``close`` has run."""
@@ -103,9 +105,9 @@ class SpillWriter:
     def _spill_path(self, key: tuple[str, int]) -> str:
         if key not in self.writers:
             split, bucket = key
-            path = io.join(self.spill_dir, f"{split}-{bucket:05d}-{self.token}.parquet")
+            path = io.join(self.spill_dir, f"{split}-{bucket:05d}-{self.token}.arrow")
             handle = io.open_write(path)
-            writer = pq.ParquetWriter(handle, PAGE_SCHEMA, compression="none")
+            writer = pa.ipc.new_file(handle, PAGE_SCHEMA)
             self.writers[key] = (writer, handle, path)
         return self.writers[key][2]
 
@@ -122,6 +124,20 @@ class SpillWriter:
             writer.close()
             handle.close()
         self.writers.clear()
+
+
+def _spill_batches(path: str) -> Iterator[pa.RecordBatch]:
+    """The record batches of one spill file (one per flush), memory-mapped when local."""
+    if "://" not in path:
+        # Not closed here: the batches point into the map, which Arrow releases with the last of them.
+        reader = pa.ipc.open_file(pa.memory_map(path))
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    else:
+        with io.open_read(path) as handle:
+            reader = pa.ipc.open_file(handle)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
 
 
 def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int,
@@ -168,21 +184,21 @@ def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
     a moment) plus one row group: rows are sorted by index and taken one row group at a time, and
     bytes stream to the destination (a temporary name, then renamed).
     """
-    tables = []
+    batches = []
+    excluded = pa.array(plan.exclude, pa.string())
     for path in plan.files:
-        # batch by batch, keeping only this shard's rows: never a whole spill file in memory
-        with io.open_read(path) as fh:
-            for batch in pq.ParquetFile(fh).iter_batches(batch_size=64):
-                ids = batch.column("id")
-                mask = pc.and_(pc.greater_equal(ids, plan.first_id), pc.less_equal(ids, plan.last_id))
-                if plan.exclude:
-                    mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=pa.array(plan.exclude, pa.string()))))
-                kept = batch.filter(mask)
-                if kept.num_rows:
-                    tables.append(pa.Table.from_batches([kept], schema=PAGE_SCHEMA))
-    # One contiguous copy: take() on the many small chunks costs ~30x more per row than on one.
-    table = pa.concat_tables(tables).combine_chunks() if tables else PAGE_SCHEMA.empty_table()
-    del tables
+        # flush by flush, keeping only this shard's rows (a batch wholly in range is not copied)
+        for batch in _spill_batches(path):
+            ids = batch.column("id")
+            mask = pc.and_(pc.greater_equal(ids, plan.first_id), pc.less_equal(ids, plan.last_id))
+            if plan.exclude:
+                mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=excluded)))
+            kept = batch if pc.all(mask).as_py() else batch.filter(mask)
+            if kept.num_rows:
+                batches.append(kept)
+    # One contiguous copy (which also lets the memory maps go): take() on many chunks is ~30x slower.
+    table = pa.Table.from_batches(batches, schema=PAGE_SCHEMA).combine_chunks() if batches else PAGE_SCHEMA.empty_table()
+    del batches
     order = pc.sort_indices(table.select(["id", "image_sha256"]),
                             sort_keys=[("id", "ascending"), ("image_sha256", "ascending")])
     avg = max(1, plan.approx_bytes // max(1, plan.rows))
