@@ -127,17 +127,12 @@ class SpillWriter:
 
 
 def _spill_batches(path: str) -> Iterator[pa.RecordBatch]:
-    """The record batches of one spill file (one per flush), memory-mapped when local."""
-    if "://" not in path:
-        # Not closed here: the batches point into the map, which Arrow releases with the last of them.
-        reader = pa.ipc.open_file(pa.memory_map(path))
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
-    else:
-        with io.open_read(path) as handle:
-            reader = pa.ipc.open_file(handle)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
+    """The record batches of one spill file (one per flush): memory-mapped when local, read
+    batch by batch from a seekable stream otherwise. The source is left open on purpose: local
+    batches point into the map, which Arrow releases with the last of them."""
+    reader = pa.ipc.open_file(pa.memory_map(path) if "://" not in path else io.open_read(path))
+    for i in range(reader.num_record_batches):
+        yield reader.get_batch(i)
 
 
 def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int,
