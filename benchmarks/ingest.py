@@ -1,9 +1,11 @@
 """Ingest throughput and memory: read + render + encode + write, against pdftoppm and raw pdfium.
 
-    python benchmarks/ingest.py [--pages 2000] [--pdftoppm-pages 300] [--workers 2] [--repeats 3]
+    python benchmarks/ingest.py [--pages 2000] [--kind text|scan] [--pdftoppm-pages 300] [--workers 2] [--repeats 3]
 
-Builds an olmOCR-mix-1025-layout input of ``--pages`` single-page PDFs (samples-style pages,
-replicated with fresh ids into 500-page tarballs), then measures on the same pages:
+Builds an olmOCR-mix-1025-layout input of ``--pages`` single-page PDFs (``--kind text``: born-digital
+text pages, cheap to rasterise; ``scan``: a full-page 200-dpi JPEG scan with an invisible text
+layer, as many olmOCR-mix and historical pages are; 40 templates replicated with fresh ids into
+500-page tarballs), then measures on the same pages:
 
 1. the corpus DAG (DirectRunner, multi-processing, ``--workers`` processes) end to end, pages/s,
    and the peak RSS of the whole process tree at 1x and 4x the input (streaming: must stay flat);
@@ -37,15 +39,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from samples.make.olmocr import write_tar  # noqa: E402
-from samples.make.pdfs import paragraphs, text_pdf  # noqa: E402
+from samples.make.pdfs import paragraphs, scan_pdf, text_pdf  # noqa: E402
 
 PER_TAR = 500
 
 
-def build_input(root: Path, pages: int, seed: int = 0) -> list[Path]:
+def build_input(root: Path, pages: int, seed: int = 0, kind: str = "text") -> list[Path]:
     """olmOCR-mix-1025 layout with ``pages`` rows; returns the PDF files (also kept for baselines)."""
     rng = random.Random(seed)
-    templates = [text_pdf([paragraphs(rng, rng.randint(4, 9), (40, 90))]) for _ in range(40)]
+    if kind == "text":
+        templates = [text_pdf([paragraphs(rng, rng.randint(4, 9), (40, 90))]) for _ in range(40)]
+    else:
+        templates = [scan_pdf(rng, " ".join(paragraphs(rng, rng.randint(4, 9), (40, 90)))) for _ in range(40)]
     pdf_dir = root / "pdfs"
     pdf_dir.mkdir(parents=True)
     rows, members, pdfs = [], [], []
@@ -165,6 +170,7 @@ def run_render_only(pdfs: list[Path], workers: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--kind", choices=("text", "scan"), default="text", help="page templates (see above)")
     parser.add_argument("--pdftoppm-pages", type=int, default=300)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--scale", type=int, default=4, help="the larger input for the RSS check")
@@ -176,8 +182,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         small, large = Path(tmp) / "x1", Path(tmp) / f"x{args.scale}"
-        pdfs = build_input(small, args.pages)
-        build_input(large, args.pages * args.scale)
+        pdfs = build_input(small, args.pages, kind=args.kind)
+        build_input(large, args.pages * args.scale, kind=args.kind)
         render_rates = [run_render_only(pdfs, args.workers)]
         ppm_rate = run_pdftoppm(pdfs[: args.pdftoppm_pages], args.workers)
         runs = [run_pipeline(small, args.workers, args.shard_mb) for _ in range(args.repeats)]
@@ -197,7 +203,7 @@ def main() -> None:
     sec1, n1 = statistics.median(sec for sec, _, _ in runs), runs[0][1]
     marginal = (n4 - n1) / (sec4 - sec1)
     rss1 = max(rss for _, _, rss in runs)
-    print(f"workers: {args.workers}   pages: {args.pages} (1x) and {args.pages * args.scale} ({args.scale}x)"
+    print(f"workers: {args.workers}   {args.kind} pages: {args.pages} (1x) and {args.pages * args.scale} ({args.scale}x)"
           f"   shard size: {args.shard_mb} MiB")
     print(f"{'measure':<52}{'value':>14}")
     print(f"{'pipeline read+render+encode+write, 1x (pages/s)':<52}{rate1:>14.1f}")

@@ -61,6 +61,27 @@ def text_pdf(pages: list[list[str]], title: str = "", password: str | None = Non
     return buf.getvalue()
 
 
+def scan_pdf(rng: random.Random, text: str, dpi: int = 200, pagesize=letter) -> bytes:
+    """A one-page PDF that is a full-page JPEG 'scan' at ``dpi`` with an invisible text layer, the
+    form of many olmOCR-mix and historical pages (rasterising it decodes and resamples the JPEG)."""
+    width, height = pagesize
+    size = (round(width / 72 * dpi), round(height / 72 * dpi))
+    from reportlab.lib.utils import ImageReader
+
+    buf = io.BytesIO()
+    c = canvas.Canvas(buf, pagesize=pagesize, invariant=1)
+    c.drawImage(ImageReader(io.BytesIO(scan_image(rng, text, size))), 0, 0, width, height)
+    text_object = c.beginText(72, height - 72)
+    text_object.setTextRenderMode(3)  # invisible, as OCR layers are
+    text_object.setFont("Helvetica", 10)
+    for line in _wrap(text, 95)[:50]:
+        text_object.textLine(line)
+    c.drawText(text_object)
+    c.showPage()
+    c.save()
+    return buf.getvalue()
+
+
 def scan_image(rng: random.Random, text: str, size: tuple[int, int] = (900, 1200),
                fmt: str = "JPEG", exif_rotate: bool = False) -> bytes:
     """A greyish 'scan' with the text drawn on it; optionally stored rotated with an EXIF tag."""

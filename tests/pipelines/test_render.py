@@ -148,3 +148,14 @@ def test_reused_render_buffer_gives_pypdfium2s_pixels_for_every_size_and_rotatio
                 doc.close()
                 assert achromatic and pixels.shape == fresh.shape
                 assert np.array_equal(pixels, fresh[:, :, ::-1])  # ours is RGB, pdfium's BGR
+
+
+def test_scanned_page_pdf_renders_in_colour_with_its_invisible_text_layer():
+    """A full-page JPEG scan with an OCR text layer (many olmOCR-mix and historical pages)."""
+    from samples.make.pdfs import scan_pdf
+
+    record = render_page(page(scan_pdf(random.Random(0), "Invisible layer words here.", dpi=100)), RenderConfig())
+    image = Image.open(io.BytesIO(record.image))
+    assert image.mode == "RGB" and max(image.size) == 1288  # paper tint: not achromatic
+    assert "Invisible layer words here." in record.text_layer
+    assert validate(record) == []
