@@ -21,7 +21,7 @@ import hashlib
 import io as _io
 import uuid
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -126,13 +126,14 @@ class SpillWriter:
         self.writers.clear()
 
 
-def _spill_batches(path: str) -> Iterator[pa.RecordBatch]:
-    """The record batches of one spill file (one per flush): memory-mapped when local, read
-    batch by batch from a seekable stream otherwise. The source is left open on purpose: local
-    batches point into the map, which Arrow releases with the last of them."""
-    reader = pa.ipc.open_file(pa.memory_map(path) if "://" not in path else io.open_read(path))
-    for i in range(reader.num_record_batches):
-        yield reader.get_batch(i)
+def _spill_batches(path: str, keep: Callable[[pa.RecordBatch], pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """``keep(batch)`` for each record batch of one spill file (one batch per flush), read through
+    a memory map when local. The file is closed on return, so a shard over thousands of spill files
+    never holds thousands of descriptors; kept batches that point into a map keep just the mapping
+    alive (Arrow unmaps it with the last of them)."""
+    with (pa.memory_map(path) if "://" not in path else io.open_read(path)) as source:
+        reader = pa.ipc.open_file(source)
+        return [keep(reader.get_batch(i)) for i in range(reader.num_record_batches)]
 
 
 def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int,
@@ -179,19 +180,18 @@ def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
     a moment) plus one row group: rows are sorted by index and taken one row group at a time, and
     bytes stream to the destination (a temporary name, then renamed).
     """
-    batches = []
     excluded = pa.array(plan.exclude, pa.string())
-    for path in plan.files:
-        # flush by flush, keeping only this shard's rows (a batch wholly in range is not copied)
-        for batch in _spill_batches(path):
-            ids = batch.column("id")
-            mask = pc.and_(pc.greater_equal(ids, plan.first_id), pc.less_equal(ids, plan.last_id))
-            if plan.exclude:
-                mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=excluded)))
-            kept = batch if pc.all(mask).as_py() else batch.filter(mask)
-            if kept.num_rows:
-                batches.append(kept)
-    # One contiguous copy (which also lets the memory maps go): take() on many chunks is ~30x slower.
+
+    def in_shard(batch: pa.RecordBatch) -> pa.RecordBatch:
+        ids = batch.column("id")
+        mask = pc.and_(pc.greater_equal(ids, plan.first_id), pc.less_equal(ids, plan.last_id))
+        if plan.exclude:
+            mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=excluded)))
+        return batch if pc.all(mask).as_py() else batch.filter(mask)  # wholly in range: no copy
+
+    # flush by flush, keeping only this shard's rows: never a whole spill file in memory
+    batches = [kept for path in plan.files for kept in _spill_batches(path, in_shard) if kept.num_rows]
+    # One contiguous copy: take() on many small chunks is ~30x slower per row than on one.
     table = pa.Table.from_batches(batches, schema=PAGE_SCHEMA).combine_chunks() if batches else PAGE_SCHEMA.empty_table()
     del batches
     order = pc.sort_indices(table.select(["id", "image_sha256"]),
