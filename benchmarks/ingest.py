@@ -1,6 +1,7 @@
 """Ingest throughput and memory: read + render + encode + write, against pdftoppm and raw pdfium.
 
-    python benchmarks/ingest.py [--pages 2000] [--kind text|scan] [--pdftoppm-pages 300] [--workers 2] [--repeats 3]
+    python benchmarks/ingest.py [--pages 2000] [--kind text|scan] [--pdftoppm-pages 300] [--workers 2]
+                                [--repeats 3]
 
 Builds an olmOCR-mix-1025-layout input of ``--pages`` single-page PDFs (``--kind text``: born-digital
 text pages, cheap to rasterise; ``scan``: a full-page 200-dpi JPEG scan with an invisible text
@@ -173,7 +174,7 @@ def main() -> None:
     parser.add_argument("--kind", choices=("text", "scan"), default="text", help="page templates (see above)")
     parser.add_argument("--pdftoppm-pages", type=int, default=300)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--scale", type=int, default=4, help="the larger input for the RSS check")
+    parser.add_argument("--scale", type=int, default=4, help="the larger input (RSS check, steady state)")
     parser.add_argument("--repeats", type=int, default=3, help="pipeline runs at each scale; medians are reported")
     parser.add_argument("--shard-mb", type=int, default=64,
                         help="shard size: a worker holds one shard while writing it, so the peak is "
@@ -192,19 +193,18 @@ def main() -> None:
     # The ceiling is the faster of two render-only passes (before and after the pipeline runs).
     render_rate = max(render_rates)
 
-    # This shared 2-core VM varies by up to ~30% between identical runs: report the median.
+    # This shared 2-core VM varies by up to ~30% between identical runs: report medians.
     rates = sorted(n / sec for sec, n, _ in runs)
-    sec4, n4 = statistics.median(sec for sec, _, _ in runs4), runs4[0][1]
-    rss4 = max(rss for _, _, rss in runs4)
+    n1, n4 = runs[0][1], runs4[0][1]
+    sec1, sec4 = statistics.median(sec for sec, _, _ in runs), statistics.median(sec for sec, _, _ in runs4)
+    rss1, rss4 = max(rss for _, _, rss in runs), max(rss for _, _, rss in runs4)
     rate1, rate4 = statistics.median(rates), n4 / sec4
-    # Steady state: the pages the 4x runs added over the time they added (medians). This removes the fixed
+    # Steady state: the pages the larger runs added over the time they added. This removes the fixed
     # start-up (Python and Beam imports in the launcher and each SDK worker, worker start and stop,
-    # ~15 stage set-ups: ~5 s here) that an end-to-end rate at 2,000 pages mostly measures.
-    sec1, n1 = statistics.median(sec for sec, _, _ in runs), runs[0][1]
+    # ~15 stage set-ups: 4-8 s here) that an end-to-end rate at 2,000 pages mostly measures.
     marginal = (n4 - n1) / (sec4 - sec1)
-    rss1 = max(rss for _, _, rss in runs)
-    print(f"workers: {args.workers}   {args.kind} pages: {args.pages} (1x) and {args.pages * args.scale} ({args.scale}x)"
-          f"   shard size: {args.shard_mb} MiB")
+    print(f"workers: {args.workers}   {args.kind} pages: {args.pages} (1x) and {args.pages * args.scale} "
+          f"({args.scale}x)   shard size: {args.shard_mb} MiB")
     print(f"{'measure':<52}{'value':>14}")
     print(f"{'pipeline read+render+encode+write, 1x (pages/s)':<52}{rate1:>14.1f}")
     print(f"{'  (median of ' + str(len(rates)) + ' runs; min, max)':<52}{rates[0]:>7.1f},{rates[-1]:>6.1f}")

@@ -32,19 +32,6 @@ from pipelines.render import render_pdf_pixels  # noqa: E402
 from samples.make.pdfs import paragraphs, text_pdf  # noqa: E402
 
 
-def stdlib_png(pixels: np.ndarray, level: int) -> bytes:
-    """pipelines.png's container with classic zlib: isolates the deflate library's share."""
-    import struct
-
-    from pipelines.png import SIGNATURE, _chunk
-
-    height, width = pixels.shape
-    rows = np.zeros((height, width + 1), dtype=np.uint8)
-    rows[:, 1:] = pixels
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(rows, level)) + _chunk(b"IEND", b"")
-
-
 def pillow_png(pixels: np.ndarray, level: int) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(pixels, mode="L").save(buf, format="PNG", compress_level=level)
@@ -69,7 +56,8 @@ def main() -> None:
         assert achromatic and pixels.ndim == 2
         pages.append(pixels)
     encoders = [(f"pipelines.png, ISA-L level {lvl}", lambda p, lvl=lvl: encode_png(p, lvl)) for lvl in range(4)]
-    encoders += [(f"unfiltered rows, zlib level {lvl}", lambda p, lvl=lvl: stdlib_png(p, lvl)) for lvl in (1, 2)]
+    encoders += [(f"unfiltered rows, zlib level {lvl}", lambda p, lvl=lvl: encode_png(p, lvl, deflate=zlib.compress))
+                 for lvl in (1, 2)]
     encoders += [("Pillow, adaptive filters, level 2", lambda p: pillow_png(p, 2)),
                  ("OpenCV (libpng), level 2", lambda p: opencv_png(p, 2))]
     print(f"{args.pages} grey text pages, {pages[0].shape[1]}x{pages[0].shape[0]} px")

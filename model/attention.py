@@ -56,12 +56,10 @@ def use_segment_attention(model: nn.Module) -> bool:
     Only an SDPA decoder is switched (eager or flash-attn decoders are left as configured); the vision
     tower keeps its own implementation.
     """
-    text_config = getattr(model.config, "text_config", None)
-    if text_config is None:
-        return False
-    if text_config._attn_implementation == SEGMENT_SDPA:
+    if uses_segment_attention(model):
         return True
-    if text_config._attn_implementation != "sdpa":
+    text_config = getattr(model.config, "text_config", None)
+    if text_config is None or text_config._attn_implementation != "sdpa":
         return False
     register()
     model.set_attn_implementation({"text_config": SEGMENT_SDPA})

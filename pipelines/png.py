@@ -15,6 +15,7 @@ on flat rendered pages. Any PNG decoder reads the result; tests decode it with P
 from __future__ import annotations
 
 import struct
+from typing import Callable
 
 import numpy as np
 from isal import isal_zlib
@@ -28,11 +29,12 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", isal_zlib.crc32(data, isal_zlib.crc32(kind)))
 
 
-def encode_png(pixels: np.ndarray, level: int = 2) -> bytes:
+def encode_png(pixels: np.ndarray, level: int = 2, deflate: Callable[[bytes, int], bytes] | None = None) -> bytes:
     """8-bit grey (H, W) or RGB (H, W, 3) pixels -> PNG bytes (unfiltered rows, ISA-L deflate).
 
     ``level`` is a zlib level (0-9, as the ``png_compress_level`` key); ISA-L has 0-3, so 3-9 all
-    mean its 3 (slowest and ~2% smaller than 2: rarely worth it).
+    mean its 3 (slowest and ~2% smaller than 2: rarely worth it). ``deflate(rows, level)``: another
+    zlib-stream compressor instead of ISA-L (``benchmarks/png.py`` compares them).
     """
     if pixels.dtype != np.uint8:
         raise ValueError(f"encode_png: need uint8 pixels, got {pixels.dtype}")
@@ -46,5 +48,5 @@ def encode_png(pixels: np.ndarray, level: int = 2) -> bytes:
     rows[:, 0] = 0  # filter type 0 (none) on every row
     rows[:, 1:] = pixels.reshape(height, width * channels)
     header = struct.pack(">IIBBBBB", width, height, 8, _COLOR_TYPE[channels], 0, 0, 0)
-    return (SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", isal_zlib.compress(rows, min(level, MAX_LEVEL)))
-            + _chunk(b"IEND", b""))
+    data = isal_zlib.compress(rows, min(level, MAX_LEVEL)) if deflate is None else deflate(rows, level)
+    return SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", data) + _chunk(b"IEND", b"")

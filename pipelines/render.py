@@ -167,8 +167,9 @@ class _PageRenderer:
     """Render a pdfium page as BGR pixels into one reused, grown buffer (pdfium's C API).
 
     ``PdfPage.render`` allocates a fresh zeroed ctypes array per page, page-faulted in by pdfium's
-    per-pixel 24-bit fill: ~0.7 ms of a ~3.3 ms 1288-px text page on this CPU. Here the buffer stays, white is
-    one memset, and the render call is pypdfium2's default (``FPDF_ANNOT``: annotations drawn, BGR).
+    per-pixel 24-bit fill: ~0.7 ms of a ~3.3 ms 1288-px text page on this CPU. Here the buffer
+    stays, white is one memset, and the render call is pypdfium2's default (``FPDF_ANNOT``:
+    annotations drawn, BGR).
     Callers hold ``_PDFIUM_LOCK`` and copy the pixels out (grey plane or RGB conversion) before they
     release it, so the buffer is never shared; it keeps the largest page seen (5 MB at 1288 px).
     """

@@ -192,7 +192,8 @@ def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
     # flush by flush, keeping only this shard's rows: never a whole spill file in memory
     batches = [kept for path in plan.files for kept in _spill_batches(path, in_shard) if kept.num_rows]
     # One contiguous copy: take() on many small chunks is ~30x slower per row than on one.
-    table = pa.Table.from_batches(batches, schema=PAGE_SCHEMA).combine_chunks() if batches else PAGE_SCHEMA.empty_table()
+    table = (pa.Table.from_batches(batches, schema=PAGE_SCHEMA).combine_chunks() if batches
+             else PAGE_SCHEMA.empty_table())
     del batches
     order = pc.sort_indices(table.select(["id", "image_sha256"]),
                             sort_keys=[("id", "ascending"), ("image_sha256", "ascending")])

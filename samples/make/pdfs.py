@@ -7,6 +7,7 @@ import random
 
 from PIL import Image, ImageDraw, ImageFont
 from reportlab.lib.pagesizes import letter
+from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
 WORDS = (
@@ -66,8 +67,6 @@ def scan_pdf(rng: random.Random, text: str, dpi: int = 200, pagesize=letter) -> 
     form of many olmOCR-mix and historical pages (rasterising it decodes and resamples the JPEG)."""
     width, height = pagesize
     size = (round(width / 72 * dpi), round(height / 72 * dpi))
-    from reportlab.lib.utils import ImageReader
-
     buf = io.BytesIO()
     c = canvas.Canvas(buf, pagesize=pagesize, invariant=1)
     c.drawImage(ImageReader(io.BytesIO(scan_image(rng, text, size))), 0, 0, width, height)
