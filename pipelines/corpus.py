@@ -110,7 +110,8 @@ def finalize(items: Iterable, cfg: CorpusConfig, started: float, beam_args: list
     keep = {s["file"] for s in shards} | {d["file"] for d in dead_files} | set(sample_files)
     stale = [p for folder in ("data", "dead_letter", "dropped") for p in io.match(io.join(out, folder, "*.parquet"))
              if "/".join(p.replace("\\", "/").split("/")[-2:]) not in keep]
-    io.delete(stale + [io.join(out, "_tmp")])
+    io.delete(stale)
+    io.delete_tree(io.join(out, "_tmp"))
     io.write_bytes_atomic(io.join(out, "manifest.json"), manifest.to_json().encode("utf-8"))
 
 

@@ -26,7 +26,8 @@ def _hf_fs():
 
 
 def match(pattern: str) -> list[str]:
-    """Sorted URIs matching a glob (or the URI itself when it exists and has no wildcard).
+    """Sorted URIs matching a glob (or the URI itself when it exists, file or folder, and has no
+    wildcard).
 
     ``synth://...`` names generated input (``pipelines/sources/synth.py``) and matches itself.
     """
@@ -40,8 +41,14 @@ def match(pattern: str) -> list[str]:
         if any(c in pattern for c in "*?["):
             return sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
         return [pattern] if os.path.exists(pattern) else []
-    result = FileSystems.match([pattern])[0]
-    return sorted(m.path for m in result.metadata_list)
+    # Beam's "**" is any characters, "/" included, so its "a/**/*.md" needs at least one folder
+    # between; Python's recursive glob (local paths, above) lets "**/" match none. Same meaning:
+    found = sorted(m.path for m in FileSystems.match([pattern.replace("/**/", "/**")])[0].metadata_list)
+    if not found and not any(c in pattern for c in "*?["):
+        # An object store has no folders: a folder URI exists when some key lies under it.
+        if FileSystems.match([pattern.rstrip("/") + "/**"], limits=[1])[0].metadata_list:
+            return [pattern.rstrip("/")]
+    return found
 
 
 def open_read(uri: str) -> IO[bytes]:
@@ -73,27 +80,40 @@ def exists(uri: str) -> bool:
 
 
 def rename(src: str, dst: str) -> None:
-    """Atomic on local disks (``os.replace``); copy-then-delete on object stores."""
+    """Atomic on local disks (``os.replace``); copy-then-delete on object stores (the copy replaces
+    an existing ``dst``)."""
     if "://" not in src:
         os.replace(src, dst)
         return
-    if FileSystems.exists(dst):
-        FileSystems.delete([dst])
     FileSystems.rename([src], [dst])
 
 
 def delete(uris: list[str]) -> None:
+    """Delete files; missing ones are fine. Folders: ``delete_tree``."""
     local = [u for u in uris if "://" not in u]
     for u in local:
-        if os.path.isdir(u):
-            import shutil
-
-            shutil.rmtree(u, ignore_errors=True)
-        elif os.path.exists(u):
+        if os.path.exists(u):
             os.remove(u)
     remote = [u for u in uris if "://" in u]
     if remote:
         FileSystems.delete(remote)
+
+
+def delete_tree(uri: str) -> None:
+    """Delete a folder and everything under it; a missing folder is fine.
+
+    Object stores have no folders, only key prefixes: Beam's ``gs://``/``s3://`` filesystems delete
+    a prefix recursively only when the path ends in ``/`` (without it they delete the one key of
+    that name, which does not exist, and report success).
+    """
+    if "://" not in uri:
+        import shutil
+
+        shutil.rmtree(uri, ignore_errors=True)
+        return
+    prefix = uri.rstrip("/") + "/"
+    if FileSystems.match([prefix + "**"], limits=[1])[0].metadata_list:
+        FileSystems.delete([prefix])
 
 
 def read_bytes(uri: str) -> bytes:
