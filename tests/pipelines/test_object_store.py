@@ -124,7 +124,7 @@ def test_sources_and_outputs_on_s3_match_a_local_run(store, samples_root, tmp_pa
         assert got == want
 
 
-@pytest.mark.slow  # two more runs against the store: ~100 s, as Beam makes a boto3 client per file call
+@pytest.mark.slow  # two more runs against the store: ~70 s, as Beam makes a boto3 client per file call
 def test_rerun_on_s3_replaces_stale_shards(store, samples_root, tmp_path):
     client, options = store
     if not keys(client, "samples/"):

@@ -1,12 +1,14 @@
 """The two-phase writer called directly: spills from several bundles -> id-ordered shards."""
 
 import hashlib
+import json
 import os
 import random
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipelines.write import SpillWriter, WriteConfig, plan_shards, write_shard
+from pipelines.write import SpillWriter, WriteConfig, _spill_batches, bucket_of, plan_shards, write_shard
 from schemas.page import PageRecord, ProvenanceStep, page_id
 
 
@@ -36,7 +38,11 @@ def test_shards_hold_every_record_once_in_id_order_across_bundles(tmp_path):
         writer.close()
     dropped = {records[7].id, records[100].id}
     plans = plan_shards(entries, cfg.shard_bytes, cfg.buckets, exclude=dropped)
-    assert len(plans) > 3 and len({p for plan in plans for p in plan.files}) > 8
+    assert len(plans) > 3
+    spills = sorted(p.name for p in (tmp_path / "spill").iterdir())
+    assert len([n for n in spills if n.endswith(".arrow")]) == 5  # one file per bundle, not per bucket
+    assert len([n for n in spills if n.endswith(".arrow.buckets.json")]) == 5
+    assert all(len(plan.files) <= 5 for plan in plans)
 
     before = open_fds()
     results = [write_shard(plan, str(tmp_path / "data"), cfg) for plan in plans]
@@ -53,3 +59,19 @@ def test_shards_hold_every_record_once_in_id_order_across_bundles(tmp_path):
             assert hashlib.sha256(row["image"]["bytes"]).hexdigest() == row["image_sha256"]
     expected = sorted(r.id for r in records if r.id not in dropped)
     assert ids == expected
+
+
+def test_a_shard_reads_only_the_batches_of_its_buckets(tmp_path):
+    rng = random.Random(1)
+    cfg = WriteConfig(buckets=4, spill_buffer_bytes=30_000)
+    writer = SpillWriter(str(tmp_path / "spill"), cfg)
+    entries = [writer.add(record(i, rng)) for i in range(60)]
+    writer.close()
+    path = entries[0].path
+    index = json.loads(Path(path + ".buckets.json").read_text())
+    assert len(index) > 4 and sorted(set(index)) == [0, 1, 2, 3]  # flushes mid-bundle, every bucket
+    seen = []
+    batches = _spill_batches(path, range(2, 3), lambda b: seen.append(b) or b)
+    assert len(seen) == index.count(2)
+    assert {bucket_of(i, 4) for b in batches for i in b.column("id").to_pylist()} == {2}
+    assert sum(b.num_rows for b in batches) == sum(1 for e in entries if e.bucket == 2)
