@@ -9,6 +9,7 @@ are written there, and the shards must hold the same rows as a run on local path
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import socket
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import botocore.exceptions
 import pyarrow.parquet as pq
@@ -36,35 +38,40 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """(boto3 client, Beam options) for a bucket on an S3 API server on 127.0.0.1.
-
-    The server runs in its own process: in this one it would share the GIL with an in-process
-    pipeline and slow every request."""
+@contextlib.contextmanager
+def s3_server(log_path: Path) -> Iterator[tuple[object, list[str]]]:
+    """An S3 API server (moto) on 127.0.0.1 in its own process, with bucket ``BUCKET``: yields a
+    boto3 client for it and the Beam options that point the pipeline at it. Its own process: in the
+    caller's it would share the GIL with an in-process pipeline and slow every request."""
     import boto3
 
     endpoint = f"http://127.0.0.1:{free_port()}"
-    log = (tmp_path_factory.mktemp("s3") / "server.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", endpoint.rsplit(":", 1)[1]],
-                              stdout=log, stderr=subprocess.STDOUT)
-    client = boto3.client("s3", endpoint_url=endpoint, **CREDENTIALS)
-    try:
-        for _ in range(200):
-            try:
-                client.create_bucket(Bucket=BUCKET)
-                break
-            except botocore.exceptions.EndpointConnectionError:
-                assert server.poll() is None, "the S3 server exited; see its log"
-                time.sleep(0.05)
-        else:
-            raise AssertionError(f"no S3 server at {endpoint}")
-        yield client, [f"--s3_endpoint_url={endpoint}", "--s3_access_key_id=test", "--s3_secret_access_key=test",
-                       "--s3_region_name=us-east-1"]
-    finally:
-        server.terminate()
-        server.wait(10)
-        log.close()
+    with log_path.open("w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                   "-p", endpoint.rsplit(":", 1)[1]], stdout=log, stderr=subprocess.STDOUT)
+        client = boto3.client("s3", endpoint_url=endpoint, **CREDENTIALS)
+        try:
+            for _ in range(200):
+                try:
+                    client.create_bucket(Bucket=BUCKET)
+                    break
+                except botocore.exceptions.EndpointConnectionError:
+                    assert server.poll() is None, f"the S3 server exited; see {log_path}"
+                    time.sleep(0.05)
+            else:
+                raise AssertionError(f"no S3 server at {endpoint}")
+            yield client, [f"--s3_endpoint_url={endpoint}", "--s3_access_key_id=test",
+                           "--s3_secret_access_key=test", "--s3_region_name=us-east-1"]
+        finally:
+            server.terminate()
+            server.wait(10)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """(boto3 client, Beam options) for a bucket on an S3 API server on 127.0.0.1."""
+    with s3_server(tmp_path_factory.mktemp("s3") / "server.log") as found:
+        yield found
 
 
 def upload_tree(client, root: Path, prefix: str) -> int:
