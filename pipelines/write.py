@@ -130,7 +130,9 @@ class SpillWriter:
         for spill in self.files.values():
             spill.writer.close()
             spill.handle.close()
-            io.write_bytes_atomic(_index_path(spill.path), json.dumps(spill.buckets).encode())
+            # A plain write: the name is this bundle's own and nothing reads it before close.
+            with io.open_write(_index_path(spill.path)) as fh:
+                fh.write(json.dumps(spill.buckets).encode())
         self.files.clear()
 
 
