@@ -15,7 +15,11 @@ layer, as many olmOCR-mix and historical pages are; 40 templates replicated with
    processes: the ceiling for any pipeline built on it (before and after the pipeline runs; the
    faster pass counts);
 4. the pipeline's steady-state rate: pages added by the 4x run over the seconds it added, which
-   leaves out the fixed start-up of a Beam run.
+   leaves out the fixed start-up of a Beam run;
+5. the same stage functions and shard writing as plain calls in ``--workers`` processes, no runner:
+   the most any runner could reach here (a runner only adds to it);
+6. the per-page cost of each library call the render stage makes (one process): what any pipeline
+   that keeps the text layer and stores a lossless PNG must spend beyond rasterisation.
 """
 
 from __future__ import annotations
@@ -108,17 +112,22 @@ class PeakRss:
         self._thread.join()
 
 
-def run_pipeline(root: Path, workers: int, shard_mb: int) -> tuple[float, int, int]:
-    """Run the corpus DAG in a child process; (seconds, pages written, peak tree RSS bytes)."""
+def write_config(root: Path, shard_mb: int) -> Path:
+    """The benchmark's corpus config: ingest only (cleaning has its own benchmarks/clean.py)."""
     config = root / "bench.yaml"
     config.write_text(json.dumps({
         "run": {"output": str(root / "out"), "progress_every": 0},
         "write": {"shard_bytes": shard_mb * 2**20, "row_group_bytes": max(1, shard_mb // 4) * 2**20},
-        # ingest only: read + render + encode + write (cleaning has its own benchmark/clean.py)
         "clean": {"stages": [], "dedup": {"enabled": False}},
         "sources": [{"name": "bench", "kind": "olmocr_mix", "paths": [str(root / "mix" / "*.parquet")],
                      "license": "odc-by"}],
     }))
+    return config
+
+
+def run_pipeline(root: Path, workers: int, shard_mb: int) -> tuple[float, int, int]:
+    """Run the corpus DAG in a child process; (seconds, pages written, peak tree RSS bytes)."""
+    config = write_config(root, shard_mb)
     cmd = [sys.executable, "-m", "pipelines.corpus", "--config", str(config),
            "--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
     started = time.perf_counter()
@@ -159,6 +168,119 @@ def _render_only(paths: list[str]) -> int:
     return len(paths)
 
 
+def _stage_functions(args: tuple[str, list, str]) -> list:
+    """The DAG's per-page work for some read units as plain calls, no runner: read with accounting,
+    render, validate, spill. Returns the spill entries (shards are written by the caller)."""
+    from pipelines.config import load_config
+    from pipelines.corpus import validate_record
+    from pipelines.render import render_page
+    from pipelines.sources import build_source
+    from pipelines.stage import ITEM, account_rows, apply_stage
+    from pipelines.write import SpillWriter
+
+    config, units, spill_dir = args
+    cfg = load_config(config)
+    source = build_source(cfg.sources[0])
+    writer = SpillWriter(spill_dir, cfg.write)
+    entries = []
+    for unit in units:
+        for kind, page in account_rows("read", "bench", source.read(unit)):
+            if kind != ITEM:
+                continue
+            for kind2, record in apply_stage("render", lambda p: [render_page(p, cfg.render)], page):
+                if kind2 == ITEM:
+                    entries += [writer.add(r) for k, r in apply_stage("validate", validate_record, record) if k == ITEM]
+    writer.close()
+    return entries
+
+
+def _write_shard(args) -> dict:
+    from pipelines.write import write_shard
+
+    return write_shard(*args)
+
+
+def run_no_runner(root: Path, workers: int, shard_mb: int, tag: str = "0") -> float:
+    """Pages/s of the same stage functions and shard writing as the DAG, in ``workers`` plain
+    processes with no runner: the most any runner could reach on this machine."""
+    from pipelines import io
+    from pipelines.config import load_config
+    from pipelines.sources import build_source
+    from pipelines.write import plan_shards
+
+    config = str(write_config(root, shard_mb))
+    cfg = load_config(config)
+    source = build_source(cfg.sources[0])
+    units = [u for pattern in cfg.sources[0].paths for uri in io.match(pattern) for u in source.plan(uri)]
+    spill, data = root / f"plain{tag}" / "_tmp", root / f"plain{tag}" / "data"
+    data.mkdir(parents=True)
+    with cf.ProcessPoolExecutor(workers) as pool:
+        list(pool.map(_stage_functions, [(config, [], str(spill))] * workers))  # imports, outside the clock
+        started = time.perf_counter()
+        entries = [e for part in pool.map(_stage_functions, [(config, units[i::workers], str(spill))
+                                                             for i in range(workers)]) for e in part]
+        plans = plan_shards(entries, cfg.write.shard_bytes, cfg.write.buckets)
+        rows = sum(r["rows"] for r in pool.map(_write_shard, [(p, str(data), cfg.write) for p in plans]))
+        seconds = time.perf_counter() - started
+    if rows != len(entries):
+        raise SystemExit(f"no-runner pass wrote {rows} of {len(entries)} pages")
+    return rows / seconds
+
+
+def component_costs(pdfs: list[Path]) -> dict[str, float]:
+    """Milliseconds per page of each C-library call the render stage makes, one process, no load:
+    what the pipeline must spend beyond rasterisation whatever runs it."""
+    import hashlib
+
+    import pypdfium2 as pdfium
+
+    from pipelines.png import encode_png
+    from pipelines.render import _render_bgr, grey_if_achromatic
+
+    datas = [p.read_bytes() for p in pdfs]
+    costs: dict[str, float] = {}
+
+    def clock(name: str, step) -> None:
+        started = time.perf_counter()
+        for data in datas:
+            pdf = pdfium.PdfDocument(data)
+            page = pdf[0]
+            step(page)
+            page.close()
+            pdf.close()
+        costs[name] = (time.perf_counter() - started) / len(datas) * 1000
+
+    def textlayer(page) -> None:
+        textpage = page.get_textpage()
+        textpage.get_text_bounded()
+        textpage.close()
+
+    for _ in range(2):  # the second pass counts: warm caches, as in a long run
+        clock("open + page load + close", lambda page: None)
+        clock("pypdfium2 render (the render-only ceiling)", lambda page: page.render(scale=1288 / max(page.get_size())))
+        clock("pipeline rasterise (reused buffer)", lambda page: _render_bgr(page, 1288 / max(page.get_size()), 0))
+        clock("text layer", textlayer)
+    for name in list(costs)[1:]:  # each step above also opened, loaded and closed the page
+        costs[name] -= costs["open + page load + close"]
+    greys = []
+    for data in datas:
+        pdf = pdfium.PdfDocument(data)
+        page = pdf[0]
+        greys.append(_render_bgr(page, 1288 / max(page.get_size()), 0).copy())
+        page.close()
+        pdf.close()
+    for name, step in (("grey check + grey plane", grey_if_achromatic),
+                       ("PNG encode", lambda bgr: encode_png(grey_if_achromatic(bgr))),
+                       ("sha256 of the PNG", lambda bgr: hashlib.sha256(encode_png(grey_if_achromatic(bgr))))):
+        started = time.perf_counter()
+        for bgr in greys:
+            step(bgr)
+        costs[name] = (time.perf_counter() - started) / len(greys) * 1000
+    costs["PNG encode"] -= costs["grey check + grey plane"]
+    costs["sha256 of the PNG"] -= costs["PNG encode"] + costs["grey check + grey plane"]
+    return costs
+
+
 def run_render_only(pdfs: list[Path], workers: int) -> float:
     chunks = [[str(p) for p in pdfs[i::workers]] for i in range(workers)]
     with cf.ProcessPoolExecutor(workers) as pool:
@@ -188,8 +310,10 @@ def main() -> None:
         render_rates = [run_render_only(pdfs, args.workers)]
         ppm_rate = run_pdftoppm(pdfs[: args.pdftoppm_pages], args.workers)
         runs = [run_pipeline(small, args.workers, args.shard_mb) for _ in range(args.repeats)]
+        plain_rate = max(run_no_runner(small, args.workers, args.shard_mb, str(i)) for i in range(args.repeats))
         runs4 = [run_pipeline(large, args.workers, args.shard_mb) for _ in range(args.repeats)]
         render_rates.append(run_render_only(pdfs, args.workers))
+        costs = component_costs(pdfs[:300])
     # The ceiling is the faster of two render-only passes (before and after the pipeline runs).
     render_rate = max(render_rates)
 
@@ -217,6 +341,17 @@ def main() -> None:
     print(f"{'  fixed start-up implied (s)':<52}{sec1 - n1 / marginal:>14.1f}")
     print(f"{'steady state / render-only':<52}{marginal / render_rate:>13.2f}x")
     print(f"{'  (render-only passes before, after)':<52}{render_rates[0]:>7.1f},{render_rates[1]:>6.1f}")
+    print(f"{'same stage functions, no runner, 1x (pages/s)':<52}{plain_rate:>14.1f}")
+    print(f"{'  no runner / render-only (any runner is below)':<52}{plain_rate / render_rate:>13.2f}x")
+    print("per-page cost of each library call, one process (ms):")
+    for name, ms in costs.items():
+        print(f"{'  ' + name:<52}{ms:>14.2f}")
+    ceiling = costs["open + page load + close"] + costs["pypdfium2 render (the render-only ceiling)"]
+    required = sum(ms for name, ms in costs.items() if "render" not in name and "rasterise" not in name) - costs["open + page load + close"]
+    print(f"{'  render-only page (open + load + render)':<52}{ceiling:>14.2f}")
+    print(f"{'  budget beyond it at 0.6x (render-only / 0.6 - it)':<52}{ceiling / 0.6 - ceiling:>14.2f}")
+    print(f"{'  text layer + grey + PNG + sha256 (required)':<52}{required:>14.2f}")
+    print(f"{'  saved by the pipeline rasteriser':<52}{costs['pypdfium2 render (the render-only ceiling)'] - costs['pipeline rasterise (reused buffer)']:>14.2f}")
     print(f"{'peak RSS, process tree, 1x (MiB)':<52}{rss1 / 2**20:>14.0f}")
     print(f"{'peak RSS, process tree, ' + str(args.scale) + 'x (MiB)':<52}{rss4 / 2**20:>14.0f}")
     print(f"{'RSS ratio ' + str(args.scale) + 'x / 1x (flat: ~1)':<52}{rss4 / rss1:>14.2f}")
