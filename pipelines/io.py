@@ -1,5 +1,5 @@
 """URI-level file access for every stage: local paths, ``gs://``, ``s3://`` (Beam filesystems) and
-``hf://`` (Hugging Face Hub, through ``huggingface_hub.HfFileSystem``).
+``hf://`` (Hugging Face Hub, read only, through ``huggingface_hub.HfFileSystem``).
 
 Everything that touches input or output goes through here, so a pipeline runs unchanged on a
 laptop and on a cluster whose workers share no disk.
@@ -25,6 +25,18 @@ def _hf_fs():
     return HfFileSystem()
 
 
+def _hf_match(pattern: str) -> list[str]:
+    fs = _hf_fs()
+    path = pattern[len("hf://"):]
+    if any(c in path for c in "*?["):
+        # fsspec's glob also returns the folders it matches; every other filesystem here matches
+        # files only (a folder source would otherwise list its subfolders as files).
+        found = [p for p, info in fs.glob(path, detail=True).items() if info["type"] == "file"]
+    else:
+        found = [path] if fs.exists(path) else []
+    return sorted("hf://" + f for f in found)
+
+
 def match(pattern: str) -> list[str]:
     """Sorted URIs matching a glob (or the URI itself when it exists, file or folder, and has no
     wildcard).
@@ -34,9 +46,7 @@ def match(pattern: str) -> list[str]:
     if pattern.startswith("synth://"):
         return [pattern]
     if _is_hf(pattern):
-        fs = _hf_fs()
-        found = fs.glob(pattern[len("hf://"):]) if any(c in pattern for c in "*?[") else [pattern[5:]]
-        return sorted("hf://" + f for f in found)
+        return _hf_match(pattern)
     if "://" not in pattern:
         if any(c in pattern for c in "*?["):
             return sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
@@ -70,12 +80,18 @@ def open_write(uri: str) -> IO[bytes]:
 def join(base: str, *parts: str) -> str:
     if "://" not in base:
         return os.path.join(base, *parts)
+    if _is_hf(base):  # Beam has no hf:// filesystem; joined as Beam joins s3:// paths
+        for part in parts:
+            base = base.rstrip("/") + "/" + part.lstrip("/")
+        return base
     return FileSystems.join(base, *parts)
 
 
 def exists(uri: str) -> bool:
     if "://" not in uri:
         return os.path.exists(uri)
+    if _is_hf(uri):
+        return _hf_fs().exists(uri[len("hf://"):])
     return FileSystems.exists(uri)
 
 
