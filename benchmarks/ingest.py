@@ -168,30 +168,34 @@ def _render_only(paths: list[str]) -> int:
     return len(paths)
 
 
-def _stage_functions(args: tuple[str, list, str]) -> list:
+def _stage_functions(args: tuple[str, list, str]) -> tuple[dict, list]:
     """The DAG's per-page work for some read units as plain calls, no runner: read with accounting,
-    render, validate, spill. Returns the spill entries (shards are written by the caller)."""
+    render, validate, spill. Returns the spill stats per key and the spill files (shards are written
+    by the caller)."""
     from pipelines.config import load_config
     from pipelines.corpus import validate_record
     from pipelines.render import render_page
     from pipelines.sources import build_source
     from pipelines.stage import ITEM, account_rows, apply_stage
-    from pipelines.write import SpillWriter
+    from pipelines.write import SpillStat, SpillWriter, merge_spill_stats
 
     config, units, spill_dir = args
     cfg = load_config(config)
     source = build_source(cfg.sources[0])
     writer = SpillWriter(spill_dir, cfg.write)
-    entries = []
+    stats, files = {}, []
     for unit in units:
         for kind, page in account_rows("read", "bench", source.read(unit)):
             if kind != ITEM:
                 continue
             for kind2, record in apply_stage("render", lambda p: [render_page(p, cfg.render)], page):
-                if kind2 == ITEM:
-                    entries += [writer.add(r) for k, r in apply_stage("validate", validate_record, record) if k == ITEM]
+                if kind2 != ITEM:
+                    continue
+                for spilled in (writer.add(r) for k, r in apply_stage("validate", validate_record, record) if k == ITEM):
+                    stats[spilled.key] = merge_spill_stats([stats.get(spilled.key, SpillStat(0, 0, ())), spilled.stat])
+                    files += [spilled.new_file] if spilled.new_file else []
     writer.close()
-    return entries
+    return stats, files
 
 
 def _write_shard(args) -> dict:
@@ -206,7 +210,7 @@ def run_no_runner(root: Path, workers: int, shard_mb: int, tag: str = "0") -> fl
     from pipelines import io
     from pipelines.config import load_config
     from pipelines.sources import build_source
-    from pipelines.write import plan_shards
+    from pipelines.write import merge_spill_stats, plan_shards
 
     config = str(write_config(root, shard_mb))
     cfg = load_config(config)
@@ -217,13 +221,17 @@ def run_no_runner(root: Path, workers: int, shard_mb: int, tag: str = "0") -> fl
     with cf.ProcessPoolExecutor(workers) as pool:
         list(pool.map(_stage_functions, [(config, [], str(spill))] * workers))  # imports, outside the clock
         started = time.perf_counter()
-        entries = [e for part in pool.map(_stage_functions, [(config, units[i::workers], str(spill))
-                                                             for i in range(workers)]) for e in part]
-        plans = plan_shards(entries, cfg.write.shard_bytes, cfg.write.buckets)
+        parts = list(pool.map(_stage_functions, [(config, units[i::workers], str(spill)) for i in range(workers)]))
+        stats: dict = {}
+        for part, _ in parts:
+            for key, stat in part.items():
+                stats[key] = merge_spill_stats([stats[key], stat]) if key in stats else stat
+        plans = plan_shards(stats.items(), [f for _, files in parts for f in files], cfg.write)
         rows = sum(r["rows"] for r in pool.map(_write_shard, [(p, str(data), cfg.write) for p in plans]))
         seconds = time.perf_counter() - started
-    if rows != len(entries):
-        raise SystemExit(f"no-runner pass wrote {rows} of {len(entries)} pages")
+    spilled = sum(stat.rows for stat in stats.values())
+    if rows != spilled:
+        raise SystemExit(f"no-runner pass wrote {rows} of {spilled} pages")
     return rows / seconds
 
 

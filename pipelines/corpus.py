@@ -49,6 +49,7 @@ from pipelines.transforms import (
     plan_units,
 )
 from pipelines.write import (
+    merge_spill_stats,
     plan_shards,
     write_dead_letters,
     write_dropped_samples,
@@ -116,20 +117,20 @@ def finalize(items: Iterable, cfg: CorpusConfig, started: float, beam_args: list
 
 
 def plan_and_count(items: Iterable, cfg: CorpusConfig, dedup_on: bool) -> Iterable:
-    """Shard plans over the spilled records minus dedup losers; the dedup stage's counts."""
-    entries, found = [], []
+    """Shard plans from the spill aggregates minus dedup losers; the dedup stage's counts."""
+    stats, files, found = [], [], []
     for kind, payload in items:
-        if kind == "entry":
-            entries.append(payload)
+        if kind == "stat":
+            stats.append(payload)
+        elif kind == "file":
+            files.append(payload)
         else:
             found.append(payload)
     losers = merge_losers(found)
-    for plan in plan_shards(entries, cfg.write.shard_bytes, cfg.write.buckets, exclude=losers):
+    for plan in plan_shards(stats, files, cfg.write, exclude=losers):
         yield "plan", plan
     if dedup_on:
-        per_source: dict[str, int] = {}
-        for entry in entries:
-            per_source[entry.source] = per_source.get(entry.source, 0) + 1
+        per_source = dict(merge_spill_stats(stat for _, stat in stats).sources)
         dropped: dict[tuple[str, str], int] = {}
         for loser in losers.values():
             dropped[(loser.source, loser.reason)] = dropped.get((loser.source, loser.reason), 0) + 1
@@ -183,7 +184,16 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         | "SumEvents" >> beam.CombinePerKey(sum)
         | "TagCounts" >> beam.Map(lambda kv: ("count", kv))
     )
-    entries = envelopes | "Spills" >> beam.Filter(is_kind(SPILL)) | "TagEntries" >> beam.Map(lambda e: ("entry", e[1]))
+    # Shards are planned from small aggregates, not from a list of every record (see pipelines.write).
+    spilled = envelopes | "Spills" >> beam.Filter(is_kind(SPILL)) | "Spilled" >> beam.Map(lambda e: e[1])
+    stats = (
+        spilled
+        | "KeySpillStats" >> beam.Map(lambda s: (s.key, s.stat))
+        | "SumSpillStats" >> beam.CombinePerKey(merge_spill_stats)
+        | "TagStats" >> beam.Map(lambda kv: ("stat", kv))
+    )
+    files = spilled | "SpillFiles" >> beam.FlatMap(lambda s: [("file", s.new_file)] if s.new_file else [])
+    aggregates = (stats, files) | "SpillAggregates" >> beam.Flatten()
     if dedup_on:
         # Duplicates are found on small keys, never by moving records: group members by key,
         # edges from each group, components over the edges alone, one keeper per component.
@@ -197,9 +207,9 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
             | "Components" >> beam.FlatMap(lambda kv: dedup_losers(dedup_cfg, kv[0], kv[1]))
             | "TagLosers" >> beam.Map(lambda loser: ("loser", loser))
         )
-        gathered = (entries, losers) | "EntriesAndLosers" >> beam.Flatten()
+        gathered = (aggregates, losers) | "AggregatesAndLosers" >> beam.Flatten()
     else:
-        gathered = entries
+        gathered = aggregates
     planned = (
         gathered
         | "OneKeySpills" >> beam.Map(lambda e: (None, e))

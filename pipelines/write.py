@@ -11,17 +11,25 @@ boundaries or worker count) while memory stays bounded:
    encoding (spill plus read-back 0.47 ms/page against 1.94 ms with uncompressed Parquet). One file
    per bundle, not per bucket, because on an object store every file costs requests (and, through
    Beam's S3 filesystem, a new boto3 client, ~0.2 s of CPU, per call).
-2. ``plan_shards`` orders all record ids of a split and cuts them into id ranges of about
-   ``shard_bytes``; ``write_shard`` reads, from the spill files of a range, only the batches of the
-   range's buckets (with an id filter), sorts the rows by id and writes
+2. ``plan_shards`` cuts each split's id space into shards of about ``shard_bytes`` from small
+   aggregates, never from a list of records: the rows and bytes spilled per (split, plan bucket)
+   (``plan_buckets``, 65,536 by default, each a 1/65,536 slice of the id space; summed by
+   ``merge_spill_stats`` as a Beam combine) and the committed spill files (one name per file,
+   emitted when a bundle opens it, so a retried bundle's stray file is never read). It reads the
+   files' bucket indexes once. ``write_shard`` reads, from the spill files of its range, only the
+   batches of the range's buckets (with an id filter), sorts the rows by id and writes
    ``data/<split>-NNNNN-of-MMMMM.parquet`` atomically (write then rename).
 
 So a worker holds at most one shard (~256 MB by default, twice that while sorting it) in memory,
-however large the corpus.
+and the one planning step holds at most ``plan_buckets`` aggregates per split plus one name and
+index per spill file, however many records the corpus has. Shard boundaries fall on plan-bucket
+edges, so shard sizes are within one plan bucket (1/65,536 of a split) of ``shard_bytes``.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import hashlib
 import io as _io
 import json
@@ -43,21 +51,45 @@ class WriteConfig:
     shard_bytes: int = 256 * 1024 * 1024
     row_group_bytes: int = 64 * 1024 * 1024
     compression: str = "zstd"
-    buckets: int = 64
+    buckets: int = 64  # spill buckets: the id ranges a spill file's record batches are sorted into
     spill_buffer_bytes: int = 64 * 1024 * 1024
+    plan_buckets: int = 65_536  # shard boundaries fall on these (a multiple of ``buckets``)
+
+    def __post_init__(self):
+        if self.plan_buckets % self.buckets or not 0 < self.plan_buckets <= 16**8:
+            raise ValueError(f"write.plan_buckets ({self.plan_buckets}) must be a multiple of write.buckets "
+                             f"({self.buckets}) and at most 16**8")
 
 
 @dataclass(frozen=True)
-class SpillEntry:
-    """Where one record was spilled; emitted per record (not per file at bundle end) because
-    Beam's DaskRunner drops ``finish_bundle`` outputs."""
+class SpillStat:
+    """Rows and bytes spilled into one (split, plan bucket), and rows per source; ``merge_spill_stats``
+    sums them. Emitted per record, summed in each bundle before they move (a Beam combine)."""
 
-    split: str
-    bucket: int
-    path: str
-    id: str
-    size: int
-    source: str = ""
+    rows: int
+    bytes: int
+    sources: tuple[tuple[str, int], ...]
+
+
+def merge_spill_stats(stats: Iterable[SpillStat]) -> SpillStat:
+    rows = nbytes = 0
+    sources: dict[str, int] = {}
+    for stat in stats:
+        rows += stat.rows
+        nbytes += stat.bytes
+        for source, n in stat.sources:
+            sources[source] = sources.get(source, 0) + n
+    return SpillStat(rows, nbytes, tuple(sorted(sources.items())))
+
+
+@dataclass(frozen=True)
+class Spilled:
+    """What ``SpillWriter.add`` reports for one record: its (split, plan bucket) and stat, and the
+    spill file's (split, path) when this record opened it (valid once the writer is closed)."""
+
+    key: tuple[str, int]
+    stat: SpillStat
+    new_file: tuple[str, str] | None
 
 
 @dataclass(frozen=True)
@@ -65,16 +97,27 @@ class ShardPlan:
     split: str
     index: int
     count: int
-    first_id: str
-    last_id: str
+    first_bucket: int  # plan buckets, inclusive
+    last_bucket: int
+    plan_buckets: int
     files: tuple[str, ...]
-    rows: int
+    rows: int  # before ``exclude``
     approx_bytes: int
     exclude: tuple[str, ...] = ()  # ids in range that a grouping stage (dedup) dropped
 
     @property
     def name(self) -> str:
         return f"{self.split}-{self.index:05d}-of-{self.count:05d}.parquet"
+
+    def id_bounds(self) -> tuple[str, str | None]:
+        """The shard's ids as a range of 8-hex-digit id prefixes: [low, high), high None at the end."""
+        return _prefix_at(self.first_bucket, self.plan_buckets), (
+            _prefix_at(self.last_bucket + 1, self.plan_buckets) if self.last_bucket + 1 < self.plan_buckets else None)
+
+
+def _prefix_at(bucket: int, buckets: int) -> str:
+    """The smallest 8-hex-digit id prefix in ``bucket`` of ``buckets`` (inverse of ``bucket_of``)."""
+    return f"{-(-bucket * 16**8 // buckets):08x}"
 
 
 def record_bytes(record: PageRecord) -> int:
@@ -98,16 +141,17 @@ class SpillWriter:
         self.buffer_bytes: dict[tuple[str, int], int] = {}
         self.files: dict[str, _SpillFile] = {}
 
-    def add(self, record: PageRecord) -> SpillEntry:
-        """Buffer one record; the returned entry is valid once ``close`` has run."""
+    def add(self, record: PageRecord) -> Spilled:
+        """Buffer one record; a file it names is complete once ``close`` has run."""
         key = (record.split, bucket_of(record.id, self.cfg.buckets))
         size = record_bytes(record)
         self.buffers.setdefault(key, []).append(record.to_row())
         self.buffer_bytes[key] = self.buffer_bytes.get(key, 0) + size
-        path = self._file(record.split).path
+        new_file = None if record.split in self.files else (record.split, self._file(record.split).path)
         if sum(self.buffer_bytes.values()) > self.cfg.spill_buffer_bytes:
             self._flush(max(self.buffer_bytes, key=self.buffer_bytes.get))
-        return SpillEntry(key[0], key[1], path, record.id, size, record.source)
+        return Spilled((record.split, bucket_of(record.id, self.cfg.plan_buckets)),
+                       SpillStat(1, size, ((record.source, 1),)), new_file)
 
     def _file(self, split: str) -> _SpillFile:
         if split not in self.files:
@@ -163,61 +207,78 @@ def _spill_batches(path: str, buckets: range,
         return [keep(reader.get_batch(i)) for i in wanted]
 
 
-def plan_shards(entries: Iterable[SpillEntry], shard_bytes: int, buckets: int,
-                exclude: Iterable[str] = ()) -> list[ShardPlan]:
-    """Cut each split's id-ordered records into shards of about ``shard_bytes``.
+def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Iterable[tuple[str, str]],
+                cfg: WriteConfig, exclude: Iterable[str] = ()) -> list[ShardPlan]:
+    """Cut each split's id space into shards of about ``cfg.shard_bytes``.
 
-    Records whose id is in ``exclude`` are left out (they stay in the spill files, so a shard's
-    plan lists the excluded ids of its range for ``write_shard`` to skip).
+    ``stats``: ((split, plan bucket), SpillStat), one per key (``merge_spill_stats`` already applied);
+    ``files``: (split, path) of every committed spill file. Records whose id is in ``exclude`` stay in
+    the spill files; each plan lists the excluded ids of its range for ``write_shard`` to skip.
     """
-    excluded = set(exclude)
-    by_split: dict[str, list[SpillEntry]] = {}
-    skipped: dict[str, list[SpillEntry]] = {}
-    for entry in entries:
-        (skipped if entry.id in excluded else by_split).setdefault(entry.split, []).append(entry)
+    by_split: dict[str, list[tuple[int, SpillStat]]] = {}
+    for (split, bucket), stat in stats:
+        by_split.setdefault(split, []).append((bucket, stat))
+    files_by_bucket = _files_by_bucket(files)
+    excluded = sorted(set(exclude))
+    per_coarse = cfg.plan_buckets // cfg.buckets
     plans: list[ShardPlan] = []
     for split in sorted(by_split):
-        ordered = sorted(by_split[split], key=lambda e: (e.id, e.size))
-        files_by_bucket: dict[int, set[str]] = {}
-        for e in ordered:
-            files_by_bucket.setdefault(e.bucket, set()).add(e.path)
-        cuts: list[tuple[int, int, int]] = []  # (start, end, bytes)
-        start, acc = 0, 0
-        for i, entry in enumerate(ordered):
-            acc += entry.size
-            if acc >= shard_bytes:
-                cuts.append((start, i + 1, acc))
-                start, acc = i + 1, 0
-        if start < len(ordered):
-            cuts.append((start, len(ordered), acc))
-        for index, (lo, hi, nbytes) in enumerate(cuts):
-            first, last = ordered[lo], ordered[hi - 1]
-            touched = sorted(  # a bundle's file holds many buckets: list it once
-                {path for b in range(first.bucket, last.bucket + 1) for path in files_by_bucket.get(b, ())}
-            )
-            gone = tuple(sorted(e.id for e in skipped.get(split, ()) if first.id <= e.id <= last.id))
-            plans.append(ShardPlan(split, index, len(cuts), first.id, last.id, tuple(touched), hi - lo, nbytes, gone))
+        cuts: list[tuple[int, int, int]] = []  # (last plan bucket, rows, bytes) of each shard
+        rows = nbytes = 0
+        for bucket, stat in sorted(by_split[split], key=lambda kv: kv[0]):
+            rows, nbytes = rows + stat.rows, nbytes + stat.bytes
+            if nbytes >= cfg.shard_bytes:
+                cuts.append((bucket, rows, nbytes))
+                rows = nbytes = 0
+        if rows:
+            cuts.append((bucket, rows, nbytes))
+        for index, (_, rows, nbytes) in enumerate(cuts):
+            # Shards tile the id space: each runs from the plan bucket after the previous shard's
+            # last (empty buckets between hold no record) to its own last, the final one to the end.
+            lo = cuts[index - 1][0] + 1 if index else 0
+            hi = cfg.plan_buckets - 1 if index == len(cuts) - 1 else cuts[index][0]
+            touched = sorted({path for coarse in range(lo // per_coarse, hi // per_coarse + 1)
+                              for path in files_by_bucket.get((split, coarse), ())})
+            plan = ShardPlan(split, index, len(cuts), lo, hi, cfg.plan_buckets, tuple(touched), rows, nbytes)
+            low, high = plan.id_bounds()  # 8-character prefixes: id >= low iff id[:8] >= low
+            gone = excluded[bisect.bisect_left(excluded, low):
+                            len(excluded) if high is None else bisect.bisect_left(excluded, high)]
+            plans.append(dataclasses.replace(plan, exclude=tuple(gone)) if gone else plan)
     return plans
 
 
+def _files_by_bucket(files: Iterable[tuple[str, str]]) -> dict[tuple[str, int], list[str]]:
+    """(split, spill bucket) -> the spill files holding a batch of it, from each file's index."""
+    found: dict[tuple[str, int], list[str]] = {}
+    for split, path in sorted(set(files)):
+        for bucket in sorted(set(json.loads(io.read_bytes(_index_path(path))))):
+            found.setdefault((split, bucket), []).append(path)
+    return found
+
+
 def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
-    """Write one shard: rows with ids in [first_id, last_id], sorted by id; atomic rename.
+    """Write one shard: the rows of its plan buckets, sorted by id; atomic rename.
 
     Peak memory is about twice the shard's rows (the spilled batches and their contiguous copy, for
     a moment) plus one row group: rows are sorted by index and taken one row group at a time, and
     bytes stream to the destination (a temporary name, then renamed).
     """
     excluded = pa.array(plan.exclude, pa.string())
+    low, high = plan.id_bounds()
 
     def in_shard(batch: pa.RecordBatch) -> pa.RecordBatch:
         ids = batch.column("id")
-        mask = pc.and_(pc.greater_equal(ids, plan.first_id), pc.less_equal(ids, plan.last_id))
+        prefixes = pc.utf8_slice_codeunits(ids, 0, 8)
+        mask = pc.greater_equal(prefixes, low)
+        if high is not None:
+            mask = pc.and_(mask, pc.less(prefixes, high))
         if plan.exclude:
             mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=excluded)))
         return batch if pc.all(mask).as_py() else batch.filter(mask)  # wholly in range: no copy
 
     # flush by flush, keeping only this shard's rows: never a whole spill file in memory
-    buckets = range(bucket_of(plan.first_id, cfg.buckets), bucket_of(plan.last_id, cfg.buckets) + 1)
+    per_coarse = plan.plan_buckets // cfg.buckets
+    buckets = range(plan.first_bucket // per_coarse, plan.last_bucket // per_coarse + 1)
     batches = [kept for path in plan.files for kept in _spill_batches(path, buckets, in_shard) if kept.num_rows]
     # One contiguous copy: take() on many small chunks is ~30x slower per row than on one.
     table = (pa.Table.from_batches(batches, schema=PAGE_SCHEMA).combine_chunks() if batches

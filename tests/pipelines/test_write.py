@@ -8,7 +8,18 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipelines.write import SpillWriter, WriteConfig, _spill_batches, bucket_of, plan_shards, write_shard
+import pytest
+
+from pipelines.write import (
+    SpillStat,
+    SpillWriter,
+    WriteConfig,
+    _spill_batches,
+    bucket_of,
+    merge_spill_stats,
+    plan_shards,
+    write_shard,
+)
 from schemas.page import PageRecord, ProvenanceStep, page_id
 
 
@@ -27,18 +38,35 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def spill_bundles(records: list[PageRecord], spill_dir: Path, cfg: WriteConfig, bundles: int):
+    """Spill ``records`` round-robin from ``bundles`` writers; (summed stats per key, new files),
+    as the DAG's combine and gather leave them for the planner."""
+    stats: dict[tuple[str, int], SpillStat] = {}
+    files = []
+    for bundle in range(bundles):
+        writer = SpillWriter(str(spill_dir), cfg)
+        for r in records[bundle::bundles]:
+            spilled = writer.add(r)
+            stats[spilled.key] = merge_spill_stats([stats[spilled.key], spilled.stat]) if spilled.key in stats else spilled.stat
+            files += [spilled.new_file] if spilled.new_file else []
+        writer.close()
+    return stats, files
+
+
 def test_shards_hold_every_record_once_in_id_order_across_bundles(tmp_path):
     rng = random.Random(0)
     records = [record(i, rng) for i in range(300)]
     cfg = WriteConfig(shard_bytes=200_000, row_group_bytes=50_000, buckets=8, spill_buffer_bytes=60_000)
-    entries = []
-    for bundle in range(5):  # five bundles, each spilling into all buckets, with mid-bundle flushes
-        writer = SpillWriter(str(tmp_path / "spill"), cfg)
-        entries += [writer.add(r) for r in records[bundle::5]]
-        writer.close()
+    # five bundles, each spilling into all buckets, with mid-bundle flushes
+    stats, files = spill_bundles(records, tmp_path / "spill", cfg, 5)
+    assert len(files) == 5 and sum(s.rows for s in stats.values()) == 300
+    assert dict(merge_spill_stats(stats.values()).sources) == {"src": 300}
     dropped = {records[7].id, records[100].id}
-    plans = plan_shards(entries, cfg.shard_bytes, cfg.buckets, exclude=dropped)
+    plans = plan_shards(stats.items(), files, cfg, exclude=dropped)
     assert len(plans) > 3
+    assert [(p.first_bucket, p.last_bucket) for p in plans][0][0] == 0 and plans[-1].last_bucket == cfg.plan_buckets - 1
+    assert all(a.last_bucket + 1 == b.first_bucket for a, b in zip(plans, plans[1:]))  # they tile the id space
+    assert sorted(i for p in plans for i in p.exclude) == sorted(dropped)
     spills = sorted(p.name for p in (tmp_path / "spill").iterdir())
     assert len([n for n in spills if n.endswith(".arrow")]) == 5  # one file per bundle, not per bucket
     assert len([n for n in spills if n.endswith(".arrow.buckets.json")]) == 5
@@ -65,13 +93,39 @@ def test_a_shard_reads_only_the_batches_of_its_buckets(tmp_path):
     rng = random.Random(1)
     cfg = WriteConfig(buckets=4, spill_buffer_bytes=30_000)
     writer = SpillWriter(str(tmp_path / "spill"), cfg)
-    entries = [writer.add(record(i, rng)) for i in range(60)]
+    records = [record(i, rng) for i in range(60)]
+    spilled = [writer.add(r) for r in records]
     writer.close()
-    path = entries[0].path
+    assert [s.new_file is not None for s in spilled] == [True] + [False] * 59  # one file per bundle and split
+    path = spilled[0].new_file[1]
     index = json.loads(Path(path + ".buckets.json").read_text())
     assert len(index) > 4 and sorted(set(index)) == [0, 1, 2, 3]  # flushes mid-bundle, every bucket
     seen = []
     batches = _spill_batches(path, range(2, 3), lambda b: seen.append(b) or b)
     assert len(seen) == index.count(2)
     assert {bucket_of(i, 4) for b in batches for i in b.column("id").to_pylist()} == {2}
-    assert sum(b.num_rows for b in batches) == sum(1 for e in entries if e.bucket == 2)
+    assert sum(b.num_rows for b in batches) == sum(1 for r in records if bucket_of(r.id, 4) == 2)
+
+
+def test_shards_are_cut_near_shard_bytes_from_aggregates_alone(tmp_path):
+    """The planner sees per-bucket sums, never the records: shard sizes still come out near the
+    target, each within one plan bucket of it, and a plan bucket is never split."""
+    rng = random.Random(2)
+    records = [record(i, rng) for i in range(400)]
+    cfg = WriteConfig(shard_bytes=150_000, buckets=4, plan_buckets=256)
+    stats, files = spill_bundles(records, tmp_path / "spill", cfg, 3)
+    plans = plan_shards(stats.items(), files, cfg)
+    biggest_bucket = max(s.bytes for s in stats.values())
+    for plan in plans[:-1]:
+        assert cfg.shard_bytes <= plan.approx_bytes < cfg.shard_bytes + biggest_bucket
+    assert sum(p.rows for p in plans) == 400
+    results = [write_shard(plan, str(tmp_path / "data"), cfg) for plan in plans]
+    assert [r["rows"] for r in results] == [p.rows for p in plans]
+    for plan, result in zip(plans, results):
+        ids = pq.read_table(tmp_path / result["file"], columns=["id"]).column("id").to_pylist()
+        assert {bucket_of(i, cfg.plan_buckets) for i in ids} <= set(range(plan.first_bucket, plan.last_bucket + 1))
+
+
+def test_a_plan_bucket_count_that_does_not_nest_spill_buckets_is_refused():
+    with pytest.raises(ValueError, match="plan_buckets"):
+        WriteConfig(buckets=64, plan_buckets=1000)
