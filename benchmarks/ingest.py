@@ -216,8 +216,8 @@ def run_no_runner(root: Path, workers: int, shard_mb: int, tag: str = "0") -> fl
     cfg = load_config(config)
     source = build_source(cfg.sources[0])
     units = [u for pattern in cfg.sources[0].paths for uri in io.match(pattern) for u in source.plan(uri)]
-    spill, data = root / f"plain{tag}" / "_tmp", root / f"plain{tag}" / "data"
-    data.mkdir(parents=True)
+    output = root / f"plain{tag}"
+    spill = output / "_tmp"
     with cf.ProcessPoolExecutor(workers) as pool:
         list(pool.map(_stage_functions, [(config, [], str(spill))] * workers))  # imports, outside the clock
         started = time.perf_counter()
@@ -227,7 +227,7 @@ def run_no_runner(root: Path, workers: int, shard_mb: int, tag: str = "0") -> fl
             for key, stat in part.items():
                 stats[key] = merge_spill_stats([stats[key], stat]) if key in stats else stat
         plans = plan_shards(stats.items(), [f for _, files in parts for f in files], cfg.write)
-        rows = sum(r["rows"] for r in pool.map(_write_shard, [(p, str(data), cfg.write) for p in plans]))
+        rows = sum(r["rows"] for r in pool.map(_write_shard, [(p, str(output), cfg.write) for p in plans]))
         seconds = time.perf_counter() - started
     spilled = sum(stat.rows for stat in stats.values())
     if rows != spilled:

@@ -6,7 +6,7 @@ Any option this module does not know (``--runner=DataflowRunner --project=... --
 ``--runner=FlinkRunner --flink_master=...``, ``--runner=SparkRunner ...``,
 ``--runner=apache_beam.runners.dask.dask_runner.DaskRunner --dask_client_address=...``) is passed
 to Beam unchanged. Outputs under ``--output``: ``data/<split>-NNNNN-of-MMMMM.parquet``,
-``dead_letter/<stage>.parquet`` and ``manifest.json``.
+``dead_letter/<stage>-NNNNN-of-MMMMM.parquet`` and ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -45,13 +45,15 @@ from pipelines.transforms import (
     ApplyStage,
     ReadUnits,
     Spill,
+    SpillDeadLetters,
     is_kind,
     plan_units,
 )
 from pipelines.write import (
+    DEAD_LETTERS,
+    PAGES,
     merge_spill_stats,
     plan_shards,
-    write_dead_letters,
     write_dropped_samples,
     write_shard,
 )
@@ -146,6 +148,20 @@ def plan_and_count(items: Iterable, cfg: CorpusConfig, dedup_on: bool) -> Iterab
                                                  io.join(cfg.run.output, "dropped"))
 
 
+def spill_aggregates(spilled: beam.PCollection, label: str) -> beam.PCollection:
+    """What shards are planned from (``pipelines.write.plan_shards``), never a list of every record:
+    ("stat", ((split, plan bucket), SpillStat)) summed per key, and ("file", (split, path)) per
+    spill file."""
+    stats = (
+        spilled
+        | f"Key{label}SpillStats" >> beam.Map(lambda s: (s.key, s.stat))
+        | f"Sum{label}SpillStats" >> beam.CombinePerKey(merge_spill_stats)
+        | f"Tag{label}Stats" >> beam.Map(lambda kv: ("stat", kv))
+    )
+    files = spilled | f"{label}SpillFiles" >> beam.FlatMap(lambda s: [("file", s.new_file)] if s.new_file else [])
+    return (stats, files) | f"{label}SpillAggregates" >> beam.Flatten()
+
+
 def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) -> None:
     out = cfg.run.output
     spill_dir = io.join(out, "_tmp", uuid.uuid4().hex[:12])
@@ -184,16 +200,8 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         | "SumEvents" >> beam.CombinePerKey(sum)
         | "TagCounts" >> beam.Map(lambda kv: ("count", kv))
     )
-    # Shards are planned from small aggregates, not from a list of every record (see pipelines.write).
     spilled = envelopes | "Spills" >> beam.Filter(is_kind(SPILL)) | "Spilled" >> beam.Map(lambda e: e[1])
-    stats = (
-        spilled
-        | "KeySpillStats" >> beam.Map(lambda s: (s.key, s.stat))
-        | "SumSpillStats" >> beam.CombinePerKey(merge_spill_stats)
-        | "TagStats" >> beam.Map(lambda kv: ("stat", kv))
-    )
-    files = spilled | "SpillFiles" >> beam.FlatMap(lambda s: [("file", s.new_file)] if s.new_file else [])
-    aggregates = (stats, files) | "SpillAggregates" >> beam.Flatten()
+    aggregates = spill_aggregates(spilled, "")
     if dedup_on:
         # Duplicates are found on small keys, never by moving records: group members by key,
         # edges from each group, components over the edges alone, one keeper per component.
@@ -220,7 +228,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         planned
         | "Plans" >> beam.Filter(is_kind("plan"))
         | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards" >> beam.Map(lambda e: ("shard", write_shard(e[1], io.join(out, "data"), cfg.write)))
+        | "WriteShards" >> beam.Map(lambda e: ("shard", write_shard(e[1], out, cfg.write, PAGES)))
     )
     dedup_counts = planned | "DedupCounts" >> beam.Filter(lambda e: e[0] != "plan")
     samples = (
@@ -230,12 +238,16 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         | "FirstPerReason" >> beam.combiners.Top.PerKey(max(1, cfg.clean.save_dropped), key=lambda r: r.id, reverse=True)
         | "WriteSamples" >> beam.Map(lambda kv: ("sample_file", write_dropped_samples(kv[0], kv[1], io.join(out, "dropped"))))
     )
+    # Dead letters are sharded like pages, one "split" per stage: a run may dead-letter millions.
+    dead_spilled = envelopes | "Dead" >> beam.Filter(is_kind(DEAD)) | "SpillDead" >> beam.ParDo(
+        SpillDeadLetters(io.join(spill_dir, "dead"), cfg.write))
     dead = (
-        envelopes
-        | "Dead" >> beam.Filter(is_kind(DEAD))
-        | "KeyDead" >> beam.Map(lambda e: (e[1].stage, e[1]))
-        | "GroupDead" >> beam.GroupByKey()
-        | "WriteDead" >> beam.Map(lambda kv: ("dead_file", write_dead_letters(kv[0], list(kv[1]), io.join(out, "dead_letter"))))
+        spill_aggregates(dead_spilled, "Dead")
+        | "OneKeyDeadSpills" >> beam.Map(lambda e: (None, e))
+        | "GatherDeadSpills" >> beam.GroupByKey()
+        | "PlanDeadShards" >> beam.FlatMap(lambda kv: plan_and_count(kv[1], cfg, dedup_on=False))
+        | "SpreadDeadShards" >> beam.Reshuffle()
+        | "WriteDead" >> beam.Map(lambda e: ("dead_file", write_shard(e[1], out, cfg.write, DEAD_LETTERS)))
     )
     (
         (counts, shards, dead, dedup_counts, samples)

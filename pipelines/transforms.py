@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import apache_beam as beam
 
 from pipelines.stage import DEAD, EVENT, ITEM, SAMPLE, account_rows, apply_stage
-from pipelines.write import SpillWriter, WriteConfig
+from pipelines.write import DEAD_LETTERS, SpillWriter, WriteConfig
 from schemas.manifest import CountEvent
 
 SPILL = "spill"
@@ -115,6 +115,23 @@ class Spill(beam.DoFn):
         self.writer.close()
 
 
+class SpillDeadLetters(beam.DoFn):
+    """Dead letters -> per-bundle spill files, sharded like pages (``pipelines.write.DEAD_LETTERS``)."""
+
+    def __init__(self, spill_dir: str, cfg: WriteConfig):
+        self.spill_dir = spill_dir
+        self.cfg = cfg
+
+    def start_bundle(self):
+        self.writer = SpillWriter(self.spill_dir, self.cfg, DEAD_LETTERS)
+
+    def process(self, envelope) -> Iterator:
+        yield self.writer.add_dead_letter(envelope[1])
+
+    def finish_bundle(self):
+        self.writer.close()
+
+
 def _raise(exc: Exception) -> Callable[[Any], list]:
     def fail(_record):
         raise exc
@@ -126,5 +143,5 @@ def is_kind(kind: str) -> Callable[[tuple], bool]:
     return lambda envelope: envelope[0] == kind
 
 
-__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "is_kind", "DEAD", "EVENT", "ITEM", "SPILL",
+__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "SpillDeadLetters", "is_kind", "DEAD", "EVENT", "ITEM", "SPILL",
            "DEDUP_KEY", "SAMPLE"]

@@ -1,4 +1,6 @@
-"""Sharded Parquet output with Hub naming, dead-letter files and the manifest file.
+"""Sharded Parquet output with Hub naming: the pages (``data/``) and the dead letters
+(``dead_letter/``, one "split" per stage), both through the same two-phase writer, and samples of
+dropped records.
 
 Writing is two-phase so that shard contents are a function of the records alone (not of bundle
 boundaries or worker count) while memory stays bounded:
@@ -44,6 +46,21 @@ import pyarrow.parquet as pq
 from pipelines import io
 from schemas.deadletter import DEAD_LETTER_SCHEMA, DeadLetter
 from schemas.page import PAGE_SCHEMA, PageRecord
+
+
+@dataclass(frozen=True)
+class ShardedTable:
+    """One sharded output: its folder under the run's output, Arrow schema and row order. Rows carry
+    a hex ``id`` column, which places them in id-range buckets."""
+
+    folder: str
+    schema: pa.Schema
+    sort_keys: tuple[str, ...]
+
+
+PAGES = ShardedTable("data", PAGE_SCHEMA, ("id", "image_sha256"))
+# Dead letters are sharded like pages (a run may dead-letter millions); one "split" per stage.
+DEAD_LETTERS = ShardedTable("dead_letter", DEAD_LETTER_SCHEMA, ("id", "source", "source_id", "reason", "message"))
 
 
 @dataclass(frozen=True)
@@ -107,7 +124,8 @@ class ShardPlan:
 
     @property
     def name(self) -> str:
-        return f"{self.split}-{self.index:05d}-of-{self.count:05d}.parquet"
+        split = self.split.replace(":", "_").replace("/", "_")  # dead-letter "splits" are stage names
+        return f"{split}-{self.index:05d}-of-{self.count:05d}.parquet"
 
     def id_bounds(self) -> tuple[str, str | None]:
         """The shard's ids as a range of 8-hex-digit id prefixes: [low, high), high None at the end."""
@@ -130,34 +148,42 @@ def bucket_of(record_id: str, buckets: int) -> int:
 
 
 class SpillWriter:
-    """Buffers one bundle's records per (split, bucket) and spills them to one Arrow IPC file per
+    """Buffers one bundle's rows per (split, bucket) and spills them to one Arrow IPC file per
     split (a record batch per flush), with the batches' buckets in ``<file>.buckets.json``."""
 
-    def __init__(self, spill_dir: str, cfg: WriteConfig):
+    def __init__(self, spill_dir: str, cfg: WriteConfig, table: ShardedTable = PAGES):
         self.spill_dir = spill_dir
         self.cfg = cfg
+        self.table = table
         self.token = uuid.uuid4().hex[:12]
         self.buffers: dict[tuple[str, int], list[dict]] = {}
         self.buffer_bytes: dict[tuple[str, int], int] = {}
         self.files: dict[str, _SpillFile] = {}
 
     def add(self, record: PageRecord) -> Spilled:
-        """Buffer one record; a file it names is complete once ``close`` has run."""
-        key = (record.split, bucket_of(record.id, self.cfg.buckets))
-        size = record_bytes(record)
-        self.buffers.setdefault(key, []).append(record.to_row())
+        """Buffer one page record; a file it names is complete once ``close`` has run."""
+        return self.add_row(record.split, record.id, record.to_row(), record_bytes(record), record.source)
+
+    def add_dead_letter(self, letter: DeadLetter) -> Spilled:
+        """Buffer one dead letter (``table`` is ``DEAD_LETTERS``): its stage is its split."""
+        row = letter.to_row()
+        return self.add_row(letter.stage, row["id"], row, sum(len(v) for v in row.values()) + 64, letter.source)
+
+    def add_row(self, split: str, row_id: str, row: dict, size: int, source: str) -> Spilled:
+        key = (split, bucket_of(row_id, self.cfg.buckets))
+        self.buffers.setdefault(key, []).append(row)
         self.buffer_bytes[key] = self.buffer_bytes.get(key, 0) + size
-        new_file = None if record.split in self.files else (record.split, self._file(record.split).path)
+        new_file = None if split in self.files else (split, self._file(split).path)
         if sum(self.buffer_bytes.values()) > self.cfg.spill_buffer_bytes:
             self._flush(max(self.buffer_bytes, key=self.buffer_bytes.get))
-        return Spilled((record.split, bucket_of(record.id, self.cfg.plan_buckets)),
-                       SpillStat(1, size, ((record.source, 1),)), new_file)
+        return Spilled((split, bucket_of(row_id, self.cfg.plan_buckets)), SpillStat(1, size, ((source, 1),)), new_file)
 
     def _file(self, split: str) -> _SpillFile:
         if split not in self.files:
-            path = io.join(self.spill_dir, f"{split}-{self.token}.arrow")
+            name = split.replace(":", "_").replace("/", "_")
+            path = io.join(self.spill_dir, f"{name}-{self.token}.arrow")
             handle = io.open_write(path)
-            self.files[split] = _SpillFile(path, handle, pa.ipc.new_file(handle, PAGE_SCHEMA), [])
+            self.files[split] = _SpillFile(path, handle, pa.ipc.new_file(handle, self.table.schema), [])
         return self.files[split]
 
     def _flush(self, key: tuple[str, int]) -> None:
@@ -165,7 +191,7 @@ class SpillWriter:
         self.buffer_bytes.pop(key, None)
         if rows:
             spill = self.files[key[0]]
-            spill.writer.write_batch(pa.RecordBatch.from_pylist(rows, schema=PAGE_SCHEMA))
+            spill.writer.write_batch(pa.RecordBatch.from_pylist(rows, schema=self.table.schema))
             spill.buckets.append(key[1])
 
     def close(self) -> None:
@@ -256,8 +282,9 @@ def _files_by_bucket(files: Iterable[tuple[str, str]]) -> dict[tuple[str, int], 
     return found
 
 
-def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
-    """Write one shard: the rows of its plan buckets, sorted by id; atomic rename.
+def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTable = PAGES) -> dict:
+    """Write one shard of ``table`` under ``output``: the rows of its plan buckets, in the table's
+    order, as ``<output>/<table.folder>/<plan.name>``; atomic rename.
 
     Peak memory is about twice the shard's rows (the spilled batches and their contiguous copy, for
     a moment) plus one row group: rows are sorted by index and taken one row group at a time, and
@@ -281,27 +308,26 @@ def write_shard(plan: ShardPlan, data_dir: str, cfg: WriteConfig) -> dict:
     buckets = range(plan.first_bucket // per_coarse, plan.last_bucket // per_coarse + 1)
     batches = [kept for path in plan.files for kept in _spill_batches(path, buckets, in_shard) if kept.num_rows]
     # One contiguous copy: take() on many small chunks is ~30x slower per row than on one.
-    table = (pa.Table.from_batches(batches, schema=PAGE_SCHEMA).combine_chunks() if batches
-             else PAGE_SCHEMA.empty_table())
+    schema = table.schema
+    rows = (pa.Table.from_batches(batches, schema=schema).combine_chunks() if batches else schema.empty_table())
     del batches
-    order = pc.sort_indices(table.select(["id", "image_sha256"]),
-                            sort_keys=[("id", "ascending"), ("image_sha256", "ascending")])
+    order = pc.sort_indices(rows.select(list(table.sort_keys)), sort_keys=[(k, "ascending") for k in table.sort_keys])
     avg = max(1, plan.approx_bytes // max(1, plan.rows))
     rows_per_group = max(1, cfg.row_group_bytes // avg)
-    final = io.join(data_dir, plan.name)
+    final = io.join(output, table.folder, plan.name)
     tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
     digest = hashlib.sha256()
     with io.open_write(tmp) as raw:
         sink = _HashingWriter(raw, digest)
-        with pq.ParquetWriter(sink, PAGE_SCHEMA, compression=cfg.compression, write_statistics=True) as writer:
-            for start in range(0, max(1, table.num_rows), rows_per_group):
-                chunk = table.take(order.slice(start, rows_per_group))
-                writer.write_table(chunk.replace_schema_metadata(PAGE_SCHEMA.metadata), row_group_size=rows_per_group)
+        with pq.ParquetWriter(sink, schema, compression=cfg.compression, write_statistics=True) as writer:
+            for start in range(0, max(1, rows.num_rows), rows_per_group):
+                chunk = rows.take(order.slice(start, rows_per_group))
+                writer.write_table(chunk.replace_schema_metadata(schema.metadata), row_group_size=rows_per_group)
     io.rename(tmp, final)
     return {
-        "file": f"data/{plan.name}",
+        "file": f"{table.folder}/{plan.name}",
         "split": plan.split,
-        "rows": table.num_rows,
+        "rows": rows.num_rows,
         "bytes": sink.written,
         "sha256": digest.hexdigest(),
     }
@@ -327,16 +353,6 @@ class _HashingWriter:
 
     def tell(self) -> int:
         return self.written
-
-
-def write_dead_letters(stage: str, letters: list[DeadLetter], dead_dir: str) -> dict:
-    """All dead letters of one stage, sorted, as ``dead_letter/<stage>.parquet``."""
-    rows = sorted((d.to_row() for d in letters), key=lambda r: (r["source"], r["source_id"], r["reason"]))
-    buf = _io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows, schema=DEAD_LETTER_SCHEMA), buf, compression="zstd")
-    name = f"{stage.replace(':', '_')}.parquet"
-    io.write_bytes_atomic(io.join(dead_dir, name), buf.getvalue())
-    return {"file": f"dead_letter/{name}", "stage": stage, "rows": len(rows)}
 
 
 def write_dropped_samples(stage_reason: tuple[str, str], records: list[PageRecord], dropped_dir: str) -> str:

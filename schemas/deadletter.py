@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
+        ("id", pa.string()),
         ("source", pa.string()),
         ("source_id", pa.string()),
         ("stage", pa.string()),
@@ -29,8 +31,14 @@ class DeadLetter:
     error_class: str
     message: str
 
+    @property
+    def id(self) -> str:
+        """Stable hex id of (stage, source, source id, reason): places the letter in the sharded output."""
+        key = "\x1f".join((self.stage, self.source, self.source_id, self.reason))
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
     def to_row(self) -> dict[str, str]:
-        return asdict(self)
+        return {"id": self.id, **asdict(self)}
 
     def __str__(self) -> str:
         return f"{self.source}:{self.source_id} failed at {self.stage} ({self.reason}): {self.message}"

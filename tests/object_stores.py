@@ -143,4 +143,4 @@ def assert_same_rows(data_dir: Path, local_data_dir: Path) -> None:
     assert [r["id"] for r in got_rows] == [r["id"] for r in want_rows]
     for got, want in zip(got_rows, want_rows):
         assert [s["stage"] for s in got.pop("provenance")] == [s["stage"] for s in want.pop("provenance")]
-        assert got == want
+        assert got == want, {k: (str(got[k])[:200], str(want[k])[:200]) for k in want if got.get(k) != want[k]}

@@ -84,6 +84,8 @@ def test_dead_letters_name_record_stage_and_reason(direct_run):
     _, manifest, out = direct_run
     rows = pq.read_table(out / "dead_letter").to_pylist()
     assert len(rows) == manifest.records_dead
+    stages = sorted({r["stage"] for r in rows})  # one shard per stage at this size, Hub-style names
+    assert manifest.dead_letter_files == [f"dead_letter/{stage}-00000-of-00001.parquet" for stage in stages]
     reasons = {(r["stage"], r["reason"]) for r in rows}
     for expected in [("read", "missing_tar_member"), ("read", "unsafe_tar_member"), ("read", "invalid_utf8"),
                      ("read", "invalid_front_matter"), ("read", "warc_not_pdf"), ("read", "bad_response_json"),

@@ -73,7 +73,7 @@ def test_shards_hold_every_record_once_in_id_order_across_bundles(tmp_path):
     assert all(len(plan.files) <= 5 for plan in plans)
 
     before = open_fds()
-    results = [write_shard(plan, str(tmp_path / "data"), cfg) for plan in plans]
+    results = [write_shard(plan, str(tmp_path), cfg) for plan in plans]
     assert open_fds() == before  # spill files (memory-mapped) are closed again
 
     ids = []
@@ -119,7 +119,7 @@ def test_shards_are_cut_near_shard_bytes_from_aggregates_alone(tmp_path):
     for plan in plans[:-1]:
         assert cfg.shard_bytes <= plan.approx_bytes < cfg.shard_bytes + biggest_bucket
     assert sum(p.rows for p in plans) == 400
-    results = [write_shard(plan, str(tmp_path / "data"), cfg) for plan in plans]
+    results = [write_shard(plan, str(tmp_path), cfg) for plan in plans]
     assert [r["rows"] for r in results] == [p.rows for p in plans]
     for plan, result in zip(plans, results):
         ids = pq.read_table(tmp_path / result["file"], columns=["id"]).column("id").to_pylist()
@@ -129,3 +129,31 @@ def test_shards_are_cut_near_shard_bytes_from_aggregates_alone(tmp_path):
 def test_a_plan_bucket_count_that_does_not_nest_spill_buckets_is_refused():
     with pytest.raises(ValueError, match="plan_buckets"):
         WriteConfig(buckets=64, plan_buckets=1000)
+
+
+def test_dead_letters_are_sharded_per_stage_like_pages(tmp_path):
+    """Dead letters go through the same two-phase writer (a run may dead-letter millions): per stage,
+    id-ordered shards from several bundles, every letter once."""
+    from pipelines.write import DEAD_LETTERS
+    from schemas.deadletter import DeadLetter
+
+    letters = [DeadLetter("src", f"doc-{i}", stage, "corrupt_pdf", "RecordError", f"cannot open doc-{i}")
+               for stage in ("read", "clean:short") for i in range(300)]
+    cfg = WriteConfig(shard_bytes=20_000, buckets=4, plan_buckets=1024, spill_buffer_bytes=5_000)
+    stats, files = {}, []
+    for bundle in range(3):
+        writer = SpillWriter(str(tmp_path / "spill"), cfg, DEAD_LETTERS)
+        for letter in letters[bundle::3]:
+            spilled = writer.add_dead_letter(letter)
+            stats[spilled.key] = merge_spill_stats([stats[spilled.key], spilled.stat]) if spilled.key in stats else spilled.stat
+            files += [spilled.new_file] if spilled.new_file else []
+        writer.close()
+    plans = plan_shards(stats.items(), files, cfg)
+    results = [write_shard(plan, str(tmp_path), cfg, DEAD_LETTERS) for plan in plans]
+    for stage, name in (("read", "read"), ("clean:short", "clean_short")):
+        mine = [r for r in results if r["split"] == stage]
+        n = len(mine)
+        assert n > 1 and [r["file"] for r in mine] == [f"dead_letter/{name}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
+        rows = [row for r in mine for row in pq.read_table(tmp_path / r["file"]).to_pylist()]
+        assert sorted(r["source_id"] for r in rows) == sorted(f"doc-{i}" for i in range(300))
+        assert [r["id"] for r in rows] == sorted(r["id"] for r in rows) and {r["stage"] for r in rows} == {stage}
