@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/ingest.py $(ARGS)
 	$(PY) benchmarks/ingest.py --kind scan --repeats 1 --scale 2 --pdftoppm-pages 100
 	$(PY) benchmarks/object_store.py
+	$(PY) benchmarks/plan.py
 	$(PY) benchmarks/png.py
 	$(PY) benchmarks/unit_tests.py
 	$(PY) benchmarks/teds.py
