@@ -103,7 +103,9 @@ def merge_spill_stats(stats: Iterable[SpillStat]) -> SpillStat:
 @dataclass(frozen=True)
 class Spilled:
     """What ``SpillWriter.add`` reports for one record: its (split, plan bucket) and stat, and the
-    spill file's (split, path) when this record opened it (valid once the writer is closed)."""
+    spill file's (split, path) when this record opened it (valid once the writer is closed). The
+    file is named from ``process``, not at bundle end, because Beam's DaskRunner drops
+    ``finish_bundle`` outputs; either way it is committed only with its bundle."""
 
     key: tuple[str, int]
     stat: SpillStat
