@@ -177,23 +177,23 @@ def _stage_functions(args: tuple[str, list, str]) -> tuple[dict, list]:
     from pipelines.render import render_page
     from pipelines.sources import build_source
     from pipelines.stage import ITEM, account_rows, apply_stage
-    from pipelines.write import SpillStat, SpillWriter, merge_spill_stats
+    from pipelines.write import SpillWriter, total_spills
 
     config, units, spill_dir = args
     cfg = load_config(config)
     source = build_source(cfg.sources[0])
     writer = SpillWriter(spill_dir, cfg.write)
-    stats, files = {}, []
-    for unit in units:
-        for kind, page in account_rows("read", "bench", source.read(unit)):
-            if kind != ITEM:
-                continue
-            for kind2, record in apply_stage("render", lambda p: [render_page(p, cfg.render)], page):
-                if kind2 != ITEM:
+
+    def spilled():
+        for unit in units:
+            for kind, page in account_rows("read", "bench", source.read(unit)):
+                if kind != ITEM:
                     continue
-                for spilled in (writer.add(r) for k, r in apply_stage("validate", validate_record, record) if k == ITEM):
-                    stats[spilled.key] = merge_spill_stats([stats.get(spilled.key, SpillStat(0, 0, ())), spilled.stat])
-                    files += [spilled.new_file] if spilled.new_file else []
+                for kind2, record in apply_stage("render", lambda p: [render_page(p, cfg.render)], page):
+                    if kind2 == ITEM:
+                        yield from (writer.add(r) for k, r in apply_stage("validate", validate_record, record) if k == ITEM)
+
+    stats, files = total_spills(spilled())
     writer.close()
     return stats, files
 
@@ -210,7 +210,7 @@ def run_no_runner(root: Path, workers: int, shard_mb: int, tag: str = "0") -> fl
     from pipelines import io
     from pipelines.config import load_config
     from pipelines.sources import build_source
-    from pipelines.write import merge_spill_stats, plan_shards
+    from pipelines.write import Spilled, plan_shards, total_spills
 
     config = str(write_config(root, shard_mb))
     cfg = load_config(config)
@@ -222,10 +222,7 @@ def run_no_runner(root: Path, workers: int, shard_mb: int, tag: str = "0") -> fl
         list(pool.map(_stage_functions, [(config, [], str(spill))] * workers))  # imports, outside the clock
         started = time.perf_counter()
         parts = list(pool.map(_stage_functions, [(config, units[i::workers], str(spill)) for i in range(workers)]))
-        stats: dict = {}
-        for part, _ in parts:
-            for key, stat in part.items():
-                stats[key] = merge_spill_stats([stats[key], stat]) if key in stats else stat
+        stats, _ = total_spills(Spilled(key, stat, None) for part, _ in parts for key, stat in part.items())
         plans = plan_shards(stats.items(), [f for _, files in parts for f in files], cfg.write)
         rows = sum(r["rows"] for r in pool.map(_write_shard, [(p, str(output), cfg.write) for p in plans]))
         seconds = time.perf_counter() - started

@@ -52,6 +52,7 @@ from pipelines.transforms import (
 from pipelines.write import (
     DEAD_LETTERS,
     PAGES,
+    ShardedTable,
     merge_spill_stats,
     plan_shards,
     write_dropped_samples,
@@ -162,6 +163,26 @@ def spill_aggregates(spilled: beam.PCollection, label: str) -> beam.PCollection:
     return (stats, files) | f"{label}SpillAggregates" >> beam.Flatten()
 
 
+def write_sharded(gathered: beam.PCollection, label: str, table: ShardedTable, tag: str, cfg: CorpusConfig,
+                  dedup_on: bool = False) -> tuple[beam.PCollection, beam.PCollection]:
+    """Plan ``table``'s shards in one step from ``spill_aggregates`` (and dedup losers), write them
+    in parallel. Returns ``(tag, shard result)`` per shard, and the planner's other output (the
+    dedup stage's counts and duplicates file)."""
+    planned = (
+        gathered
+        | f"OneKey{label}Spills" >> beam.Map(lambda e: (None, e))
+        | f"Gather{label}Spills" >> beam.GroupByKey()
+        | f"Plan{label}Shards" >> beam.FlatMap(lambda kv: plan_and_count(kv[1], cfg, dedup_on))
+    )
+    written = (
+        planned
+        | f"{label}Plans" >> beam.Filter(is_kind("plan"))
+        | f"Spread{label}Shards" >> beam.Reshuffle()
+        | f"Write{label}Shards" >> beam.Map(lambda e: (tag, write_shard(e[1], cfg.run.output, cfg.write, table)))
+    )
+    return written, planned | f"{label}PlannerCounts" >> beam.Filter(lambda e: e[0] != "plan")
+
+
 def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) -> None:
     out = cfg.run.output
     spill_dir = io.join(out, "_tmp", uuid.uuid4().hex[:12])
@@ -218,19 +239,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         gathered = (aggregates, losers) | "AggregatesAndLosers" >> beam.Flatten()
     else:
         gathered = aggregates
-    planned = (
-        gathered
-        | "OneKeySpills" >> beam.Map(lambda e: (None, e))
-        | "GatherSpills" >> beam.GroupByKey()
-        | "PlanShards" >> beam.FlatMap(lambda kv: plan_and_count(kv[1], cfg, dedup_on))
-    )
-    shards = (
-        planned
-        | "Plans" >> beam.Filter(is_kind("plan"))
-        | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards" >> beam.Map(lambda e: ("shard", write_shard(e[1], out, cfg.write, PAGES)))
-    )
-    dedup_counts = planned | "DedupCounts" >> beam.Filter(lambda e: e[0] != "plan")
+    shards, dedup_counts = write_sharded(gathered, "", PAGES, "shard", cfg, dedup_on)
     samples = (
         envelopes
         | "Samples" >> beam.Filter(is_kind(SAMPLE))
@@ -241,14 +250,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
     # Dead letters are sharded like pages, one "split" per stage: a run may dead-letter millions.
     dead_spilled = envelopes | "Dead" >> beam.Filter(is_kind(DEAD)) | "SpillDead" >> beam.ParDo(
         SpillDeadLetters(io.join(spill_dir, "dead"), cfg.write))
-    dead = (
-        spill_aggregates(dead_spilled, "Dead")
-        | "OneKeyDeadSpills" >> beam.Map(lambda e: (None, e))
-        | "GatherDeadSpills" >> beam.GroupByKey()
-        | "PlanDeadShards" >> beam.FlatMap(lambda kv: plan_and_count(kv[1], cfg, dedup_on=False))
-        | "SpreadDeadShards" >> beam.Reshuffle()
-        | "WriteDead" >> beam.Map(lambda e: ("dead_file", write_shard(e[1], out, cfg.write, DEAD_LETTERS)))
-    )
+    dead, _ = write_sharded(spill_aggregates(dead_spilled, "Dead"), "Dead", DEAD_LETTERS, "dead_file", cfg)
     (
         (counts, shards, dead, dedup_counts, samples)
         | "Results" >> beam.Flatten()

@@ -17,8 +17,8 @@ boundaries or worker count) while memory stays bounded:
    aggregates, never from a list of records: the rows and bytes spilled per (split, plan bucket)
    (``plan_buckets``, 65,536 by default, each a 1/65,536 slice of the id space; summed by
    ``merge_spill_stats`` as a Beam combine) and the committed spill files (one name per file,
-   emitted when a bundle opens it, so a retried bundle's stray file is never read). It reads the
-   files' bucket indexes once. ``write_shard`` reads, from the spill files of its range, only the
+   emitted when a bundle opens it, so a retried bundle's stray file is never read). It reads each
+   file's bucket index once and hands each shard the indexes of its files. ``write_shard`` reads, from the spill files of its range, only the
    batches of the range's buckets (with an id filter), sorts the rows by id and writes
    ``data/<split>-NNNNN-of-MMMMM.parquet`` atomically (write then rename).
 
@@ -120,7 +120,7 @@ class ShardPlan:
     first_bucket: int  # plan buckets, inclusive
     last_bucket: int
     plan_buckets: int
-    files: tuple[str, ...]
+    files: tuple[tuple[str, tuple[int, ...]], ...]  # (spill file, its index: the bucket of each batch)
     rows: int  # before ``exclude``
     approx_bytes: int
     exclude: tuple[str, ...] = ()  # ids in range that a grouping stage (dedup) dropped
@@ -221,14 +221,18 @@ def _index_path(spill_path: str) -> str:
     return spill_path + ".buckets.json"
 
 
-def _spill_batches(path: str, buckets: range,
+def _read_index(spill_path: str) -> tuple[int, ...]:
+    return tuple(json.loads(io.read_bytes(_index_path(spill_path))))
+
+
+def _spill_batches(path: str, index: tuple[int, ...], buckets: range,
                    keep: Callable[[pa.RecordBatch], pa.RecordBatch]) -> list[pa.RecordBatch]:
-    """``keep(batch)`` for each record batch of one spill file that holds one of ``buckets``; the
-    others are never read (only their footer entries). Local files are memory-mapped. The file is
-    closed on return, so a shard over thousands of spill files never holds thousands of
-    descriptors; kept batches that point into a map keep just the mapping alive (Arrow unmaps it
-    with the last of them)."""
-    wanted = [i for i, bucket in enumerate(json.loads(io.read_bytes(_index_path(path)))) if bucket in buckets]
+    """``keep(batch)`` for each record batch of one spill file that holds one of ``buckets``
+    (``index``: the file's bucket of each batch, read once by the planner); the others are never
+    read (only their footer entries). Local files are memory-mapped. The file is closed on return,
+    so a shard over thousands of spill files never holds thousands of descriptors; kept batches
+    that point into a map keep just the mapping alive (Arrow unmaps it with the last of them)."""
+    wanted = [i for i, bucket in enumerate(index) if bucket in buckets]
     if not wanted:
         return []
     with (pa.memory_map(path) if "://" not in path else io.open_read(path)) as source:
@@ -247,7 +251,11 @@ def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Itera
     by_split: dict[str, list[tuple[int, SpillStat]]] = {}
     for (split, bucket), stat in stats:
         by_split.setdefault(split, []).append((bucket, stat))
-    files_by_bucket = _files_by_bucket(files)
+    indexes = _spill_indexes(files)
+    files_by_bucket: dict[tuple[str, int], list[str]] = {}
+    for (split, path), index in indexes.items():
+        for bucket in sorted(set(index)):
+            files_by_bucket.setdefault((split, bucket), []).append(path)
     excluded = sorted(set(exclude))
     per_coarse = cfg.plan_buckets // cfg.buckets
     plans: list[ShardPlan] = []
@@ -268,7 +276,8 @@ def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Itera
             hi = cfg.plan_buckets - 1 if index == len(cuts) - 1 else cuts[index][0]
             touched = sorted({path for coarse in range(lo // per_coarse, hi // per_coarse + 1)
                               for path in files_by_bucket.get((split, coarse), ())})
-            plan = ShardPlan(split, index, len(cuts), lo, hi, cfg.plan_buckets, tuple(touched), rows, nbytes)
+            touched_indexes = tuple((path, indexes[split, path]) for path in touched)
+            plan = ShardPlan(split, index, len(cuts), lo, hi, cfg.plan_buckets, touched_indexes, rows, nbytes)
             low, high = plan.id_bounds()  # 8-character prefixes: id >= low iff id[:8] >= low
             gone = excluded[bisect.bisect_left(excluded, low):
                             len(excluded) if high is None else bisect.bisect_left(excluded, high)]
@@ -276,19 +285,25 @@ def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Itera
     return plans
 
 
-def _files_by_bucket(files: Iterable[tuple[str, str]]) -> dict[tuple[str, int], list[str]]:
-    """(split, spill bucket) -> the spill files holding a batch of it, from each file's index.
-
-    The indexes are read by a few threads: on an object store each is a request (~10 ms), and a
-    large run has one per bundle."""
+def _spill_indexes(files: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, ...]]:
+    """(split, spill file) -> the file's index, read once here and handed to the shards in their
+    plans. A few threads read them: on an object store each is a request (~10 ms), and a large run
+    has one per bundle."""
     files = sorted(set(files))
     with ThreadPoolExecutor(max_workers=16) as pool:
-        indexes = pool.map(lambda split_path: json.loads(io.read_bytes(_index_path(split_path[1]))), files)
-        found: dict[tuple[str, int], list[str]] = {}
-        for (split, path), index in zip(files, indexes):
-            for bucket in sorted(set(index)):
-                found.setdefault((split, bucket), []).append(path)
-    return found
+        return dict(zip(files, pool.map(lambda split_path: _read_index(split_path[1]), files)))
+
+
+def total_spills(spilled: Iterable[Spilled]) -> tuple[dict[tuple[str, int], SpillStat], list[tuple[str, str]]]:
+    """What the DAG's combine and gather hand ``plan_shards``, in plain Python (tests, benchmarks):
+    the stats summed per key, and the spill files in the order they were opened."""
+    stats: dict[tuple[str, int], SpillStat] = {}
+    files: list[tuple[str, str]] = []
+    for one in spilled:
+        stats[one.key] = merge_spill_stats([stats[one.key], one.stat]) if one.key in stats else one.stat
+        if one.new_file:
+            files.append(one.new_file)
+    return stats, files
 
 
 def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTable = PAGES) -> dict:
@@ -315,7 +330,8 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     # flush by flush, keeping only this shard's rows: never a whole spill file in memory
     per_coarse = plan.plan_buckets // cfg.buckets
     buckets = range(plan.first_bucket // per_coarse, plan.last_bucket // per_coarse + 1)
-    batches = [kept for path in plan.files for kept in _spill_batches(path, buckets, in_shard) if kept.num_rows]
+    batches = [kept for path, index in plan.files for kept in _spill_batches(path, index, buckets, in_shard)
+               if kept.num_rows]
     # One contiguous copy: take() on many small chunks is ~30x slower per row than on one.
     schema = table.schema
     rows = (pa.Table.from_batches(batches, schema=schema).combine_chunks() if batches else schema.empty_table())

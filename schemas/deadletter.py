@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
+
+from schemas.page import stable_id
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -34,8 +35,7 @@ class DeadLetter:
     @property
     def id(self) -> str:
         """Stable hex id of (stage, source, source id, reason): places the letter in the sharded output."""
-        key = "\x1f".join((self.stage, self.source, self.source_id, self.reason))
-        return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+        return stable_id(self.stage, self.source, self.source_id, self.reason)
 
     def to_row(self) -> dict[str, str]:
         return {"id": self.id, **asdict(self)}

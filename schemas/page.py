@@ -137,10 +137,14 @@ def features():
     return datasets.Features.from_dict(json.loads(PAGE_SCHEMA.metadata[b"huggingface"])["info"]["features"])
 
 
+def stable_id(*parts: str) -> str:
+    """A 32-hex-digit id hashed from ``parts``: the same inputs give the same id on every run."""
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:32]
+
+
 def page_id(source: str, source_id: str, page_number: int, transform: str = "") -> str:
     """Stable, content-derived record id: the same inputs give the same id on every run."""
-    key = "\x1f".join((source, source_id, str(page_number), transform))
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+    return stable_id(source, source_id, str(page_number), transform)
 
 
 def params_hash(params: Any) -> str:

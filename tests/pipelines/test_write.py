@@ -11,13 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.write import (
-    SpillStat,
     SpillWriter,
     WriteConfig,
     _spill_batches,
     bucket_of,
     merge_spill_stats,
     plan_shards,
+    total_spills,
     write_shard,
 )
 from schemas.page import PageRecord, ProvenanceStep, page_id
@@ -41,16 +41,12 @@ def open_fds() -> int:
 def spill_bundles(records: list[PageRecord], spill_dir: Path, cfg: WriteConfig, bundles: int):
     """Spill ``records`` round-robin from ``bundles`` writers; (summed stats per key, new files),
     as the DAG's combine and gather leave them for the planner."""
-    stats: dict[tuple[str, int], SpillStat] = {}
-    files = []
+    spilled = []
     for bundle in range(bundles):
         writer = SpillWriter(str(spill_dir), cfg)
-        for r in records[bundle::bundles]:
-            spilled = writer.add(r)
-            stats[spilled.key] = merge_spill_stats([stats[spilled.key], spilled.stat]) if spilled.key in stats else spilled.stat
-            files += [spilled.new_file] if spilled.new_file else []
+        spilled += [writer.add(r) for r in records[bundle::bundles]]
         writer.close()
-    return stats, files
+    return total_spills(spilled)
 
 
 def test_shards_hold_every_record_once_in_id_order_across_bundles(tmp_path):
@@ -101,7 +97,7 @@ def test_a_shard_reads_only_the_batches_of_its_buckets(tmp_path):
     index = json.loads(Path(path + ".buckets.json").read_text())
     assert len(index) > 4 and sorted(set(index)) == [0, 1, 2, 3]  # flushes mid-bundle, every bucket
     seen = []
-    batches = _spill_batches(path, range(2, 3), lambda b: seen.append(b) or b)
+    batches = _spill_batches(path, tuple(index), range(2, 3), lambda b: seen.append(b) or b)
     assert len(seen) == index.count(2)
     assert {bucket_of(i, 4) for b in batches for i in b.column("id").to_pylist()} == {2}
     assert sum(b.num_rows for b in batches) == sum(1 for r in records if bucket_of(r.id, 4) == 2)
@@ -140,14 +136,12 @@ def test_dead_letters_are_sharded_per_stage_like_pages(tmp_path):
     letters = [DeadLetter("src", f"doc-{i}", stage, "corrupt_pdf", "RecordError", f"cannot open doc-{i}")
                for stage in ("read", "clean:short") for i in range(300)]
     cfg = WriteConfig(shard_bytes=20_000, buckets=4, plan_buckets=1024, spill_buffer_bytes=5_000)
-    stats, files = {}, []
+    spilled = []
     for bundle in range(3):
         writer = SpillWriter(str(tmp_path / "spill"), cfg, DEAD_LETTERS)
-        for letter in letters[bundle::3]:
-            spilled = writer.add_dead_letter(letter)
-            stats[spilled.key] = merge_spill_stats([stats[spilled.key], spilled.stat]) if spilled.key in stats else spilled.stat
-            files += [spilled.new_file] if spilled.new_file else []
+        spilled += [writer.add_dead_letter(letter) for letter in letters[bundle::3]]
         writer.close()
+    stats, files = total_spills(spilled)
     plans = plan_shards(stats.items(), files, cfg)
     results = [write_shard(plan, str(tmp_path), cfg, DEAD_LETTERS) for plan in plans]
     for stage, name in (("read", "read"), ("clean:short", "clean_short")):
