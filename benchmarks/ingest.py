@@ -176,7 +176,7 @@ def _stage_functions(args: tuple[str, list, str]) -> tuple[dict, list]:
     from pipelines.corpus import validate_record
     from pipelines.render import render_page
     from pipelines.sources import build_source
-    from pipelines.stage import ITEM, account_rows, apply_stage
+    from pipelines.accounting import ITEM, account_rows, apply_stage
     from pipelines.write import SpillWriter, total_spills
 
     config, units, spill_dir = args

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 import apache_beam as beam
 
-from pipelines.stage import DEAD, EVENT, ITEM, SAMPLE, account_rows, apply_stage
+from pipelines.accounting import DEAD, EVENT, ITEM, SAMPLE, account_rows, apply_stage
 from pipelines.write import DEAD_LETTERS, SpillWriter, WriteConfig
 from schemas.manifest import CountEvent
 

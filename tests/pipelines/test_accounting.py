@@ -4,7 +4,7 @@ import hashlib
 
 from pipelines.clean.dedup import DedupConfig
 from pipelines.clean.dedup_stage import dedup_key_members
-from pipelines.stage import DEAD, EVENT, ITEM, SAMPLE, apply_stage
+from pipelines.accounting import DEAD, EVENT, ITEM, SAMPLE, apply_stage
 from pipelines.transforms import SPILL, Spill
 from pipelines.write import WriteConfig
 from schemas.deadletter import Dropped

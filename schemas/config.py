@@ -1,0 +1,235 @@
+"""One loader for every typed config in pagemill: pipeline, stages, source options, training phases.
+
+A config is a frozen dataclass with defaults in code; each field says what it is for through
+``option(default, help=...)``. ``load(Config, mapping, "path")`` builds one from parsed YAML (or a
+``--set`` override) and checks it the same way everywhere:
+
+- an unknown key fails with its full path and the known keys listed
+  (``clean.stages[1].min_tokns: unknown key; known keys: min_tokens, tokenizer_path``);
+- every value is checked against the field's annotation (``int``, ``float``, ``str``, ``bool``,
+  ``Literal``, ``Optional``, ``tuple[...]``, ``dict[...]``, nested config dataclasses), YAML lists
+  become tuples, and a wrong type names the path, the expected type and the value;
+- ``describe(Config)`` lists the fields with their types, defaults and help, for ``--help``.
+
+Plain dataclasses and this one module rather than pydantic or msgspec: configs stay ordinary
+frozen dataclasses that Beam pickles and that stage code already takes, no dependency is added,
+and the error names the path and the known keys in one line, which neither library prints for
+stdlib dataclasses without wrapping its errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping, TypeVar, Union
+
+import yaml
+
+T = TypeVar("T")
+HELP = "help"
+
+
+class ConfigError(ValueError):
+    """A config value that cannot be used; the message starts with the value's path."""
+
+
+def option(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING,
+           **kwargs) -> Any:
+    """A dataclass field with its help text next to it (shown by ``describe`` and ``--help``)."""
+    if isinstance(default, (list, dict, set)):
+        value = default
+        default_factory, default = (lambda: type(value)(value)), dataclasses.MISSING
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={HELP: help}, **kwargs)
+
+
+def is_config(cls: Any) -> bool:
+    return isinstance(cls, type) and dataclasses.is_dataclass(cls)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def load(cls: type[T], values: Mapping[str, Any] | None, path: str = "config") -> T:
+    """Build ``cls`` from ``values``: unknown keys, missing required keys and wrong types fail by path."""
+    if values is None:
+        values = {}
+    if isinstance(values, cls):
+        return values
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of {cls.__name__} keys, got {_show(values)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in values:
+        if key not in fields:
+            raise ConfigError(f"{_join(path, key)}: unknown key; known keys: {', '.join(sorted(fields))}")
+    hints = _hints(cls)
+    kwargs = {}
+    for name, f in fields.items():
+        if name in values:
+            kwargs[name] = convert(values[name], hints[name], _join(path, name))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{_join(path, name)}: required key is missing ({field_help(f)})")
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:  # a config's own __post_init__ check
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def convert(value: Any, tp: Any, path: str) -> Any:
+    """``value`` checked against (and, for lists and nested configs, converted to) the type ``tp``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any or tp is object:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return convert(value, arg, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: expected {_name(tp)}, got {_show(value)}")
+    if origin is Literal:
+        if value in args:
+            return value
+        raise ConfigError(f"{path}: expected one of {', '.join(map(repr, args))}, got {_show(value)}")
+    if is_config(tp):
+        return load(tp, value, path)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise ConfigError(f"{path}: expected one of {', '.join(repr(m.value) for m in tp)}, got {_show(value)}") from None
+    if origin in (tuple, list, typing.Sequence, Iterable) or tp in (tuple, list):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {_show(value)}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(value):
+                raise ConfigError(f"{path}: expected a list of {len(args)} items, got {len(value)}")
+            items = [convert(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args))]
+        else:
+            item = args[0] if args else Any
+            items = [convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        return list(items) if origin is list or tp is list else tuple(items)
+    if origin in (dict, Mapping, typing.MutableMapping) or tp in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {_show(value)}")
+        key_type, value_type = args if args else (Any, Any)
+        return {convert(k, key_type, f"{path}.<key>"): convert(v, value_type, _join(path, k))
+                for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif tp is Path:
+        if isinstance(value, (str, Path)):
+            return Path(value)
+    elif isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+    else:
+        return value  # an annotation this loader does not interpret (a TypeVar, a Protocol)
+    raise ConfigError(f"{path}: expected {_name(tp)}, got {_show(value)}")
+
+
+def parse_sets(sets: Iterable[str]) -> dict[str, Any]:
+    """``["a.b=3", "c=[x, y]"]`` -> ``{"a": {"b": 3}, "c": ["x", "y"]}``; values are read as YAML."""
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {part} is set to a value and used as a section")
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+def merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``patch`` applied recursively (mappings merge, anything else replaces)."""
+    out = dict(base)
+    for key, value in patch.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def field_help(f: dataclasses.Field) -> str:
+    return f.metadata.get(HELP, "")
+
+
+def describe(cls: type, prefix: str = "") -> list[str]:
+    """One line per field (nested configs expanded): ``key (type, default value): help``."""
+    lines = []
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        key = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        if is_config(tp):
+            lines.append(f"{key}: {field_help(f) or tp.__name__}")
+            lines.extend(describe(tp, key + "."))
+            continue
+        lines.append(f"{key} ({_name(tp)}, default {_default(f)}): {field_help(f)}".rstrip(": "))
+    return lines
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A config as plain YAML-ready values (tuples as lists), the inverse of ``load``."""
+    def plain(v):
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, enum.Enum):
+            return v.value
+        if isinstance(v, Path):
+            return str(v)
+        return v
+    return plain(dataclasses.asdict(config))
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        return repr(f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+        return repr(to_dict(value) if is_config(type(value)) else value)
+    return "required"
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _name(tp: Any) -> str:
+    if isinstance(tp, type) and typing.get_origin(tp) is None:
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
