@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := poppler-utils
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: corpus train test test-all samples bench deps clean
+.PHONY: corpus train test test-all lint samples bench deps clean
 
 corpus: $(STAMP)
 	$(PY) -m pipelines.corpus $(ARGS)
@@ -19,6 +19,10 @@ train: $(STAMP) out/corpus/manifest.json
 
 out/corpus/manifest.json: | $(STAMP)
 	$(PY) -m pipelines.corpus
+
+# ruff (config in pyproject.toml): pyflakes, import order, lines of at most 120 characters.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 test: $(STAMP)
 	$(PY) -m pytest -m "not slow" -q $(ARGS)
