@@ -1,1 +1,4 @@
-"""Placeholder package: built by a later issue (see ../shared/ARCHITECTURE.md)."""
+"""Reserved for failure-mode classifiers and retrieval of pages per failure mode; empty for now.
+
+Nothing imports it yet; see docs/architecture.md for the packages that exist.
+"""

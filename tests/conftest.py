@@ -1,4 +1,4 @@
-"""Shared fixtures: sample inputs built fresh under a temporary folder, and PDF makers."""
+"""Shared fixtures: sample inputs built fresh under a temporary folder (helpers: ``tests/helpers.py``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import random
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
@@ -29,18 +27,3 @@ def samples_root(tmp_path_factory) -> Path:
 def rng() -> random.Random:
     return random.Random(7)
 
-
-def zero_page_pdf() -> bytes:
-    """A syntactically valid PDF whose page tree is empty."""
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [] /Count 0 >>"]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for off in offsets:
-        out += b"%010d 00000 n \n" % off
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)

@@ -16,7 +16,7 @@ from model.data import (IGNORE_INDEX, BatchStream, DataConfig, DomainSampler, Sa
                         domain_probabilities, eval_samples, iter_records, pack, shift_positions, single)
 from model.attention import use_segment_attention
 from model.models import build_tiny, rope_index
-from tests.model.corpus import make_record, page_png, write_corpus
+from tests.helpers import corpus_png, corpus_record, write_records
 
 # (domain, source, rows): "docs" has 10x the rows of each other domain, and its sources are 3:1.
 LAYOUT = [("docs", "docs-a", 30), ("docs", "docs-b", 10), ("news", "news-a", 4), ("formula", "synth", 4)]
@@ -27,16 +27,16 @@ CFG = dict(max_length=160, max_sample_tokens=120, eval_fraction=0.2, seed=3)
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> dict:
-    records = [make_record(s, d, n) for d, s, k in LAYOUT for n in range(k)]
-    good = page_png("good")
-    bad = [make_record("news-a", "news", 100, image=b"\x89PNG\r\n\x1a\nnot a png at all"),
-           make_record("news-a", "news", 101, image=good[: len(good) // 2]),
-           make_record("synth", "formula", 102, response=" ".join(["fox"] * 400))]
+    records = [corpus_record(s, d, n) for d, s, k in LAYOUT for n in range(k)]
+    good = corpus_png("good")
+    bad = [corpus_record("news-a", "news", 100, image=b"\x89PNG\r\n\x1a\nnot a png at all"),
+           corpus_record("news-a", "news", 101, image=good[: len(good) // 2]),
+           corpus_record("synth", "formula", 102, response=" ".join(["fox"] * 400))]
     assert all(assigned_split(r.id, "train", CFG["eval_fraction"]) == "train" for r in bad)
-    test_row = make_record("docs-a", "docs", 200, split="test")
+    test_row = corpus_record("docs-a", "docs", 200, split="test")
     records += bad + [test_row]
     random.Random(0).shuffle(records)  # streams spread over files and row groups
-    root = write_corpus(tmp_path_factory.mktemp("corpus"), records)
+    root = write_records(tmp_path_factory.mktemp("corpus"), records)
     return {"path": root, "records": records, "corrupt": {bad[0].id, bad[1].id}, "long": bad[2].id,
             "test_id": test_row.id, "by_id": {r.id: r for r in records}}
 

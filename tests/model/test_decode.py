@@ -10,13 +10,13 @@ from collections import Counter
 
 import pytest
 import torch
-from tests.model.test_mtp import page, write_corpus
 
 from model.decode import accept_stats, bench_table, format_table, generate, main
 from model.models import build_tiny, save
 from model.mtp import DraftHead, FitConfig, fit_head, save_head, self_distill
 from model.processing import Encoded
 from pipelines.instruct import PROMPTS
+from tests.helpers import text_page, write_text_page_corpus
 
 MAX_NEW = 10
 
@@ -35,7 +35,7 @@ def page_prompts(processor, n: int, seed: int) -> list[Encoded]:
     r = random.Random(seed)
     instructions = [v for (task, lang), v in PROMPTS.items()]
     sizes = [(56, 56), (84, 56), (112, 84), (56, 112)]
-    return [processor.encode(r.choice(instructions), page(seed * 1000 + i, r.choice(sizes))) for i in range(n)]
+    return [processor.encode(r.choice(instructions), text_page(seed * 1000 + i, r.choice(sizes))) for i in range(n)]
 
 
 def reference(model, prompt: Encoded, eos: int, max_new: int = MAX_NEW) -> list[int]:
@@ -191,7 +191,7 @@ def test_bench_cli_on_a_checkpoint_and_head(setup, tmp_path, capsys):
     loaded = setup["loaded"]
     save(loaded.model, loaded.processor, tmp_path / "ckpt")
     save_head(setup["trained"], tmp_path / "head")
-    corpus = write_corpus(tmp_path / "corpus", 12)  # 3 of these ids hash into the eval split
+    corpus = write_text_page_corpus(tmp_path / "corpus", 12)  # 3 of these ids hash into the eval split
     main(["--bench", "--checkpoint", str(tmp_path / "ckpt"), "--head", str(tmp_path / "head"), "--corpus", corpus,
           "--ks", "0,2", "--max-new-tokens", "8"])
     out = capsys.readouterr().out.splitlines()

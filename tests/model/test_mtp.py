@@ -4,17 +4,12 @@ unchanged, and the safetensors export with its DeepSeek/vLLM name mapping."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import math
 import random
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
-from PIL import Image, ImageDraw
 from safetensors.torch import load_file
 
 from model.models import build_tiny, text_model
@@ -37,24 +32,13 @@ from model.mtp import (
     vllm_mtp_mapping,
 )
 from model.processing import Encoded
-from schemas.page import PAGE_SCHEMA, PageRecord, ProvenanceStep, page_id
-
-WORDS = "page table formula column row section figure total value".split()
-
-
-def page(seed: int, size=(56, 56)) -> Image.Image:
-    r = random.Random(seed)
-    image = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(image)
-    for y in range(2, size[1] - 8, 10):
-        draw.text((r.randint(1, 6), y), " ".join(r.choices(WORDS, k=2)), fill="black")
-    return image
+from tests.helpers import TEXT_PAGE_WORDS, text_page, write_text_page_corpus
 
 
 def samples(processor, n: int, seed: int = 0) -> list[Encoded]:
     r = random.Random(seed)
-    return [processor.encode("Convert this page to Markdown.", page(seed * 100 + i),
-                             " ".join(r.choices(WORDS, k=r.randint(4, 10)))) for i in range(n)]
+    return [processor.encode("Convert this page to Markdown.", text_page(seed * 100 + i),
+                             " ".join(r.choices(TEXT_PAGE_WORDS, k=r.randint(4, 10)))) for i in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -268,27 +252,11 @@ def test_save_load_roundtrip_and_deepseek_mapping(tiny, tmp_path):
         vllm_mtp_mapping(head, family="mimo")
 
 
-def write_corpus(root, pages: int = 6) -> str:
-    rows = []
-    for n in range(pages):
-        buf = io.BytesIO()
-        page(n).save(buf, format="PNG")
-        data = buf.getvalue()
-        rows.append(PageRecord(
-            id=page_id("mtp", str(n), 0), source="mtp", source_id=str(n), page_number=0, domain="docs",
-            language="en", license="cc0", image=data, image_sha256=hashlib.sha256(data).hexdigest(), width=56,
-            height=56, task="parse_page", instruction="Convert this page to Markdown.", response="a page " * 3,
-            unit_tests=[], provenance=[ProvenanceStep("test", "1", "x")], split="train").to_row())
-    (root / "data").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA), root / "data" / "train-00000-of-00001.parquet")
-    return str(root)
-
-
 def test_cli_fits_and_saves_a_head_for_a_checkpoint(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0 and "--checkpoint" in capsys.readouterr().out
-    corpus = write_corpus(tmp_path / "corpus")
+    corpus = write_text_page_corpus(tmp_path / "corpus")
     main(["--checkpoint", "tiny", "--out", str(tmp_path / "head"), "--corpus", corpus, "--steps", "3",
           "--batch-size", "2", "--max-new-tokens", "6"])
     assert "3 steps" in capsys.readouterr().out

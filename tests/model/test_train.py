@@ -7,19 +7,19 @@ from pathlib import Path
 
 from model.data import assigned_split
 from model.train import TrainRunConfig, run
-from tests.model.corpus import make_record, write_corpus
+from tests.helpers import corpus_record, write_records
 
 
 def synth_record(n: int):
     text = f"Total revenue {n} grew while costs fell."
     tests = [json.dumps({"type": "present", "text": "revenue", "pdf": "s.pdf", "page": 1, "id": f"p{n}"}),
              json.dumps({"type": "absent", "text": "lorem", "pdf": "s.pdf", "page": 1, "id": f"a{n}"})]
-    return make_record("jinaocrsynth", "synthetic-layout", n, response=text, unit_tests=tests)
+    return corpus_record("jinaocrsynth", "synthetic-layout", n, response=text, unit_tests=tests)
 
 
 def test_train_runs_every_phase_end_to_end(tmp_path):
-    records = [make_record("docs-a", "docs", n) for n in range(12)] + [synth_record(n) for n in range(6)]
-    corpus = write_corpus(tmp_path / "corpus", records)
+    records = [corpus_record("docs-a", "docs", n) for n in range(12)] + [synth_record(n) for n in range(6)]
+    corpus = write_records(tmp_path / "corpus", records)
     cfg = TrainRunConfig(
         model="tiny-moe", corpus=corpus, out=str(tmp_path / "model"), eval_max_new_tokens=8,
         alignment={"steps": 2, "data": {"max_length": 256, "max_sample_tokens": 200},

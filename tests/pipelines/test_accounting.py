@@ -8,7 +8,7 @@ from pipelines.accounting import DEAD, EVENT, ITEM, SAMPLE, apply_stage
 from pipelines.transforms import SPILL, Spill
 from pipelines.write import WriteConfig
 from schemas.deadletter import Dropped
-from tests.schemas.test_page import make_record
+from tests.helpers import page_record
 
 
 def counting_stage(record):
@@ -25,13 +25,13 @@ def events(envelopes, kind):
 
 
 def test_counters_become_manifest_events():
-    out = list(apply_stage("fmt", counting_stage, make_record()))
+    out = list(apply_stage("fmt", counting_stage, page_record()))
     assert events(out, "counter") == [("counter", "bold", 2)]  # zero counters are not emitted
     assert [k for k, _ in out].count(ITEM) == 1
 
 
 def test_dropped_record_is_sampled_only_when_asked():
-    record = make_record()
+    record = page_record()
     assert not [e for e in apply_stage("short", dropping_stage, record) if e[0] == SAMPLE]
     samples = [p for k, p in apply_stage("short", dropping_stage, record, keep_dropped=True) if k == SAMPLE]
     assert samples == [("short", "too_short", record)]
@@ -41,14 +41,14 @@ def test_unexpected_exception_is_a_dead_letter_naming_the_record():
     def broken(record):
         raise KeyError("boom")
 
-    out = list(apply_stage("x", broken, make_record()))
+    out = list(apply_stage("x", broken, page_record()))
     letter = next(p for k, p in out if k == DEAD)
     assert letter.reason == "unexpected_KeyError" and letter.source_id == "doc-1" and letter.stage == "x"
 
 
 def test_spill_dead_letters_a_record_whose_image_no_longer_decodes(tmp_path):
     data = b"\x89PNG\r\n\x1a\n" + b"garbage"
-    record = make_record(image=data, image_sha256=hashlib.sha256(data).hexdigest())
+    record = page_record(image=data, image_sha256=hashlib.sha256(data).hexdigest())
     spill = Spill(str(tmp_path), WriteConfig(), key_fn=lambda r: dedup_key_members(DedupConfig(), r))
     spill.start_bundle()
     out = list(spill.process((ITEM, record)))

@@ -9,30 +9,12 @@ from pathlib import Path
 import datasets
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from pipelines import corpus
 from pipelines.config import load_config
 from schemas.manifest import RunManifest
 from schemas.page import PAGE_SCHEMA, PageRecord, validate
-from tests.conftest import REPO
-
-IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-
-
-def sample_config(samples_root: Path, tmp_path: Path, **write) -> Path:
-    """configs/corpus.yaml with its sample paths pointed at a freshly built copy."""
-    text = (REPO / "configs" / "corpus.yaml").read_text().replace("samples/", f"{samples_root}/")
-    text = text.replace("assets/", f"{REPO}/assets/")
-    raw = yaml.safe_load(text)
-    raw["run"]["output"] = str(tmp_path / "out")
-    for source in raw["sources"]:
-        if source["kind"] == "jinaocrsynth":  # a few pages keep the suite fast; synth/ has its own tests
-            source["options"].update(pages=3, pages_per_unit=3)
-    raw["write"].update(write)
-    path = tmp_path / "corpus.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+from tests.helpers import IN_MEMORY, sample_config
 
 
 def shard_digests(out: Path) -> dict[str, str]:

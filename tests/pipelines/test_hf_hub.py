@@ -32,10 +32,9 @@ import yaml
 from pipelines import corpus, io
 from pipelines.config import load_config
 from schemas.manifest import RunManifest
-from tests.conftest import REPO
+from tests.helpers import IN_MEMORY, REPO, sample_config
 from tests.hub_server import hub_server
 from tests.object_stores import assert_same_rows, free_port
-from tests.pipelines.test_corpus import IN_MEMORY, sample_config
 
 REPO_ID = "pagemill/samples"
 ROOT = f"hf://datasets/{REPO_ID}/"

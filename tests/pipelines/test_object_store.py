@@ -19,8 +19,8 @@ import yaml
 
 from pipelines import corpus
 from pipelines.config import load_config
+from tests.helpers import IN_MEMORY, sample_config
 from tests.object_stores import SERVERS, Store, assert_same_rows
-from tests.pipelines.test_corpus import IN_MEMORY, sample_config
 
 
 @pytest.fixture(scope="module", params=sorted(SERVERS))

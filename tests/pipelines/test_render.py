@@ -15,7 +15,7 @@ from pipelines.sources.base import SourcePage
 from samples.make.pdfs import paragraphs, scan_image, text_pdf
 from schemas.deadletter import RecordError
 from schemas.page import validate
-from tests.conftest import zero_page_pdf
+from tests.helpers import zero_page_pdf
 
 
 def page(payload: bytes, kind: str = "pdf", **kw) -> SourcePage:

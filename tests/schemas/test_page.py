@@ -1,45 +1,25 @@
 import hashlib
-import io
 import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image
 
 from schemas.page import (
     features,
     PAGE_SCHEMA,
     PageRecord,
-    ProvenanceStep,
     page_id,
     validate,
 )
-
-
-def png(size=(20, 30)) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", size, (255, 255, 255)).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def make_record(**overrides) -> PageRecord:
-    image = png()
-    values = dict(
-        id=page_id("src", "doc-1", 1), source="src", source_id="doc-1", page_number=1,
-        domain="documents", language="en", license="odc-by", image=image,
-        image_sha256=hashlib.sha256(image).hexdigest(), width=20, height=30, task="parse_page",
-        instruction="Convert to Markdown.", response="Hello", provenance=[ProvenanceStep("read:x", "1", "abc")],
-    )
-    values.update(overrides)
-    return PageRecord(**values)
+from tests.helpers import page_record
 
 
 def test_valid_record_has_no_violations():
-    assert validate(make_record()) == []
+    assert validate(page_record()) == []
 
 
 def test_validate_reports_every_violation():
-    record = make_record(source="", language="English!", task="dance", split="dev", width=0,
+    record = page_record(source="", language="English!", task="dance", split="dev", width=0,
                          image_sha256="0" * 64, unit_tests=["{not json", json.dumps({"type": "present", "id": "t"})],
                          provenance=[])
     problems = validate(record)
@@ -53,7 +33,7 @@ def test_validate_reports_every_violation():
 
 def test_validate_rejects_non_image_bytes():
     data = b"GIF89a not allowed"
-    problems = validate(make_record(image=data, image_sha256=hashlib.sha256(data).hexdigest()))
+    problems = validate(page_record(image=data, image_sha256=hashlib.sha256(data).hexdigest()))
     assert problems == ["image bytes are not PNG, WebP or JPEG"]
 
 
@@ -64,7 +44,7 @@ def test_page_id_is_stable_and_distinguishes_inputs():
 
 
 def test_row_round_trip_through_parquet(tmp_path):
-    record = make_record(quality={"loop": None, "score": 0.5}, metadata={"url": "u"},
+    record = page_record(quality={"loop": None, "score": 0.5}, metadata={"url": "u"},
                          unit_tests=[json.dumps({"pdf": "d.pdf", "page": 1, "id": "t1", "type": "present", "text": "Hello"})])
     path = tmp_path / "x.parquet"
     pq.write_table(pa.Table.from_pylist([record.to_row()], schema=PAGE_SCHEMA), path)

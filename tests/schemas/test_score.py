@@ -4,7 +4,7 @@ import sys
 
 from schemas.score import main
 from schemas.similarity import METRICS
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 REFERENCE = r"""# Results
 
