@@ -1,4 +1,5 @@
-"""The corpus DAG: sources -> render -> validate -> sharded Parquet, manifest and dead letters.
+"""The corpus DAG: sources -> render -> validate -> clean -> write, dedup -> sharded Parquet, dead
+letters, dropped samples and manifest.
 
     python -m pipelines.corpus [--config configs/corpus.yaml] [--output DIR] [beam options...]
 
@@ -7,6 +8,11 @@ Any option this module does not know (``--runner=DataflowRunner --project=... --
 ``--runner=apache_beam.runners.dask.dask_runner.DaskRunner --dask_client_address=...``) is passed
 to Beam unchanged. Outputs under ``--output``: ``data/<split>-NNNNN-of-MMMMM.parquet``,
 ``dead_letter/<stage>-NNNNN-of-MMMMM.parquet`` and ``manifest.json``.
+
+Reading order: ``build_pipeline`` at the bottom is the DAG, one named step a line; each step is a
+composite PTransform above it whose ``expand`` wires Beam around the plain functions at the top.
+Every step takes and gives one collection of ``pipelines.accounting.Envelope``s (why one: see
+``pipelines.transforms``).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from pipelines.write import (
     DEAD_LETTERS,
     PAGES,
     ShardedTable,
+    ShardPlan,
     Spilled,
     SpillStat,
     WriteConfig,
@@ -165,7 +172,7 @@ def is_planner_result(envelope: Envelope) -> bool:
     return envelope.kind != Kind.PLAN
 
 
-def write_planned_shard(plan, result: Kind, table: ShardedTable, cfg: CorpusConfig) -> Envelope:
+def write_planned_shard(plan: ShardPlan, result: Kind, table: ShardedTable, cfg: CorpusConfig) -> Envelope:
     return Envelope(result, write_shard(plan, cfg.run.output, cfg.write, table))
 
 
