@@ -176,7 +176,7 @@ def _stage_functions(args: tuple[str, list, str]) -> tuple[dict, list]:
     from pipelines.corpus import validate_record
     from pipelines.render import render_page
     from pipelines.sources import build_source
-    from pipelines.accounting import ITEM, account_rows, apply_stage
+    from pipelines.accounting import Kind, account_rows, apply_stage
     from pipelines.write import SpillWriter, total_spills
 
     config, units, spill_dir = args
@@ -187,11 +187,11 @@ def _stage_functions(args: tuple[str, list, str]) -> tuple[dict, list]:
     def spilled():
         for unit in units:
             for kind, page in account_rows("read", "bench", source.read(unit)):
-                if kind != ITEM:
+                if kind != Kind.ITEM:
                     continue
                 for kind2, record in apply_stage("render", lambda p: [render_page(p, cfg.render)], page):
-                    if kind2 == ITEM:
-                        yield from (writer.add(r) for k, r in apply_stage("validate", validate_record, record) if k == ITEM)
+                    if kind2 == Kind.ITEM:
+                        yield from (writer.add(r) for k, r in apply_stage("validate", validate_record, record) if k == Kind.ITEM)
 
     stats, files = total_spills(spilled())
     writer.close()

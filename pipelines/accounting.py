@@ -3,22 +3,78 @@
 Stage logic is a function ``item -> list[outputs]`` that raises ``Dropped`` (a filter decision)
 or ``RecordError`` (bad input); anything else it raises is a bug in the input's handling and is
 dead-lettered as ``unexpected_<ExceptionClass>`` so the run goes on. The helpers here turn those
-outcomes into a stream of envelopes: ``(ITEM, output)``, ``(EVENT, CountEvent)`` and
-``(DEAD, DeadLetter)``. The Beam layer only routes envelopes; tests call these directly.
+outcomes into a stream of envelopes: ``(Kind.ITEM, output)``, ``(Kind.EVENT, CountEvent)`` and
+``(Kind.DEAD, DeadLetter)``. ``Kind`` names every envelope the corpus DAG passes, here and in
+``pipelines.transforms``/``pipelines.corpus``; ``by_kind`` routes them and refuses a kind it was not
+told to expect. The Beam layer only routes envelopes; tests call these directly.
 """
 
 from __future__ import annotations
 
+import enum
 import time
 import traceback
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from pipelines.sources.base import Row
+from pipelines.write import SpillStat
 from schemas.deadletter import DeadLetter, Dropped, RecordError
 from schemas.manifest import CountEvent
 
-ITEM, EVENT, DEAD, SAMPLE = "item", "event", "dead", "sample"
-Envelope = tuple[str, Any]
+
+class Kind(str, enum.Enum):
+    """What an envelope carries. str-valued, so a kind equals (and pickles as) its old string."""
+
+    ITEM = "item"  # a record (SourcePage, then PageRecord) on its way to the next stage
+    EVENT = "event"  # one CountEvent of one record
+    DEAD = "dead"  # a DeadLetter
+    SAMPLE = "sample"  # a DroppedSample, kept with ``keep_dropped``
+    SPILL = "spill"  # a pipelines.write.Spilled: where the write stage spilled one record
+    DEDUP_KEY = "dedup_key"  # (key, member): one of a record's small dedup grouping keys
+    LOSER = "loser"  # a pipelines.clean.dedup_stage.Loser: a record dedup drops
+    STAT = "stat"  # a SpillTotal, summed over the run
+    FILE = "file"  # (split, path) of a committed spill file
+    PLAN = "plan"  # a pipelines.write.ShardPlan
+    COUNT = "count"  # a CountEvent summed over the run (or the dedup stage's own count)
+    SHARD = "shard"  # write_shard's result for a page shard
+    DEAD_FILE = "dead_file"  # write_shard's result for a dead-letter shard
+    SAMPLE_FILE = "sample_file"  # dropped/<stage>-<reason>.parquet, relative to the output
+    DEDUP_FILE = "dedup_file"  # dropped/dedup-duplicates.parquet, relative to the output
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Envelope(NamedTuple):
+    kind: Kind
+    payload: Any
+
+
+class DroppedSample(NamedTuple):
+    """A record a stage dropped, kept so the run can save the first few per (stage, reason)."""
+
+    stage: str
+    reason: str
+    record: Any
+
+
+class SpillTotal(NamedTuple):
+    """Rows and bytes spilled into one (split, plan bucket) over the whole run."""
+
+    key: tuple[str, int]
+    stat: SpillStat
+
+
+def by_kind(envelopes: Iterable[tuple[str, Any]], *kinds: Kind) -> dict[Kind, list]:
+    """Payloads grouped by kind, in arrival order. A kind outside ``kinds`` is a wiring bug, not
+    something to skip: it raises rather than leave a count or a file out of the manifest."""
+    routed: dict[Kind, list] = {kind: [] for kind in kinds}
+    for kind, payload in envelopes:
+        if kind not in routed:
+            expected = ", ".join(str(k) for k in kinds)
+            raise ValueError(f"unexpected envelope kind {str(kind)!r} here; expected one of: {expected}")
+        routed[kind].append(payload)
+    return routed
 
 
 def _dead(stage: str, source: str, source_id: str, exc: BaseException) -> DeadLetter:
@@ -34,18 +90,18 @@ def _dead(stage: str, source: str, source_id: str, exc: BaseException) -> DeadLe
 
 def _outcome(stage: str, source: str, source_id: str, outputs: list | None,
              error: BaseException | None) -> Iterator[Envelope]:
-    yield EVENT, CountEvent(stage, source, "in", "", 1)
+    yield Envelope(Kind.EVENT, CountEvent(stage, source, "in", "", 1))
     if error is None:
-        yield EVENT, CountEvent(stage, source, "out", "", 1)
-        yield EVENT, CountEvent(stage, source, "emitted", "", len(outputs or []))
+        yield Envelope(Kind.EVENT, CountEvent(stage, source, "out", "", 1))
+        yield Envelope(Kind.EVENT, CountEvent(stage, source, "emitted", "", len(outputs or [])))
         for output in outputs or []:
-            yield ITEM, output
+            yield Envelope(Kind.ITEM, output)
     elif isinstance(error, Dropped):
-        yield EVENT, CountEvent(stage, source, "dropped", error.reason, 1)
+        yield Envelope(Kind.EVENT, CountEvent(stage, source, "dropped", error.reason, 1))
     else:
         letter = _dead(stage, source, source_id, error)
-        yield EVENT, CountEvent(stage, source, "dead", letter.reason, 1)
-        yield DEAD, letter
+        yield Envelope(Kind.EVENT, CountEvent(stage, source, "dead", letter.reason, 1))
+        yield Envelope(Kind.DEAD, letter)
 
 
 def account_rows(stage: str, source: str, rows: Iterable[Row]) -> Iterator[Envelope]:
@@ -61,14 +117,15 @@ def account_rows(stage: str, source: str, rows: Iterable[Row]) -> Iterator[Envel
             yield from _outcome(stage, source, "<unit>", None, exc)
             break
         yield from _outcome(stage, source, row.source_id, row.pages, row.error)
-    yield EVENT, CountEvent(stage, source, "seconds", "", time.perf_counter() - started)
+    yield Envelope(Kind.EVENT, CountEvent(stage, source, "seconds", "", time.perf_counter() - started))
 
 
-def apply_stage(stage: str, fn: Callable[[Any], list], item: Any, keep_dropped: bool = False) -> Iterator[Envelope]:
+def apply_stage(stage: str, fn: Callable[[Any], list], item: Any,
+                keep_dropped: bool = False) -> Iterator[Envelope]:
     """Run one stage function on one record (``item`` has ``source`` and ``source_id``).
 
     Integer counters the stage left in ``quality[stage]["counters"]`` become manifest counters;
-    with ``keep_dropped`` a dropped record is also emitted as ``(SAMPLE, (stage, reason, item))``
+    with ``keep_dropped`` a dropped record is also emitted as ``(Kind.SAMPLE, DroppedSample)``
     so the run can keep the first few per reason for inspection.
     """
     started = time.perf_counter()
@@ -81,7 +138,7 @@ def apply_stage(stage: str, fn: Callable[[Any], list], item: Any, keep_dropped: 
         counters = (getattr(output, "quality", None) or {}).get(stage, {})
         for name, value in (counters.get("counters") or {}).items() if isinstance(counters, dict) else ():
             if value:
-                yield EVENT, CountEvent(stage, item.source, "counter", name, value)
+                yield Envelope(Kind.EVENT, CountEvent(stage, item.source, "counter", name, value))
     if keep_dropped and isinstance(error, Dropped):
-        yield SAMPLE, (stage, error.reason, item)
-    yield EVENT, CountEvent(stage, item.source, "seconds", "", time.perf_counter() - started)
+        yield Envelope(Kind.SAMPLE, DroppedSample(stage, error.reason, item))
+    yield Envelope(Kind.EVENT, CountEvent(stage, item.source, "seconds", "", time.perf_counter() - started))

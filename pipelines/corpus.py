@@ -1,4 +1,5 @@
-"""The corpus DAG: sources -> render -> validate -> sharded Parquet, manifest and dead letters.
+"""The corpus DAG: sources -> render -> validate -> clean -> write, dedup -> sharded Parquet, dead
+letters, dropped samples and manifest.
 
     python -m pipelines.corpus [--config configs/corpus.yaml] [--output DIR] [beam options...]
 
@@ -7,6 +8,11 @@ Any option this module does not know (``--runner=DataflowRunner --project=... --
 ``--runner=apache_beam.runners.dask.dask_runner.DaskRunner --dask_client_address=...``) is passed
 to Beam unchanged. Outputs under ``--output``: ``data/<split>-NNNNN-of-MMMMM.parquet``,
 ``dead_letter/<stage>-NNNNN-of-MMMMM.parquet`` and ``manifest.json``.
+
+Reading order: ``build_pipeline`` at the bottom is the DAG, one named step a line; each step is a
+composite PTransform above it whose ``expand`` wires Beam around the plain functions at the top.
+Every step takes and gives one collection of ``pipelines.accounting.Envelope``s (why one: see
+``pipelines.transforms``).
 """
 
 from __future__ import annotations
@@ -16,16 +22,20 @@ import dataclasses
 import functools
 import json
 import logging
+import operator
 import sys
 import time
 import uuid
-from typing import Iterable
+from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import io
+from pipelines.accounting import DroppedSample, Envelope, Kind, SpillTotal, by_kind
+from pipelines.clean.dedup import DedupConfig, Edge, Member
 from pipelines.clean.dedup_stage import (
+    Loser,
     dedup_config,
     dedup_edges,
     dedup_key_members,
@@ -34,25 +44,27 @@ from pipelines.clean.dedup_stage import (
     write_duplicates,
 )
 from pipelines.clean.registry import build_stage
-from pipelines.config import CorpusConfig, load_config
+from pipelines.config import CleanConfig, CorpusConfig, SourceSettings, load_config
 from pipelines.render import render_page
 from pipelines.transforms import (
-    DEAD,
-    DEDUP_KEY,
-    EVENT,
-    SAMPLE,
-    SPILL,
     ApplyStage,
+    GatherAll,
     ReadUnits,
     Spill,
     SpillDeadLetters,
-    is_kind,
+    of_kind,
+    payloads,
     plan_units,
+    tagged,
 )
 from pipelines.write import (
     DEAD_LETTERS,
     PAGES,
     ShardedTable,
+    ShardPlan,
+    Spilled,
+    SpillStat,
+    WriteConfig,
     merge_spill_stats,
     plan_shards,
     write_dropped_samples,
@@ -71,6 +83,20 @@ def stage_order(cfg: CorpusConfig) -> list[str]:
     return order + (["dedup"] if cfg.clean.dedup.get("enabled", True) else [])
 
 
+# --- plain functions: what the steps below wire together ---------------------------------------
+
+
+def source_inputs(sources: Iterable[SourceSettings]) -> list[tuple[SourceSettings, str]]:
+    """``(settings, uri)`` for every input a source's paths match; a source that matches none is an error."""
+    inputs = []
+    for settings in sources:
+        uris = sorted({u for pattern in settings.paths for u in io.match(pattern)})
+        if not uris:
+            raise ValueError(f"source {settings.name!r}: no input matches {list(settings.paths)}")
+        inputs.extend((settings, u) for u in uris)
+    return inputs
+
+
 def validate_record(record: PageRecord) -> list[PageRecord]:
     problems = validate(record)
     if problems:
@@ -82,23 +108,91 @@ def _render(cfg, page):
     return [render_page(page, cfg)]
 
 
-def finalize(items: Iterable, cfg: CorpusConfig, started: float, beam_args: list[str]) -> None:
-    """The last step: manifest.json from the count sums, shard and dead-letter results."""
-    events, shards, dead_files, sample_files = [], [], [], []
-    for kind, payload in items:
-        if kind == "count":
-            key, value = payload
-            events.append(CountEvent(*key, value))
-        elif kind == "shard":
-            shards.append(payload)
-        elif kind == "dead_file":
-            dead_files.append(payload)
-        elif kind in ("sample_file", "dedup_file"):
-            sample_files.append(payload)
-    shards.sort(key=lambda s: s["file"])
-    dead_files.sort(key=lambda d: d["file"])
+def keyed_count(event: CountEvent) -> tuple[tuple[str, str, str, str], float]:
+    return (event.stage, event.source, event.kind, event.reason), event.value
+
+
+def summed_count(key: tuple[str, str, str, str], total: float) -> Envelope:
+    return Envelope(Kind.COUNT, CountEvent(*key, total))
+
+
+def keyed_stat(spilled: Spilled) -> tuple[tuple[str, int], SpillStat]:
+    return spilled.key, spilled.stat
+
+
+def spill_total(key: tuple[str, int], stat: SpillStat) -> Envelope:
+    return Envelope(Kind.STAT, SpillTotal(key, stat))
+
+
+def new_spill_file(spilled: Spilled) -> list[Envelope]:
+    return [Envelope(Kind.FILE, spilled.new_file)] if spilled.new_file else []
+
+
+def key_edges(group: tuple[str, Iterable[Member]], cfg: DedupConfig) -> list[tuple[str, Edge]]:
+    key, members = group
+    return dedup_edges(cfg, key, list(members))
+
+
+def kind_losers(group: tuple[str, Iterable[Edge]], cfg: DedupConfig) -> list[Loser]:
+    kind, edges = group
+    return dedup_losers(cfg, kind, edges)
+
+
+def plan_and_count(items: Iterable[Envelope], cfg: CorpusConfig, dedup_on: bool) -> Iterator[Envelope]:
+    """Shard plans from the run's spill totals and files minus dedup losers; the dedup stage's
+    counts and duplicates file."""
+    routed = by_kind(items, Kind.STAT, Kind.FILE, Kind.LOSER)
+    losers = merge_losers(routed[Kind.LOSER])
+    for plan in plan_shards(routed[Kind.STAT], routed[Kind.FILE], cfg.write, exclude=losers):
+        yield Envelope(Kind.PLAN, plan)
+    if dedup_on:
+        yield from dedup_results(routed[Kind.STAT], losers, cfg.run.output)
+
+
+def dedup_results(totals: list[SpillTotal], losers: dict[str, Loser], output: str) -> Iterator[Envelope]:
+    """The dedup stage's counts per source (what was written in, what its losers leave out) and,
+    when it dropped any, ``dropped/dedup-duplicates.parquet``."""
+    per_source = dict(merge_spill_stats(total.stat for total in totals).sources)
+    dropped: dict[tuple[str, str], int] = {}
+    for loser in losers.values():
+        dropped[(loser.source, loser.reason)] = dropped.get((loser.source, loser.reason), 0) + 1
+    for source, n in per_source.items():
+        gone = sum(v for (src, _), v in dropped.items() if src == source)
+        for count, value in (("in", n), ("out", n - gone), ("emitted", n - gone)):
+            yield Envelope(Kind.COUNT, CountEvent("dedup", source, count, "", value))
+    for (source, reason), n in dropped.items():
+        yield Envelope(Kind.COUNT, CountEvent("dedup", source, "dropped", reason, n))
+    if losers:
+        ordered = sorted(losers.values(), key=lambda x: x.id)
+        yield Envelope(Kind.DEDUP_FILE, write_duplicates(ordered, io.join(output, "dropped")))
+
+
+def is_planner_result(envelope: Envelope) -> bool:
+    """What the planner yields besides shard plans: the dedup stage's counts and file."""
+    return envelope.kind != Kind.PLAN
+
+
+def write_planned_shard(plan: ShardPlan, result: Kind, table: ShardedTable, cfg: CorpusConfig) -> Envelope:
+    return Envelope(result, write_shard(plan, cfg.run.output, cfg.write, table))
+
+
+def keyed_sample(sample: DroppedSample) -> tuple[tuple[str, str], Any]:
+    return (sample.stage, sample.reason), sample.record
+
+
+def write_samples(group: tuple[tuple[str, str], list[PageRecord]], dropped_dir: str) -> Envelope:
+    stage_reason, records = group
+    return Envelope(Kind.SAMPLE_FILE, write_dropped_samples(stage_reason, records, dropped_dir))
+
+
+def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_args: list[str]) -> None:
+    """The last step: manifest.json from the summed counts, shard and dead-letter results."""
+    routed = by_kind(items, Kind.COUNT, Kind.SHARD, Kind.DEAD_FILE, Kind.SAMPLE_FILE, Kind.DEDUP_FILE)
+    shards = sorted(routed[Kind.SHARD], key=lambda s: s["file"])
+    dead_files = sorted(routed[Kind.DEAD_FILE], key=lambda d: d["file"])
+    sample_files = routed[Kind.SAMPLE_FILE] + routed[Kind.DEDUP_FILE]
     manifest = RunManifest.from_events(
-        events,
+        routed[Kind.COUNT],
         stage_order(cfg),
         run={
             "sources": [s.name for s in cfg.sources],
@@ -119,145 +213,206 @@ def finalize(items: Iterable, cfg: CorpusConfig, started: float, beam_args: list
     io.write_bytes_atomic(io.join(out, "manifest.json"), manifest.to_json().encode("utf-8"))
 
 
-def plan_and_count(items: Iterable, cfg: CorpusConfig, dedup_on: bool) -> Iterable:
-    """Shard plans from the spill aggregates minus dedup losers; the dedup stage's counts."""
-    stats, files, found = [], [], []
-    for kind, payload in items:
-        if kind == "stat":
-            stats.append(payload)
-        elif kind == "file":
-            files.append(payload)
-        else:
-            found.append(payload)
-    losers = merge_losers(found)
-    for plan in plan_shards(stats, files, cfg.write, exclude=losers):
-        yield "plan", plan
-    if dedup_on:
-        per_source = dict(merge_spill_stats(stat for _, stat in stats).sources)
-        dropped: dict[tuple[str, str], int] = {}
-        for loser in losers.values():
-            dropped[(loser.source, loser.reason)] = dropped.get((loser.source, loser.reason), 0) + 1
-        for source, n in per_source.items():
-            gone = sum(v for (src, _), v in dropped.items() if src == source)
-            yield "count", (("dedup", source, "in", ""), n)
-            yield "count", (("dedup", source, "out", ""), n - gone)
-            yield "count", (("dedup", source, "emitted", ""), n - gone)
-        for (source, reason), n in dropped.items():
-            yield "count", (("dedup", source, "dropped", reason), n)
-        if losers:
-            yield "dedup_file", write_duplicates(sorted(losers.values(), key=lambda x: x.id),
-                                                 io.join(cfg.run.output, "dropped"))
+# --- the steps: named composite transforms over the one envelope collection ---------------------
+# Payload types live in pipelines.accounting, not here: run as ``python -m pipelines.corpus`` this
+# module is ``__main__``, and Beam pickles elements by class reference, which a worker cannot resolve.
 
 
-def spill_aggregates(spilled: beam.PCollection, label: str) -> beam.PCollection:
-    """What shards are planned from (``pipelines.write.plan_shards``), never a list of every record:
-    ("stat", ((split, plan bucket), SpillStat)) summed per key, and ("file", (split, path)) per
-    spill file."""
-    stats = (
-        spilled
-        | f"Key{label}SpillStats" >> beam.Map(lambda s: (s.key, s.stat))
-        | f"Sum{label}SpillStats" >> beam.CombinePerKey(merge_spill_stats)
-        | f"Tag{label}Stats" >> beam.Map(lambda kv: ("stat", kv))
-    )
-    files = spilled | f"{label}SpillFiles" >> beam.FlatMap(lambda s: [("file", s.new_file)] if s.new_file else [])
-    return (stats, files) | f"{label}SpillAggregates" >> beam.Flatten()
+class ReadRenderValidate(beam.PTransform):
+    """Every input of every source -> planned units -> records, rendered and checked against the schema."""
+
+    def __init__(self, cfg: CorpusConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.inputs = source_inputs(cfg.sources)  # fails while the DAG is built, before any work
+
+    def expand(self, pbegin):
+        render = functools.partial(_render, self.cfg.render)
+        return (
+            pbegin
+            | "Inputs" >> beam.Create(self.inputs)
+            | "SpreadInputs" >> beam.Reshuffle()
+            | "PlanUnits" >> beam.FlatMap(plan_units)
+            | "SpreadUnits" >> beam.Reshuffle()
+            | "Read" >> beam.ParDo(ReadUnits("read"))
+            | "Render" >> beam.ParDo(ApplyStage("render", render, self.cfg.run.progress_every))
+            | "Validate" >> beam.ParDo(ApplyStage("validate", validate_record))
+        )
 
 
-def write_sharded(gathered: beam.PCollection, label: str, table: ShardedTable, tag: str, cfg: CorpusConfig,
-                  dedup_on: bool = False) -> tuple[beam.PCollection, beam.PCollection]:
-    """Plan ``table``'s shards in one step from ``spill_aggregates`` (and dedup losers), write them
-    in parallel. Returns ``(tag, shard result)`` per shard, and the planner's other output (the
-    dedup stage's counts and duplicates file)."""
-    planned = (
-        gathered
-        | f"OneKey{label}Spills" >> beam.Map(lambda e: (None, e))
-        | f"Gather{label}Spills" >> beam.GroupByKey()
-        | f"Plan{label}Shards" >> beam.FlatMap(lambda kv: plan_and_count(kv[1], cfg, dedup_on))
-    )
-    written = (
-        planned
-        | f"{label}Plans" >> beam.Filter(is_kind("plan"))
-        | f"Spread{label}Shards" >> beam.Reshuffle()
-        | f"Write{label}Shards" >> beam.Map(lambda e: (tag, write_shard(e[1], cfg.run.output, cfg.write, table)))
-    )
-    return written, planned | f"{label}PlannerCounts" >> beam.Filter(lambda e: e[0] != "plan")
+class Clean(beam.PTransform):
+    """The per-record cleaning stages, in config order."""
+
+    def __init__(self, cfg: CleanConfig):
+        super().__init__()
+        self.stages = [(spec["name"], build_stage(spec)) for spec in cfg.stages]
+        self.keep_dropped = cfg.save_dropped > 0
+
+    def expand(self, envelopes):
+        for name, stage in self.stages:
+            envelopes = envelopes | name >> beam.ParDo(ApplyStage(name, stage, keep_dropped=self.keep_dropped))
+        return envelopes
+
+
+class SpillPages(beam.PTransform):
+    """The write stage's first half: records -> per-bundle spill files (``SPILL``), and with dedup
+    each record's small grouping keys (``DEDUP_KEY``)."""
+
+    def __init__(self, spill_dir: str, cfg: WriteConfig, dedup: DedupConfig | None):
+        super().__init__()
+        self.spill_dir, self.cfg, self.dedup = spill_dir, cfg, dedup
+
+    def expand(self, envelopes):
+        key_fn = functools.partial(dedup_key_members, self.dedup) if self.dedup is not None else None
+        return envelopes | "Spill" >> beam.ParDo(Spill(self.spill_dir, self.cfg, key_fn))
+
+
+class Dedup(beam.PTransform):
+    """Adds a ``LOSER`` envelope per duplicate to drop (none when ``cfg`` is None). Duplicates are
+    found on small keys, never by moving records: group members by key, edges from each group,
+    components over the edges alone, one keeper per component."""
+
+    def __init__(self, cfg: DedupConfig | None):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, envelopes):
+        if self.cfg is None:
+            return envelopes
+        losers = (
+            envelopes
+            | "KeyMembers" >> payloads(Kind.DEDUP_KEY)
+            | "GroupByDedupKey" >> beam.GroupByKey()
+            | "Edges" >> beam.FlatMap(key_edges, self.cfg)
+            | "EdgesByKind" >> beam.GroupByKey()
+            | "Components" >> beam.FlatMap(kind_losers, self.cfg)
+            | "TagLosers" >> tagged(Kind.LOSER)
+        )
+        return (envelopes, losers) | "WithLosers" >> beam.Flatten()
+
+
+class SumCounts(beam.PTransform):
+    """Per-record count events -> one ``COUNT`` per (stage, source, kind, reason)."""
+
+    def expand(self, envelopes):
+        return (
+            envelopes
+            | "Events" >> payloads(Kind.EVENT)
+            | "KeyEvents" >> beam.Map(keyed_count)
+            | "SumEvents" >> beam.CombinePerKey(sum)
+            | "TagCounts" >> beam.MapTuple(summed_count)
+        )
+
+
+class WriteShards(beam.PTransform):
+    """``SPILL`` envelopes (and with ``dedup_on`` the ``LOSER``s) -> ``table``'s shards, one
+    ``result`` envelope each, plus the dedup stage's counts and duplicates file.
+
+    What is planned from is never a list of every record: the spill stats summed per (split, plan
+    bucket), one entry per spill file, and the losers; one step plans, the shards are written in
+    parallel."""
+
+    def __init__(self, table: ShardedTable, result: Kind, cfg: CorpusConfig, dedup_on: bool = False):
+        super().__init__()
+        self.table, self.result, self.cfg, self.dedup_on = table, result, cfg, dedup_on
+
+    def expand(self, envelopes):
+        spilled = envelopes | "Spilled" >> payloads(Kind.SPILL)
+        stats = (
+            spilled
+            | "KeySpillStats" >> beam.Map(keyed_stat)
+            | "SumSpillStats" >> beam.CombinePerKey(merge_spill_stats)
+            | "TagSpillStats" >> beam.MapTuple(spill_total)
+        )
+        to_plan = [stats, spilled | "SpillFiles" >> beam.FlatMap(new_spill_file)]
+        if self.dedup_on:
+            to_plan.append(envelopes | "Losers" >> of_kind(Kind.LOSER))
+        planned = (
+            to_plan
+            | "ToPlan" >> beam.Flatten()
+            | "GatherToPlan" >> GatherAll()
+            | "Plan" >> beam.FlatMap(plan_and_count, self.cfg, self.dedup_on)
+        )
+        written = (
+            planned
+            | "Plans" >> payloads(Kind.PLAN)
+            | "SpreadPlans" >> beam.Reshuffle()
+            | "Write" >> beam.Map(write_planned_shard, self.result, self.table, self.cfg)
+        )
+        return (written, planned | "PlannerResults" >> beam.Filter(is_planner_result)) | "Results" >> beam.Flatten()
+
+
+class WriteDeadLetters(beam.PTransform):
+    """Dead letters, sharded like pages with one "split" per stage (a run may dead-letter millions)."""
+
+    def __init__(self, spill_dir: str, cfg: CorpusConfig):
+        super().__init__()
+        self.spill_dir, self.cfg = spill_dir, cfg
+
+    def expand(self, envelopes):
+        return (
+            envelopes
+            | "Letters" >> payloads(Kind.DEAD)
+            | "Spill" >> beam.ParDo(SpillDeadLetters(io.join(self.spill_dir, "dead"), self.cfg.write))
+            | "TagSpilled" >> tagged(Kind.SPILL)
+            | "WriteShards" >> WriteShards(DEAD_LETTERS, Kind.DEAD_FILE, self.cfg)
+        )
+
+
+class WriteDroppedSamples(beam.PTransform):
+    """The first ``save_dropped`` records (by id) each stage dropped per reason, one file each."""
+
+    def __init__(self, cfg: CorpusConfig):
+        super().__init__()
+        self.n = max(1, cfg.clean.save_dropped)
+        self.dropped_dir = io.join(cfg.run.output, "dropped")
+
+    def expand(self, envelopes):
+        return (
+            envelopes
+            | "Samples" >> payloads(Kind.SAMPLE)
+            | "KeySamples" >> beam.Map(keyed_sample)
+            | "FirstPerReason" >> beam.combiners.Top.PerKey(self.n, key=operator.attrgetter("id"), reverse=True)
+            | "WriteSamples" >> beam.Map(write_samples, self.dropped_dir)
+        )
+
+
+class WriteManifest(beam.PTransform):
+    """Every step's results, gathered -> ``manifest.json`` (and stale files removed). The one last
+    step that depends on everything: Beam's DaskRunner computes only the last transform's graph."""
+
+    def __init__(self, cfg: CorpusConfig, started: float, beam_args: list[str]):
+        super().__init__()
+        self.cfg, self.started, self.beam_args = cfg, started, beam_args
+
+    def expand(self, results):
+        return (
+            results
+            | "Results" >> beam.Flatten()
+            | "GatherResults" >> GatherAll()
+            | "Manifest" >> beam.Map(finalize, self.cfg, self.started, self.beam_args)
+        )
 
 
 def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) -> None:
-    out = cfg.run.output
-    spill_dir = io.join(out, "_tmp", uuid.uuid4().hex[:12])
+    """The DAG, one step a line; everything travels as envelopes in one collection (``Kind``)."""
     started = time.time()
-    inputs = []
-    for settings in cfg.sources:
-        uris = sorted({u for pattern in settings.paths for u in io.match(pattern)})
-        if not uris:
-            raise ValueError(f"source {settings.name!r}: no input matches {list(settings.paths)}")
-        inputs.extend((settings, u) for u in uris)
-
-    clean_stages = [(spec["name"], build_stage(spec)) for spec in cfg.clean.stages]
-    dedup_on = cfg.clean.dedup.get("enabled", True)
-    dedup_cfg = dedup_config(cfg.clean.dedup) if dedup_on else None
-    keep_dropped = cfg.clean.save_dropped > 0
-
+    spill_dir = io.join(cfg.run.output, "_tmp", uuid.uuid4().hex[:12])
+    dedup = dedup_config(cfg.clean.dedup) if "dedup" in stage_order(cfg) else None
     envelopes = (
         p
-        | "Inputs" >> beam.Create(inputs)
-        | "SpreadInputs" >> beam.Reshuffle()
-        | "PlanUnits" >> beam.FlatMap(plan_units)
-        | "SpreadUnits" >> beam.Reshuffle()
-        | "Read" >> beam.ParDo(ReadUnits("read"))
-        | "Render" >> beam.ParDo(ApplyStage("render", functools.partial(_render, cfg.render), cfg.run.progress_every))
-        | "Validate" >> beam.ParDo(ApplyStage("validate", validate_record))
+        | "ReadRenderValidate" >> ReadRenderValidate(cfg)
+        | "Clean" >> Clean(cfg.clean)
+        | "SpillPages" >> SpillPages(spill_dir, cfg.write, dedup)
+        | "Dedup" >> Dedup(dedup)
     )
-    for name, stage in clean_stages:
-        envelopes = envelopes | f"Clean {name}" >> beam.ParDo(ApplyStage(name, stage, keep_dropped=keep_dropped))
-    key_fn = functools.partial(dedup_key_members, dedup_cfg) if dedup_on else None
-    envelopes = envelopes | "Spill" >> beam.ParDo(Spill(spill_dir, cfg.write, key_fn))
-
-    counts = (
-        envelopes
-        | "Events" >> beam.Filter(is_kind(EVENT))
-        | "KeyEvents" >> beam.Map(lambda e: ((e[1].stage, e[1].source, e[1].kind, e[1].reason), e[1].value))
-        | "SumEvents" >> beam.CombinePerKey(sum)
-        | "TagCounts" >> beam.Map(lambda kv: ("count", kv))
+    results = (
+        envelopes | "SumCounts" >> SumCounts(),
+        envelopes | "WritePages" >> WriteShards(PAGES, Kind.SHARD, cfg, dedup_on=dedup is not None),
+        envelopes | "WriteDeadLetters" >> WriteDeadLetters(spill_dir, cfg),
+        envelopes | "WriteDroppedSamples" >> WriteDroppedSamples(cfg),
     )
-    spilled = envelopes | "Spills" >> beam.Filter(is_kind(SPILL)) | "Spilled" >> beam.Map(lambda e: e[1])
-    aggregates = spill_aggregates(spilled, "")
-    if dedup_on:
-        # Duplicates are found on small keys, never by moving records: group members by key,
-        # edges from each group, components over the edges alone, one keeper per component.
-        losers = (
-            envelopes
-            | "DedupKeys" >> beam.Filter(is_kind(DEDUP_KEY))
-            | "KeyMembers" >> beam.Map(lambda e: e[1])
-            | "GroupByDedupKey" >> beam.GroupByKey()
-            | "Edges" >> beam.FlatMap(lambda kv: dedup_edges(dedup_cfg, kv[0], list(kv[1])))
-            | "EdgesByKind" >> beam.GroupByKey()
-            | "Components" >> beam.FlatMap(lambda kv: dedup_losers(dedup_cfg, kv[0], kv[1]))
-            | "TagLosers" >> beam.Map(lambda loser: ("loser", loser))
-        )
-        gathered = (aggregates, losers) | "AggregatesAndLosers" >> beam.Flatten()
-    else:
-        gathered = aggregates
-    shards, dedup_counts = write_sharded(gathered, "", PAGES, "shard", cfg, dedup_on)
-    samples = (
-        envelopes
-        | "Samples" >> beam.Filter(is_kind(SAMPLE))
-        | "KeySamples" >> beam.Map(lambda e: ((e[1][0], e[1][1]), e[1][2]))
-        | "FirstPerReason" >> beam.combiners.Top.PerKey(max(1, cfg.clean.save_dropped), key=lambda r: r.id, reverse=True)
-        | "WriteSamples" >> beam.Map(lambda kv: ("sample_file", write_dropped_samples(kv[0], kv[1], io.join(out, "dropped"))))
-    )
-    # Dead letters are sharded like pages, one "split" per stage: a run may dead-letter millions.
-    dead_spilled = envelopes | "Dead" >> beam.Filter(is_kind(DEAD)) | "SpillDead" >> beam.ParDo(
-        SpillDeadLetters(io.join(spill_dir, "dead"), cfg.write))
-    dead, _ = write_sharded(spill_aggregates(dead_spilled, "Dead"), "Dead", DEAD_LETTERS, "dead_file", cfg)
-    (
-        (counts, shards, dead, dedup_counts, samples)
-        | "Results" >> beam.Flatten()
-        | "OneKeyResults" >> beam.Map(lambda r: (None, r))
-        | "GatherResults" >> beam.GroupByKey()
-        | "Manifest" >> beam.Map(lambda kv: finalize(kv[1], cfg, started, beam_args))
-    )
+    results | "WriteManifest" >> WriteManifest(cfg, started, beam_args)
 
 
 def run(cfg: CorpusConfig, beam_args: list[str] | None = None) -> RunManifest:

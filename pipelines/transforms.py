@@ -1,4 +1,5 @@
-"""Thin Beam wrappers over the plain stage logic. Elements are envelopes ``(kind, payload)``.
+"""Thin Beam wrappers over the plain stage logic. Elements are ``Envelope(kind, payload)``s
+(``pipelines.accounting.Kind``); ``payloads``/``tagged`` take them apart and make them.
 
 The whole DAG passes one PCollection of envelopes from stage to stage (records, count events and
 dead letters travel together) instead of tagged outputs, and ends in a single manifest step that
@@ -15,12 +16,10 @@ from typing import Any, Callable, Iterator
 
 import apache_beam as beam
 
-from pipelines.accounting import DEAD, EVENT, ITEM, SAMPLE, account_rows, apply_stage
+from pipelines.accounting import Envelope, Kind, account_rows, apply_stage
 from pipelines.write import DEAD_LETTERS, SpillWriter, WriteConfig
+from schemas.deadletter import DeadLetter
 from schemas.manifest import CountEvent
-
-SPILL = "spill"
-DEDUP_KEY = "dedup_key"
 
 
 class ReadUnits(beam.DoFn):
@@ -68,7 +67,7 @@ class ApplyStage(beam.DoFn):
 
     def process(self, envelope) -> Iterator:
         kind, payload = envelope
-        if kind != ITEM:
+        if kind != Kind.ITEM:
             yield envelope
             return
         yield from apply_stage(self.stage, self.fn, payload, self.keep_dropped)
@@ -83,7 +82,7 @@ class Spill(beam.DoFn):
     """The ``write`` stage's first half: records -> per-bundle spill files (see ``pipelines.write``).
 
     With ``key_fn`` (dedup), each record's small grouping keys are emitted as
-    ``(DEDUP_KEY, (key, member))`` envelopes, so duplicates are found without moving records.
+    ``(Kind.DEDUP_KEY, (key, member))`` envelopes, so duplicates are found without moving records.
     """
 
     def __init__(self, spill_dir: str, cfg: WriteConfig, key_fn: Callable[[Any], list] | None = None):
@@ -96,7 +95,7 @@ class Spill(beam.DoFn):
 
     def process(self, envelope) -> Iterator:
         kind, record = envelope
-        if kind != ITEM:
+        if kind != Kind.ITEM:
             yield envelope
             return
         if self.key_fn is not None:
@@ -106,17 +105,18 @@ class Spill(beam.DoFn):
                 yield from apply_stage("write", _raise(exc), record)
                 return
             for key_member in pairs:
-                yield DEDUP_KEY, key_member
-        yield SPILL, self.writer.add(record)
+                yield Envelope(Kind.DEDUP_KEY, key_member)
+        yield Envelope(Kind.SPILL, self.writer.add(record))
         for event_kind in ("in", "out", "emitted"):
-            yield EVENT, CountEvent("write", record.source, event_kind, "", 1)
+            yield Envelope(Kind.EVENT, CountEvent("write", record.source, event_kind, "", 1))
 
     def finish_bundle(self):
         self.writer.close()
 
 
 class SpillDeadLetters(beam.DoFn):
-    """Dead letters -> per-bundle spill files, sharded like pages (``pipelines.write.DEAD_LETTERS``)."""
+    """Dead letters -> per-bundle spill files, sharded like pages (``pipelines.write.DEAD_LETTERS``).
+    Yields a ``Spilled`` per letter."""
 
     def __init__(self, spill_dir: str, cfg: WriteConfig):
         self.spill_dir = spill_dir
@@ -125,8 +125,8 @@ class SpillDeadLetters(beam.DoFn):
     def start_bundle(self):
         self.writer = SpillWriter(self.spill_dir, self.cfg, DEAD_LETTERS)
 
-    def process(self, envelope) -> Iterator:
-        yield self.writer.add_dead_letter(envelope[1])
+    def process(self, letter: DeadLetter) -> Iterator:
+        yield self.writer.add_dead_letter(letter)
 
     def finish_bundle(self):
         self.writer.close()
@@ -139,9 +139,45 @@ def _raise(exc: Exception) -> Callable[[Any], list]:
     return fail
 
 
-def is_kind(kind: str) -> Callable[[tuple], bool]:
-    return lambda envelope: envelope[0] == kind
+def of_kind(kind: Kind) -> beam.PTransform:
+    """Envelopes -> those of ``kind``."""
+    return beam.Filter(_is_kind, kind)
 
 
-__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "SpillDeadLetters", "is_kind", "DEAD", "EVENT", "ITEM", "SPILL",
-           "DEDUP_KEY", "SAMPLE"]
+def payloads(kind: Kind) -> beam.PTransform:
+    """Envelopes -> the payloads of those of ``kind``."""
+    return beam.FlatMap(_payloads_of, kind)
+
+
+def tagged(kind: Kind) -> beam.PTransform:
+    """Payloads -> ``Envelope(kind, payload)``."""
+    return beam.Map(_tag, kind)
+
+
+class GatherAll(beam.PTransform):
+    """Every element into one list, on one worker: for the few steps that need the whole run's
+    (small) aggregates at once, the shard planner and the manifest."""
+
+    def expand(self, pcoll):
+        return pcoll | "OneKey" >> beam.Map(_one_key) | "Group" >> beam.GroupByKey() | "Values" >> beam.Values()
+
+
+def _is_kind(envelope: Envelope, kind: Kind) -> bool:
+    return envelope.kind == kind
+
+
+def _payloads_of(envelope: Envelope, kind: Kind) -> Iterator:
+    if envelope.kind == kind:
+        yield envelope.payload
+
+
+def _tag(payload: Any, kind: Kind) -> Envelope:
+    return Envelope(kind, payload)
+
+
+def _one_key(element: Any) -> tuple[None, Any]:
+    return None, element
+
+
+__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "SpillDeadLetters", "of_kind", "payloads", "tagged",
+           "GatherAll"]

@@ -1,11 +1,15 @@
-"""Stage accounting: counters, dropped samples and dead letters from plain stage functions."""
+"""Stage accounting: counters, dropped samples and dead letters from plain stage functions;
+envelope kinds and their routing."""
 
 import hashlib
+import pickle
 
+import pytest
+
+from pipelines.accounting import DroppedSample, Envelope, Kind, apply_stage, by_kind
 from pipelines.clean.dedup import DedupConfig
 from pipelines.clean.dedup_stage import dedup_key_members
-from pipelines.accounting import DEAD, EVENT, ITEM, SAMPLE, apply_stage
-from pipelines.transforms import SPILL, Spill
+from pipelines.transforms import Spill
 from pipelines.write import WriteConfig
 from schemas.deadletter import Dropped
 from tests.helpers import page_record
@@ -21,20 +25,21 @@ def dropping_stage(record):
 
 
 def events(envelopes, kind):
-    return [(e.kind, e.reason, e.value) for k, e in envelopes if k == EVENT and e.kind == kind]
+    return [(e.kind, e.reason, e.value) for k, e in envelopes if k == Kind.EVENT and e.kind == kind]
 
 
 def test_counters_become_manifest_events():
     out = list(apply_stage("fmt", counting_stage, page_record()))
     assert events(out, "counter") == [("counter", "bold", 2)]  # zero counters are not emitted
-    assert [k for k, _ in out].count(ITEM) == 1
+    assert [k for k, _ in out].count(Kind.ITEM) == 1
 
 
 def test_dropped_record_is_sampled_only_when_asked():
     record = page_record()
-    assert not [e for e in apply_stage("short", dropping_stage, record) if e[0] == SAMPLE]
-    samples = [p for k, p in apply_stage("short", dropping_stage, record, keep_dropped=True) if k == SAMPLE]
+    assert not [e for e in apply_stage("short", dropping_stage, record) if e[0] == Kind.SAMPLE]
+    samples = [p for k, p in apply_stage("short", dropping_stage, record, keep_dropped=True) if k == Kind.SAMPLE]
     assert samples == [("short", "too_short", record)]
+    assert samples[0] == DroppedSample(stage="short", reason="too_short", record=record)
 
 
 def test_unexpected_exception_is_a_dead_letter_naming_the_record():
@@ -42,7 +47,7 @@ def test_unexpected_exception_is_a_dead_letter_naming_the_record():
         raise KeyError("boom")
 
     out = list(apply_stage("x", broken, page_record()))
-    letter = next(p for k, p in out if k == DEAD)
+    letter = next(p for k, p in out if k == Kind.DEAD)
     assert letter.reason == "unexpected_KeyError" and letter.source_id == "doc-1" and letter.stage == "x"
 
 
@@ -51,9 +56,28 @@ def test_spill_dead_letters_a_record_whose_image_no_longer_decodes(tmp_path):
     record = page_record(image=data, image_sha256=hashlib.sha256(data).hexdigest())
     spill = Spill(str(tmp_path), WriteConfig(), key_fn=lambda r: dedup_key_members(DedupConfig(), r))
     spill.start_bundle()
-    out = list(spill.process((ITEM, record)))
+    out = list(spill.process(Envelope(Kind.ITEM, record)))
     spill.finish_bundle()
-    assert not [e for e in out if e[0] == SPILL]
-    letter = next(p for k, p in out if k == DEAD)
+    assert not [e for e in out if e[0] == Kind.SPILL]
+    letter = next(p for k, p in out if k == Kind.DEAD)
     assert letter.stage == "write" and letter.reason == "corrupt_image"
     assert events(out, "in") == [("in", "", 1)] and events(out, "dead") == [("dead", "corrupt_image", 1)]
+
+
+def test_envelope_kinds_keep_their_string_values():
+    assert [Kind(v) for v in ("item", "event", "dead", "sample", "spill", "dedup_key")] == [
+        Kind.ITEM, Kind.EVENT, Kind.DEAD, Kind.SAMPLE, Kind.SPILL, Kind.DEDUP_KEY]
+    assert Kind.COUNT == "count" and str(Kind.DEAD_FILE) == "dead_file"
+    assert pickle.loads(pickle.dumps(Envelope(Kind.LOSER, "x"))) == (Kind.LOSER, "x")
+
+
+def test_routing_groups_payloads_by_kind_in_order():
+    routed = by_kind([Envelope(Kind.COUNT, 1), ("shard", 2), Envelope(Kind.COUNT, 3)], Kind.COUNT, Kind.SHARD,
+                     Kind.DEAD_FILE)
+    assert routed == {Kind.COUNT: [1, 3], Kind.SHARD: [2], Kind.DEAD_FILE: []}
+
+
+@pytest.mark.parametrize("kind", [Kind.ITEM, "shard_result"])
+def test_routing_refuses_a_kind_it_does_not_expect(kind):
+    with pytest.raises(ValueError, match="unexpected envelope kind .*expected one of: count, shard"):
+        by_kind([Envelope(Kind.COUNT, 1), (kind, 2)], Kind.COUNT, Kind.SHARD)

@@ -6,11 +6,15 @@ import hashlib
 import json
 from pathlib import Path
 
+import apache_beam as beam
 import datasets
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.pipeline import PipelineVisitor
 
 from pipelines import corpus
+from pipelines.accounting import Envelope, Kind
 from pipelines.config import load_config
 from schemas.manifest import RunManifest
 from schemas.page import PAGE_SCHEMA, PageRecord, validate
@@ -127,6 +131,53 @@ def test_dask_runner_on_local_cluster_matches(direct_run, samples_root, tmp_path
                                     "--dask_npartitions=4"])
     assert manifest.imbalances() == []
     assert shard_digests(Path(cfg.run.output)) == shard_digests(out)
+
+
+class StepLabels(PipelineVisitor):
+    def __init__(self):
+        self.labels: list[str] = []
+
+    def enter_composite_transform(self, node):
+        self.labels.append(node.full_label)
+
+    def visit_transform(self, node):
+        self.labels.append(node.full_label)
+
+
+def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
+    cfg = load_config(sample_config(samples_root, tmp_path))
+    p = beam.Pipeline(options=PipelineOptions(IN_MEMORY))
+    corpus.build_pipeline(p, cfg, IN_MEMORY)
+    steps = StepLabels()
+    p.visit(steps)
+    assert [s for s in steps.labels if s and "/" not in s] == [
+        "ReadRenderValidate", "Clean", "SpillPages", "Dedup", "SumCounts", "WritePages", "WriteDeadLetters",
+        "WriteDroppedSamples", "WriteManifest"]
+    assert [s for s in steps.labels if s.count("/") == 1 and s.startswith("Clean/")] == [
+        "Clean/conventions", "Clean/repeats", "Clean/short"]
+
+
+def test_corpus_module_defines_no_element_types():
+    # `python -m pipelines.corpus` makes this module __main__; elements are pickled by class
+    # reference, so a payload class defined here would not unpickle on a worker.
+    defined = [v for v in vars(corpus).values() if isinstance(v, type) and v.__module__ == corpus.__name__]
+    assert defined and all(issubclass(v, beam.PTransform) for v in defined)
+
+
+def test_finalize_refuses_an_unknown_envelope_kind_and_writes_nothing(tmp_path):
+    cfg = load_config(None, {"run": {"output": str(tmp_path / "out")}})
+    shard = {"file": "data/train-00000-of-00001.parquet", "rows": 1}
+    with pytest.raises(ValueError, match="unexpected envelope kind 'loser'"):
+        corpus.finalize([Envelope(Kind.SHARD, shard), Envelope(Kind.LOSER, "id")], cfg, 0.0, [])
+    with pytest.raises(ValueError, match="unexpected envelope kind 'shards'"):
+        corpus.finalize([("shards", shard)], cfg, 0.0, [])
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_shard_planner_refuses_an_unknown_envelope_kind():
+    cfg = load_config(None, {})
+    with pytest.raises(ValueError, match="unexpected envelope kind 'dead'.*stat, file, loser"):
+        list(corpus.plan_and_count([Envelope(Kind.DEAD, None)], cfg, dedup_on=True))
 
 
 def test_unknown_config_keys_are_rejected(tmp_path):
