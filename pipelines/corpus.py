@@ -49,6 +49,7 @@ from pipelines.transforms import (
     is_kind,
     plan_units,
 )
+from pipelines.validate_stage import validate_record
 from pipelines.write import (
     DEAD_LETTERS,
     PAGES,
@@ -58,9 +59,7 @@ from pipelines.write import (
     write_dropped_samples,
     write_shard,
 )
-from schemas.deadletter import RecordError
 from schemas.manifest import CountEvent, RunManifest
-from schemas.page import PageRecord, validate
 
 BASE_STAGES = ["read", "render", "validate"]
 
@@ -69,13 +68,6 @@ def stage_order(cfg: CorpusConfig) -> list[str]:
     """The chain every record passes: base stages, cleaning stages in config order, write, dedup."""
     order = BASE_STAGES + [s["name"] for s in cfg.clean.stages] + ["write"]
     return order + (["dedup"] if cfg.clean.dedup.get("enabled", True) else [])
-
-
-def validate_record(record: PageRecord) -> list[PageRecord]:
-    problems = validate(record)
-    if problems:
-        raise RecordError("schema_violation", "; ".join(problems))
-    return [record]
 
 
 def _render(cfg, page):
