@@ -57,6 +57,7 @@ from pipelines.transforms import (
     plan_units,
     tagged,
 )
+from pipelines.validate_stage import validate_record
 from pipelines.write import (
     DEAD_LETTERS,
     PAGES,
@@ -70,9 +71,8 @@ from pipelines.write import (
     write_dropped_samples,
     write_shard,
 )
-from schemas.deadletter import RecordError
 from schemas.manifest import CountEvent, RunManifest
-from schemas.page import PageRecord, validate
+from schemas.page import PageRecord
 
 BASE_STAGES = ["read", "render", "validate"]
 
@@ -95,13 +95,6 @@ def source_inputs(sources: Iterable[SourceSettings]) -> list[tuple[SourceSetting
             raise ValueError(f"source {settings.name!r}: no input matches {list(settings.paths)}")
         inputs.extend((settings, u) for u in uris)
     return inputs
-
-
-def validate_record(record: PageRecord) -> list[PageRecord]:
-    problems = validate(record)
-    if problems:
-        raise RecordError("schema_violation", "; ".join(problems))
-    return [record]
 
 
 def _render(cfg, page):
