@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from pipelines.accounting import DEAD, EVENT, ITEM, SAMPLE, apply_stage
+from pipelines.accounting import Kind, apply_stage
 from pipelines.clean.registry import STAGES, build_stage, stage_class, stage_config_type
 from pipelines.validate_stage import validate_record
 from schemas.config import ConfigError, describe, load, merge, parse_sets, to_dict
@@ -339,19 +339,19 @@ def run(name: str, stage: Callable, files: list[str], output: str, options: dict
             unreadable = _Unreadable(row, f"{path} row {number}", exc)
             item, fn = unreadable, unreadable.fail
         for kind, payload in apply_stage(name, fn, item, keep_dropped=True):
-            if kind == ITEM:
+            if kind == Kind.ITEM:
                 split = payload.split
                 if split not in pages:
                     pages[split] = _pages_sink(output, split)
                 pages[split].add(payload.to_row(), record_bytes(payload))
-            elif kind == EVENT:
+            elif kind == Kind.EVENT:
                 key = (payload.stage, payload.source, payload.kind, payload.reason)
                 counts[key] = counts.get(key, 0) + payload.value
-            elif kind == DEAD:
+            elif kind == Kind.DEAD:
                 letter = payload.to_row()
                 dead.add(letter, sum(len(v) for v in letter.values()) + 64)
-            elif kind == SAMPLE:
-                stage_name, reason, record = payload
+            elif kind == Kind.SAMPLE:
+                stage_name, reason, record = payload.stage, payload.reason, payload.record
                 dropped.add({**record.to_row(), "stage": stage_name, "reason": reason}, record_bytes(record))
     if not pages:  # an empty dataset still reads back
         pages["train"] = _pages_sink(output, "train")
