@@ -10,7 +10,7 @@ Two entry points:
   and ``cfg.max_ops`` operations (weighted, without replacement; ``ops`` forces a list instead),
   applies them in a fixed canonical order (geometry first, then morphology, noise, compression) and
   returns the new image plus one dict per applied operation with its exact parameters.
-* ``DegradeStage(cfg)`` is the per-record corpus stage (``stage(record) -> [record]``). Whether a
+* ``AugmentStage(cfg)`` is the per-record corpus stage (``stage(record) -> [record]``). Whether a
   record is degraded, and how, is decided by an RNG seeded from ``cfg.seed`` and the record ``id``
   alone, so reruns give identical bytes whatever the order, sharding or worker. A selected record
   gets its image re-encoded as PNG (8-bit grey when achromatic, as ``pipelines/render.py`` does;
@@ -19,7 +19,7 @@ Two entry points:
   params_hash({"config": ..., "applied": ...}))``. Records not selected pass through untouched.
   Undecodable images raise ``RecordError("corrupt_image", ...)``.
 
-Operations (names used in ``applied[i]["op"]`` and ``DegradeConfig.weights``):
+Operations (names used in ``applied[i]["op"]`` and ``AugmentConfig.weights``):
 
 ``skew``       small rotation by an angle in ``±skew_degrees`` (``A.Rotate``), canvas size kept,
                uncovered corners filled white (``fill``).
@@ -81,7 +81,7 @@ ImageLike = Image.Image | np.ndarray
 
 
 @dataclass(frozen=True)
-class DegradeConfig:
+class AugmentConfig:
     """Degradation settings; defaults follow Jina-OCR-v1 section 5.2.
 
     ``probability``: share of records the stage degrades (0.25). ``seed``: mixed with the record id
@@ -180,7 +180,7 @@ def _albu(transform: A.BasicTransform, image: np.ndarray, seed: int) -> np.ndarr
     return np.ascontiguousarray(out)
 
 
-def choose_ops(rng: np.random.Generator, cfg: DegradeConfig) -> list[str]:
+def choose_ops(rng: np.random.Generator, cfg: AugmentConfig) -> list[str]:
     """One to ``cfg.max_ops`` op names, weighted without replacement, in canonical order."""
     names = [op for op in OPS if cfg.weights.get(op, 0.0) > 0]
     weights = np.array([cfg.weights[op] for op in names], dtype=float)
@@ -199,7 +199,7 @@ def choose_ops(rng: np.random.Generator, cfg: DegradeConfig) -> list[str]:
     return [op for op in OPS if op in picked]
 
 
-def _apply(op: str, arr: np.ndarray, rng: np.random.Generator, cfg: DegradeConfig) -> tuple[np.ndarray, dict[str, Any] | None]:
+def _apply(op: str, arr: np.ndarray, rng: np.random.Generator, cfg: AugmentConfig) -> tuple[np.ndarray, dict[str, Any] | None]:
     """One operation; its parameters are drawn here from ``rng`` so ``applied`` records them exactly."""
     seed = int(rng.integers(0, 2**31 - 1))  # albumentations' own draws (noise positions)
     fill: float | tuple[float, ...] = cfg.fill if arr.ndim == 2 else (cfg.fill,) * 3
@@ -240,7 +240,7 @@ def _apply(op: str, arr: np.ndarray, rng: np.random.Generator, cfg: DegradeConfi
     raise ValueError(f"augment: unknown op {op!r}; known: {list(OPS)}")
 
 
-def degrade(image: ImageLike, rng: np.random.Generator | int | None = None, cfg: DegradeConfig = DegradeConfig(),
+def degrade(image: ImageLike, rng: np.random.Generator | int | None = None, cfg: AugmentConfig = AugmentConfig(),
             ops: Sequence[str] | None = None) -> tuple[Image.Image, list[dict[str, Any]]]:
     """Degrade one page image; always applies at least one op unless a forced op is a no-op.
 
@@ -286,12 +286,12 @@ def decode(data: bytes, max_pixels: int) -> Image.Image:
     return image
 
 
-class DegradeStage:
+class AugmentStage:
     """Per-record stage: degrade ``cfg.probability`` of the records, chosen by id (see module doc)."""
 
     name = "augment"
 
-    def __init__(self, cfg: DegradeConfig = DegradeConfig()):
+    def __init__(self, cfg: AugmentConfig = AugmentConfig()):
         self.cfg = cfg
         self._config = asdict(cfg)
 

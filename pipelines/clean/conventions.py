@@ -403,7 +403,7 @@ def rewrite(text: str, cfg: ConventionsConfig = ConventionsConfig()) -> tuple[st
     return result, counters
 
 
-class LabelConventions:
+class ConventionsStage:
     """Rewrites Markdown/text responses to one convention; counts each rewrite kind."""
 
     name = "conventions"

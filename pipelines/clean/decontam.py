@@ -331,7 +331,7 @@ def _decode(data: bytes, max_pixels: int) -> Any:
     return image
 
 
-class Decontaminate:
+class DecontamStage:
     """Drops records whose page or text is a benchmark page's (see the module doc for the rules)."""
 
     name = "decontam"

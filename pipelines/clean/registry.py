@@ -15,12 +15,12 @@ from typing import Any, Callable
 from schemas.config import ConfigError, load
 
 STAGES = {
-    "conventions": "pipelines.clean.conventions:LabelConventions",
-    "repeats": "pipelines.clean.repeats:RepeatFilter",
-    "short": "pipelines.clean.short:ShortSampleFilter",
-    "decontam": "pipelines.clean.decontam:Decontaminate",
+    "conventions": "pipelines.clean.conventions:ConventionsStage",
+    "repeats": "pipelines.clean.repeats:RepeatsStage",
+    "short": "pipelines.clean.short:ShortStage",
+    "decontam": "pipelines.clean.decontam:DecontamStage",
     # robustness degradations (Jina 5.2); off by default, seeded per record id
-    "augment": "synth.augment:DegradeStage",
+    "augment": "synth.augment:AugmentStage",
 }
 
 

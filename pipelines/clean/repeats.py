@@ -42,7 +42,7 @@ loops that fill the tail are traced back up to ``trace_chars`` further to report
 complete copies inside the span; ``period`` is the unit length (for gapped loops, the median copy
 length in the text).
 
-``RepeatFilter`` is the per-record stage (``record.quality["repeats"]``, drop reason
+``RepeatsStage`` is the per-record stage (``record.quality["repeats"]``, drop reason
 ``repeat_loop_<kind>``). CLI over JSON lines (``--help`` lists every threshold)::
 
     python -m pipelines.clean.repeats [--input FILE.jsonl] [--output FILE.jsonl] [--tail-chars 1024 ...]
@@ -75,7 +75,7 @@ def _doc(default: Any, help_text: str) -> Any:
 
 
 @dataclass(frozen=True)
-class RepeatConfig:
+class RepeatsConfig:
     """Thresholds of the loop detector. Each field's ``metadata["help"]`` documents it (also shown
     by the CLI's ``--help``); the defaults are the ones the evaluation set was measured with.
     Bands are ``((max_period, min_copies), ...)``, ascending: a unit of period ``p`` needs the
@@ -170,7 +170,7 @@ def _unit_class(unit: str) -> str:
     return "text"
 
 
-def _needs(cfg: RepeatConfig, unit: str, copies: int, base: int, symbol_runs: bool = True) -> tuple[int, int]:
+def _needs(cfg: RepeatsConfig, unit: str, copies: int, base: int, symbol_runs: bool = True) -> tuple[int, int]:
     """(min copies, min covered chars) for ``unit`` whose period band asks ``copies``;
     ``symbol_runs``: units of one or two symbols are judged by their band alone."""
     unit_class = _unit_class(unit)
@@ -266,7 +266,7 @@ def _trailing_space_start(text: str, cap: int) -> int:
     return end
 
 
-def find_loop(text: str, cfg: RepeatConfig = RepeatConfig()) -> Loop | None:
+def find_loop(text: str, cfg: RepeatsConfig = RepeatsConfig()) -> Loop | None:
     """The degeneration loop at the end of ``text``, or ``None`` (also for empty text and texts
     shorter than ``cfg.min_length``). Only the last ``cfg.tail_chars`` characters are searched."""
     if not text or len(text) < cfg.min_length:
@@ -291,7 +291,7 @@ def find_loop(text: str, cfg: RepeatConfig = RepeatConfig()) -> Loop | None:
 # --------------------------------------------------------------------------- exact and truncated
 
 
-def _exact_loop(text: str, tail: str, offset: int, stop: int, cfg: RepeatConfig,
+def _exact_loop(text: str, tail: str, offset: int, stop: int, cfg: RepeatsConfig,
                 periodic: list[int] | None = None) -> Loop | None:
     """``periodic[0]`` is set to the longest exactly periodic suffix measured, loop or not."""
     n = len(tail)
@@ -417,7 +417,7 @@ def _numbers_regular(copies: list[str], share: float) -> bool:
     return True
 
 
-def _gapped_loop(tail: str, offset: int, cfg: RepeatConfig, periodic: int = 0) -> Loop | None:
+def _gapped_loop(tail: str, offset: int, cfg: RepeatsConfig, periodic: int = 0) -> Loop | None:
     """``periodic``: length of the exactly periodic suffix of ``tail`` that the exact pass rejected."""
     search = _GappedSearch(tail, offset, cfg, periodic)
     if len(search.norm) < 2 * cfg.needle_chars:
@@ -431,7 +431,7 @@ def _gapped_loop(tail: str, offset: int, cfg: RepeatConfig, periodic: int = 0) -
 class _GappedSearch:
     """State of one gapped search: the normalised tail, its lazy map back, the verdict so far."""
 
-    def __init__(self, tail: str, offset: int, cfg: RepeatConfig, periodic: int):
+    def __init__(self, tail: str, offset: int, cfg: RepeatsConfig, periodic: int):
         self.tail, self.offset, self.cfg, self.periodic = tail, offset, cfg, periodic
         self.norm = normalize(tail)
         self.mapping = _Mapping(tail)
@@ -562,7 +562,7 @@ def _walk_chain(search: _GappedSearch, needle: str, e0: int, d: int) -> Loop | N
 # --------------------------------------------------------------------------- stage
 
 
-class RepeatFilter:
+class RepeatsStage:
     """Per-record stage: finds a loop in ``record.response``, records it in ``quality["repeats"]``
     (``loop``, ``kind``, ``period``, ``copies``, ``span``) and drops the record with reason
     ``repeat_loop_<kind>``, or keeps it flagged when ``cfg.drop`` is false. An empty response has
@@ -570,7 +570,7 @@ class RepeatFilter:
 
     name = "repeats"
 
-    def __init__(self, cfg: RepeatConfig = RepeatConfig()) -> None:
+    def __init__(self, cfg: RepeatsConfig = RepeatsConfig()) -> None:
         self.cfg = cfg
         self._provenance = ProvenanceStep(f"clean:{self.name}", VERSION, params_hash(asdict(cfg)))
 
@@ -626,7 +626,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--input", metavar="FILE.jsonl", help="input JSON lines (default: stdin)")
     parser.add_argument("--output", metavar="FILE.jsonl", help="output JSON lines (default: stdout)")
     converters: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _bool, "Bands": _bands}
-    for f in dataclasses.fields(RepeatConfig):
+    for f in dataclasses.fields(RepeatsConfig):
         if f.name == "drop":
             continue
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=converters[str(f.type)],
@@ -635,7 +635,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def scan_lines(lines: Iterable[bytes | str], cfg: RepeatConfig) -> Iterator[dict[str, Any]]:
+def scan_lines(lines: Iterable[bytes | str], cfg: RepeatsConfig) -> Iterator[dict[str, Any]]:
     """One result object per input line (blank lines skipped); never raises on bad input."""
     for number, raw in enumerate(lines, start=1):
         if isinstance(raw, bytes):
@@ -670,9 +670,9 @@ def scan_lines(lines: Iterable[bytes | str], cfg: RepeatConfig) -> Iterator[dict
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    options = {f.name: getattr(args, f.name) for f in dataclasses.fields(RepeatConfig) if f.name != "drop"}
+    options = {f.name: getattr(args, f.name) for f in dataclasses.fields(RepeatsConfig) if f.name != "drop"}
     try:
-        cfg = RepeatConfig(**options)
+        cfg = RepeatsConfig(**options)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

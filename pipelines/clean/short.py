@@ -26,11 +26,11 @@ DEFAULT_TOKENIZER = "assets/tokenizer/tokenizer.json"
 
 
 @dataclass(frozen=True)
-class ShortSampleConfig:
+class ShortConfig:
     """``min_tokens``: keep responses with at least this many tokens (64, the Jina recipe).
     ``tokenizer_path``: a ``tokenizer.json`` or a folder containing one; relative paths resolve
     against the repository root. ``max_count_chars``: longer responses are counted over this
-    prefix only (the decision stays exact, see ``ShortSampleFilter.count``)."""
+    prefix only (the decision stays exact, see ``ShortStage.count``)."""
 
     min_tokens: int = 64
     tokenizer_path: str = DEFAULT_TOKENIZER
@@ -49,12 +49,12 @@ def resolve_tokenizer_path(path: str) -> Path:
     return candidate
 
 
-class ShortSampleFilter:
+class ShortStage:
     """Drops records whose response has fewer than ``min_tokens`` tokens (reason ``short_response``)."""
 
     name = "short"
 
-    def __init__(self, cfg: ShortSampleConfig = ShortSampleConfig()):
+    def __init__(self, cfg: ShortConfig = ShortConfig()):
         if cfg.min_tokens < 1:
             raise ValueError(f"short: min_tokens must be >= 1, got {cfg.min_tokens}")
         if cfg.max_count_chars < 1:
