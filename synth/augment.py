@@ -52,7 +52,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import albumentations as A
@@ -61,6 +61,7 @@ import numpy as np
 from PIL import Image
 
 from pipelines.render import grey_if_achromatic
+from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
@@ -82,34 +83,26 @@ ImageLike = Image.Image | np.ndarray
 
 @dataclass(frozen=True)
 class AugmentConfig:
-    """Degradation settings; defaults follow Jina-OCR-v1 section 5.2.
+    """Degradation settings; defaults follow Jina-OCR-v1 section 5.2."""
 
-    ``probability``: share of records the stage degrades (0.25). ``seed``: mixed with the record id
-    into each record's RNG (change it to draw a different degraded set). ``max_ops``: at most this
-    many operations per degraded image (at least one), picked by ``weights`` (op name -> relative
-    weight; 0 disables an op; missing names get weight 0). ``skew_degrees``: skew angles uniform in
-    ``[-skew_degrees, skew_degrees]`` (3.0). ``rotations``: the orthogonal angles to pick from,
-    clockwise. ``downscale_mode``: ``"shrink"`` (halve width and height) or ``"down_up"`` (down 2x and
-    back, size kept); ``downscale_factor`` 0.5; ``min_side``: no downscaling below this short side.
-    ``salt_pepper_amount``: fraction of pixels hit, uniform in the range. ``morph_kernel``: square
-    kernel sizes for erosion/dilation. ``jpeg_quality``: integer range, inclusive. ``fill``: grey
-    value of the canvas uncovered by a skew (255, white paper). ``max_pixels``: decoded image cap.
-    """
-
-    probability: float = 0.25
-    seed: int = 0
-    max_ops: int = 2
-    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
-    skew_degrees: float = 3.0
-    rotations: tuple[int, ...] = (90, 180, 270)
-    downscale_mode: str = "shrink"
-    downscale_factor: float = 0.5
-    min_side: int = 64
-    salt_pepper_amount: tuple[float, float] = (0.002, 0.02)
-    morph_kernel: tuple[int, ...] = (2, 3)
-    jpeg_quality: tuple[int, int] = (30, 75)
-    fill: int = 255
-    max_pixels: int = 64_000_000
+    probability: float = option(0.25, help="share of records the stage degrades")
+    seed: int = option(0, help="mixed with the record id into each record's RNG (change it to draw a "
+                               "different degraded set)")
+    max_ops: int = option(2, help="at most this many operations per degraded image (at least one)")
+    weights: dict[str, float] = option(DEFAULT_WEIGHTS, help="op name -> relative weight of being picked "
+                                                             "(0 disables an op; missing names get 0)")
+    skew_degrees: float = option(3.0, help="skew angles are uniform in [-skew_degrees, skew_degrees]")
+    rotations: tuple[int, ...] = option((90, 180, 270), help="the orthogonal angles to pick from, clockwise")
+    downscale_mode: str = option("shrink", help="shrink (halve width and height) or down_up (down and back "
+                                                "up, size kept)")
+    downscale_factor: float = option(0.5, help="downscaling factor, in (0, 1)")
+    min_side: int = option(64, help="no downscaling below this short side")
+    salt_pepper_amount: tuple[float, float] = option((0.002, 0.02), help="fraction of pixels hit, uniform in "
+                                                                          "this range")
+    morph_kernel: tuple[int, ...] = option((2, 3), help="square kernel sizes for erosion and dilation")
+    jpeg_quality: tuple[int, int] = option((30, 75), help="JPEG quality range, inclusive")
+    fill: int = option(255, help="grey value of the canvas a skew uncovers (255: white paper)")
+    max_pixels: int = option(64_000_000, help="decoded image cap (decompression bombs)")
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.probability <= 1.0:
