@@ -68,7 +68,7 @@ BASE_STAGES = ["read", "render", "validate"]
 def stage_order(cfg: CorpusConfig) -> list[str]:
     """The chain every record passes: base stages, cleaning stages in config order, write, dedup."""
     order = BASE_STAGES + [s["name"] for s in cfg.clean.stages] + ["write"]
-    return order + (["dedup"] if cfg.clean.dedup.get("enabled", True) else [])
+    return order + (["dedup"] if cfg.clean.dedup.enabled else [])
 
 
 def validate_record(record: PageRecord) -> list[PageRecord]:
@@ -195,7 +195,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         inputs.extend((settings, u) for u in uris)
 
     clean_stages = [(spec["name"], build_stage(spec)) for spec in cfg.clean.stages]
-    dedup_on = cfg.clean.dedup.get("enabled", True)
+    dedup_on = cfg.clean.dedup.enabled
     dedup_cfg = dedup_config(cfg.clean.dedup) if dedup_on else None
     keep_dropped = cfg.clean.save_dropped > 0
 
