@@ -142,4 +142,3 @@ def phash_sample_keys(h: int, bands: int = 16, band_bits: int = 32, bits: int = 
     all_bits = np.unpackbits(np.frombuffer(h.to_bytes(bits // 8, "big"), dtype=np.uint8))
     sampled = np.packbits(all_bits[_bit_samples(bands, band_bits, bits, seed)], axis=1)
     return [f"ph:{i}:{row.tobytes().hex()}" for i, row in enumerate(sampled)]
-

@@ -123,4 +123,3 @@ def estimated_jaccard(a: bytes, b: bytes) -> float:
         raise ValueError("sketches must be non-empty and of equal length")
     equal = np.count_nonzero(np.frombuffer(a, np.uint8) == np.frombuffer(b, np.uint8)) / len(a)
     return min(1.0, max(0.0, (equal - 1 / 256) / (1 - 1 / 256)))
-

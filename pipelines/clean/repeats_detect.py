@@ -1,4 +1,5 @@
-"""
+"""Degeneration-loop detection in the tail of an OCR label: ``find_loop`` (Jina-OCR-v1 section 4.1).
+
 "A detector inspects the last 1,024 characters of long labels for exact, truncation-tolerant, and
 gapped repeats and drops the degeneration loops it finds." ``find_loop(text, cfg)`` looks at the
 last ``tail_chars`` characters of a label and returns a ``Loop`` or ``None``:
@@ -137,4 +138,3 @@ def _trace_back(text: str, start: int, stop: int, p: int, floor: int) -> int:
         else:
             bad = mid
     return good
-

@@ -230,4 +230,3 @@ def _walk_chain(search: _GappedSearch, needle: str, e0: int, d: int) -> Loop | N
             return None
         return search.judge(bounds + [len(norm)], template, True)
     return search.judge(bounds, template)
-

@@ -121,4 +121,3 @@ def natural_phase(unit: str, end_phase: int | None) -> int:
     if end_phase is not None and strengths[end_phase % p] == top:
         return end_phase % p
     return strengths.index(top)
-
