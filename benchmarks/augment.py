@@ -3,7 +3,7 @@
     python benchmarks/augment.py [--width 1000] [--height 1288] [--records 40]
 
 Prints, for each op of ``synth.augment`` forced alone, the mean milliseconds per call on one core
-(a synthetic black-on-white text page of the given size), then ``DegradeStage`` records per second
+(a synthetic black-on-white text page of the given size), then ``AugmentStage`` records per second
 with ``probability=1`` (decode, degrade, PNG re-encode) and with the default ``probability``.
 """
 
@@ -17,7 +17,7 @@ import time
 from PIL import Image, ImageDraw
 
 from schemas.page import PageRecord, ProvenanceStep, page_id
-from synth.augment import OPS, DegradeConfig, DegradeStage, degrade
+from synth.augment import OPS, AugmentConfig, AugmentStage, degrade
 
 
 def page(width: int, height: int) -> Image.Image:
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=40)
     args = parser.parse_args()
     image = page(args.width, args.height)
-    cfg = DegradeConfig()
+    cfg = AugmentConfig()
     for op in OPS:
         degrade(image, 0, cfg, ops=[op])
         started = time.perf_counter()
@@ -55,7 +55,7 @@ def main() -> None:
     image.save(buf, format="PNG", compress_level=1)
     data = buf.getvalue()
     for probability in (1.0, cfg.probability):
-        stage = DegradeStage(DegradeConfig(probability=probability))
+        stage = AugmentStage(AugmentConfig(probability=probability))
         started = time.perf_counter()
         for i in range(args.records):
             stage(record(i, data, image.size))

@@ -46,24 +46,16 @@ sys.path.insert(0, str(REPO))
 
 from PIL import Image  # noqa: E402
 
-from pipelines.clean.dedup import (  # noqa: E402
-    DedupConfig,
-    Member,
-    MinHashConfig,
-    band_keys,
-    connected_components,
-    extract_keys,
-    group_edges,
+from pipelines.clean.dedup import Member, connected_components, extract_keys, group_edges  # noqa: E402
+from pipelines.clean.dedup_config import DedupConfig, MinHashConfig  # noqa: E402
+from pipelines.clean.image_hash import (  # noqa: E402
     hamming,
-    minhash_signature,
-    normalize_words,
     perceptual_hash,
     phash_band_keys,
     phash_sample_keys,
     pixel_hash,
-    shingle_hashes,
-    sketch,
 )
+from pipelines.clean.minhash import band_keys, minhash_signature, normalize_words, shingle_hashes, sketch  # noqa: E402
 from pipelines.render import RenderConfig, render_page  # noqa: E402
 from pipelines.sources.base import SourcePage  # noqa: E402
 from samples.make.pdfs import paragraphs, text_pdf  # noqa: E402

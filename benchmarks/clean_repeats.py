@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "tests" / "data"))
 
 import make_repeat_loops  # noqa: E402
 
-from pipelines.clean.repeats import RepeatConfig, find_loop  # noqa: E402
+from pipelines.clean.repeats import RepeatsConfig, find_loop  # noqa: E402
 
 EVAL_SET = REPO / "tests" / "data" / "repeat_loops.jsonl"
 KINDS = ("exact", "truncated", "gapped")
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.perf_counter() - started:.1f}s"
     )
 
-    cfg = RepeatConfig()
+    cfg = RepeatsConfig()
     detect = lambda text: find_loop(text, cfg)  # noqa: E731
     for text in texts[:200]:
         detect(text)

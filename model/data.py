@@ -402,9 +402,9 @@ class SampleSource:
             self._skip(rid, exc.reason, str(exc))
             return None
         if self._degrade(record, rng):
-            from synth.augment import DegradeConfig, degrade
+            from synth.augment import AugmentConfig, degrade
 
-            image, _ = degrade(image, rng, DegradeConfig())
+            image, _ = degrade(image, rng, AugmentConfig())
         encoded = self.processor.encode(record["instruction"], image, record["response"])
         if encoded.length > self.cfg.max_sample_tokens:
             self._skip(rid, "too_long", f"{encoded.length} tokens > max_sample_tokens {self.cfg.max_sample_tokens}")

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import IO, Any
 
-from pipelines.clean.repeats import RepeatConfig, find_loop
+from pipelines.clean.repeats import RepeatsConfig, find_loop
 from schemas.similarity import METRICS
 from schemas.unit_tests import UnitTest, check_all, test_from_dict, test_from_json
 
@@ -134,7 +134,7 @@ class RewardConfig:
     table_signals: tuple[str, ...] = TABLE_SIGNALS
     timeout_s: float = 10.0  # per (completion, term) call in RewardPool
     workers: int = 2
-    repeats: RepeatConfig = field(default_factory=RepeatConfig)
+    repeats: RepeatsConfig = field(default_factory=RepeatsConfig)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "terms", tuple(self.terms))
@@ -172,7 +172,7 @@ class RewardConfig:
             raise ValueError(f"rewards: unknown config keys {unknown}; known: {sorted(known)}")
         values = dict(values)
         if "repeats" in values and isinstance(values["repeats"], Mapping):
-            values["repeats"] = RepeatConfig(**values["repeats"])
+            values["repeats"] = RepeatsConfig(**values["repeats"])
         return cls(**values)
 
 

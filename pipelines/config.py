@@ -1,38 +1,47 @@
 """The corpus pipeline's configuration: frozen dataclasses with defaults in code, loaded from YAML.
 
-``configs/corpus.yaml`` is the embedded default (the bundled ``samples/``). Unknown keys are
-rejected with their path named, so a typo fails at start-up rather than silently doing nothing.
+``configs/corpus.yaml`` is the embedded default (the bundled ``samples/``). ``load_config`` checks
+the whole run before any work, through ``schemas.config.load``: every section, every
+``clean.stages`` entry against its stage's config (without building the stage), ``clean.dedup``,
+and every source's keys and its kind's ``options``. An unknown key or a wrong type fails naming
+its path (``sources[2].options.warc_roott: unknown key; known keys: ...``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
-from pipelines.instruct import default_instruction
+from pipelines.clean.dedup_config import DedupConfig
+from pipelines.clean.registry import stage_config
 from pipelines.render import RenderConfig
+from pipelines.sources import source_options_type
 from pipelines.sources.base import SourceSettings
 from pipelines.write import WriteConfig
+from schemas.config import ConfigError, load, option
 
 # Source options that name files; relative values are resolved like ``paths``.
 PATH_OPTIONS = ("root", "warc_root", "mirror", "cache_dir", "tarballs")
+# Clean-stage options that name files, resolved the same way.
+STAGE_PATH_OPTIONS = ("folder", "tokenizer_path")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "corpus.yaml"
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    output: str = "out/corpus"
-    max_dead_letter_rate: float = 0.5  # fail the run when more than this share of inputs is dead-lettered
-    progress_every: int = 25  # pages between progress lines per worker; 0 disables
-    beam_args: tuple[str, ...] = (
-        "--runner=DirectRunner",
-        "--direct_running_mode=multi_processing",
-        "--direct_num_workers=0",
-    )
+    """Where the run writes and how it runs."""
+
+    output: str = option("out/corpus", help="output folder or gs:// / s3:// URI")
+    max_dead_letter_rate: float = option(0.5, help="fail the run when more than this share of inputs is "
+                                                   "dead-lettered")
+    progress_every: int = option(25, help="pages between progress lines per worker; 0 disables")
+    beam_args: tuple[str, ...] = option(
+        ("--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=0"),
+        help="Apache Beam pipeline options")
 
 
 def _default_clean_stages() -> tuple[dict[str, Any], ...]:
@@ -41,93 +50,72 @@ def _default_clean_stages() -> tuple[dict[str, Any], ...]:
 
 @dataclass(frozen=True)
 class CleanConfig:
-    """Cleaning: per-record stages in order (each ``{name, ...options}``, see
-    ``pipelines/clean/registry.py``), the dedup grouping stage, and how many dropped records to
-    keep per stage and reason under ``dropped/`` for inspection (0: none)."""
+    """Cleaning: the per-record stages in order, the dedup grouping stage, dropped samples kept."""
 
-    stages: tuple[dict[str, Any], ...] = field(default_factory=_default_clean_stages)
-    dedup: dict[str, Any] = field(default_factory=lambda: {"enabled": True})
-    save_dropped: int = 20
+    stages: tuple[dict[str, Any], ...] = option(
+        default_factory=_default_clean_stages,
+        help="per-record stages in order, each {name, ...options} (pipelines/clean/registry.py); the options "
+             "are the fields of the stage's config")
+    dedup: DedupConfig = option(default_factory=DedupConfig, help="exact and near duplicates, after write")
+    save_dropped: int = option(20, help="dropped records kept per stage and reason under dropped/ (0: none)")
 
 
 @dataclass(frozen=True)
 class CorpusConfig:
-    run: RunConfig = field(default_factory=RunConfig)
-    render: RenderConfig = field(default_factory=RenderConfig)
-    write: WriteConfig = field(default_factory=WriteConfig)
-    clean: CleanConfig = field(default_factory=CleanConfig)
-    sources: tuple[SourceSettings, ...] = ()
+    """A whole corpus run (``configs/corpus.yaml``)."""
+
+    run: RunConfig = option(default_factory=RunConfig, help="where the run writes and how it runs")
+    render: RenderConfig = option(default_factory=RenderConfig, help="how pages become images")
+    write: WriteConfig = option(default_factory=WriteConfig, help="shards and spill files")
+    clean: CleanConfig = option(default_factory=CleanConfig, help="cleaning stages and dedup")
+    sources: tuple[SourceSettings, ...] = option((), help="the inputs, one entry per source")
 
 
-def _build(cls, values: dict[str, Any], where: str):
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(known)}")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in values:
-            value = values[f.name]
-            kwargs[f.name] = tuple(value) if isinstance(value, list) else value
-    return cls(**kwargs)
+def _resolver(base: Path):
+    """Relative input paths are relative to the repository (the config's parent folder)."""
+    def resolve(p: str) -> str:
+        return p if "://" in p or Path(p).is_absolute() else str(base / p)
+    return resolve
 
 
-def _source(values: dict[str, Any], index: int) -> SourceSettings:
-    where = f"sources[{index}]"
-    for key in ("name", "kind", "paths"):
-        if key not in values:
-            raise ValueError(f"{where}: missing required key {key!r}")
-    values = dict(values)
-    if isinstance(values["paths"], str):
-        values["paths"] = [values["paths"]]
-    values.setdefault("domain", "documents")
-    values.setdefault("license", "unknown")
-    values.setdefault("instruction", default_instruction(values.get("task", "parse_page"), values.get("instruction_language", "en")))
-    values.pop("instruction_language", None)
-    values["options"] = dict(values.get("options") or {})
-    return _build(SourceSettings, values, where)
+def _source(values: Any, index: int, base: Path) -> SourceSettings:
+    path = f"sources[{index}]"
+    if isinstance(values, Mapping):  # YAML shorthands: one path as a string, an empty options key
+        values = {**values, "paths": [values["paths"]]} if isinstance(values.get("paths"), str) else values
+        values = {k: v for k, v in values.items() if not (k == "options" and v is None)}
+    settings = load(SourceSettings, values, path)
+    # checked here, before any work; readers load them again from the raw mapping
+    load(source_options_type(settings.kind, f"{path}.kind"), settings.options, f"{path}.options")
+    resolve = _resolver(base)
+    options = {k: resolve(v) if k in PATH_OPTIONS and isinstance(v, str) else v for k, v in settings.options.items()}
+    return dataclasses.replace(settings, paths=tuple(resolve(p) for p in settings.paths), options=options)
 
 
-def _clean(values: dict[str, Any], base: Path) -> CleanConfig:
-    cfg = _build(CleanConfig, values, "clean")
+def _clean(cfg: CleanConfig, base: Path) -> CleanConfig:
+    resolve = _resolver(base)
     stages = []
     for i, spec in enumerate(cfg.stages):
-        if not isinstance(spec, dict) or "name" not in spec:
-            raise ValueError(f"clean.stages[{i}]: each stage is a mapping with a 'name'")
-        spec = dict(spec)
-        for key in ("folder", "tokenizer_path"):  # paths relative to the repository, like source paths
-            if isinstance(spec.get(key), str) and "://" not in spec[key] and not Path(spec[key]).is_absolute():
-                spec[key] = str(base / spec[key])
-        stages.append(spec)
-    return dataclasses.replace(cfg, stages=tuple(stages), dedup=dict(cfg.dedup))
+        stage_config(spec, f"clean.stages[{i}]")
+        stages.append({k: resolve(v) if k in STAGE_PATH_OPTIONS and isinstance(v, str) else v
+                       for k, v in spec.items()})
+    return dataclasses.replace(cfg, stages=tuple(stages))
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> CorpusConfig:
     """Load a YAML config (default: ``configs/corpus.yaml``); ``overrides`` patch top-level sections."""
     path = Path(path) if path else DEFAULT_CONFIG
     raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
     for section, values in (overrides or {}).items():
         raw.setdefault(section, {}).update(values)
-    unknown = sorted(set(raw) - {"run", "render", "write", "clean", "sources"})
-    if unknown:
-        raise ValueError(f"{path}: unknown sections {unknown}")
     base = path.parent.parent if path.parent.name == "configs" else path.parent
-    sources = []
-    for i, values in enumerate(raw.get("sources") or []):
-        settings = _source(values, i)
-        # relative input paths are relative to the repository (the config's parent folder)
-        resolve = lambda p: p if "://" in p or Path(p).is_absolute() else str(base / p)  # noqa: E731
-        paths = tuple(resolve(p) for p in settings.paths)
-        options = {k: resolve(v) if k in PATH_OPTIONS and isinstance(v, str) else v
-                   for k, v in settings.options.items()}
-        sources.append(dataclasses.replace(settings, paths=paths, options=options))
+    cfg = load(CorpusConfig, {k: v for k, v in raw.items() if k != "sources"}, "")
+    entries = raw.get("sources") or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"sources: expected a list of sources, got {type(entries).__name__}")
+    sources = tuple(_source(values, i, base) for i, values in enumerate(entries))
     names = [s.name for s in sources]
     if len(names) != len(set(names)):
-        raise ValueError(f"{path}: source names must be unique, got {names}")
-    return CorpusConfig(
-        run=_build(RunConfig, raw.get("run") or {}, "run"),
-        render=_build(RenderConfig, raw.get("render") or {}, "render"),
-        write=_build(WriteConfig, raw.get("write") or {}, "write"),
-        clean=_clean(raw.get("clean") or {}, base),
-        sources=tuple(sources),
-    )
+        raise ConfigError(f"sources: source names must be unique, got {names}")
+    return dataclasses.replace(cfg, clean=_clean(cfg.clean, base), sources=sources)

@@ -80,7 +80,7 @@ BASE_STAGES = ["read", "render", "validate"]
 def stage_order(cfg: CorpusConfig) -> list[str]:
     """The chain every record passes: base stages, cleaning stages in config order, write, dedup."""
     order = BASE_STAGES + [s["name"] for s in cfg.clean.stages] + ["write"]
-    return order + (["dedup"] if cfg.clean.dedup.get("enabled", True) else [])
+    return order + (["dedup"] if cfg.clean.dedup.enabled else [])
 
 
 # --- plain functions: what the steps below wire together ---------------------------------------

@@ -17,6 +17,7 @@ import math
 import threading
 import warnings
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -25,6 +26,7 @@ from PIL import Image, ImageOps
 
 from pipelines.png import encode_png
 from pipelines.sources.base import SourcePage
+from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
 
@@ -56,20 +58,22 @@ _keep_page_buffers_on_heap()
 
 @dataclass(frozen=True)
 class RenderConfig:
-    longest_side: int = 1288
-    image_format: str = "png"  # png | webp
-    # zlib level. PDF pages (pipelines.png, ISA-L, whose levels stop at 3): 2 is 0.74 ms and 77 KB for
-    # a grey 1288-px text page; with Pillow (scans) 2 is close to 1 in speed, ~1.4x faster than 6.
-    png_compress_level: int = 2
-    png_gray_when_achromatic: bool = True  # store grey pages as 8-bit grey PNG (lossless)
-    # PNG row filters: "auto" = none for rasterised PDF pages (written by pipelines.png with
-    # ISA-L; Pillow's adaptive filters save ~10% of bytes on text pages for ~5x the time),
-    # adaptive (Pillow) for scans and synthetic pages; "none" or "adaptive" forces one everywhere.
-    png_filter: str = "auto"
-    webp_quality: int = 90
-    max_pixels: int = 64_000_000  # decoded image cap (decompression bombs)
-    resize_images: bool = True  # downscale scans larger than longest_side
-    keep_text_layer: bool = True
+    """How source pages become the stored page images."""
+
+    longest_side: int = option(1288, help="pages are rasterised (PDFs) or downscaled (scans) to this longest side")
+    image_format: Literal["png", "webp"] = option("png", help="stored image format: png or webp")
+    # PDF pages go through pipelines.png (ISA-L, whose levels stop at 3): 2 is 0.74 ms and 77 KB for a grey
+    # 1288-px text page; with Pillow (scans) 2 is close to 1 in speed, ~1.4x faster than 6.
+    png_compress_level: int = option(2, help="PNG zlib level")
+    png_gray_when_achromatic: bool = option(True, help="store grey pages as 8-bit grey PNG (lossless)")
+    # Pillow's adaptive filters save ~10% of bytes on text pages for ~5x the time of ISA-L without filters.
+    png_filter: Literal["auto", "none", "adaptive"] = option(
+        "auto", help="PNG row filters: auto = none for rasterised PDF pages, adaptive (Pillow) for scans and "
+                     "synthetic pages; none or adaptive forces one everywhere")
+    webp_quality: int = option(90, help="WebP quality (image_format: webp)")
+    max_pixels: int = option(64_000_000, help="decoded image cap (decompression bombs)")
+    resize_images: bool = option(True, help="downscale scans larger than longest_side")
+    keep_text_layer: bool = option(True, help="store a PDF page's embedded text in the record's text_layer")
 
 
 def grey_if_achromatic(bgr: np.ndarray) -> np.ndarray | None:

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines import io
+from schemas.config import option
 from schemas.deadletter import DEAD_LETTER_SCHEMA, DeadLetter
 from schemas.page import PAGE_SCHEMA, PageRecord
 
@@ -66,12 +67,15 @@ DEAD_LETTERS = ShardedTable("dead_letter", DEAD_LETTER_SCHEMA, ("id", "source", 
 
 @dataclass(frozen=True)
 class WriteConfig:
-    shard_bytes: int = 256 * 1024 * 1024
-    row_group_bytes: int = 64 * 1024 * 1024
-    compression: str = "zstd"
-    buckets: int = 64  # spill buckets: the id ranges a spill file's record batches are sorted into
-    spill_buffer_bytes: int = 64 * 1024 * 1024
-    plan_buckets: int = 65_536  # shard boundaries fall on these (a multiple of ``buckets``)
+    """How the corpus is written: shard and row-group sizes, and the spill files shards are planned from."""
+
+    shard_bytes: int = option(256 * 1024 * 1024, help="target bytes per shard")
+    row_group_bytes: int = option(64 * 1024 * 1024, help="target bytes per Parquet row group")
+    compression: str = option("zstd", help="Parquet compression codec")
+    buckets: int = option(64, help="spill buckets: the id ranges a spill file's record batches are sorted into")
+    spill_buffer_bytes: int = option(64 * 1024 * 1024, help="buffered bytes per worker above which the largest "
+                                                            "bucket is flushed to its spill file")
+    plan_buckets: int = option(65_536, help="shard boundaries fall on these id ranges (a multiple of buckets)")
 
     def __post_init__(self):
         if self.plan_buckets % self.buckets or not 0 < self.plan_buckets <= 16**8:

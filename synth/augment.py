@@ -10,7 +10,7 @@ Two entry points:
   and ``cfg.max_ops`` operations (weighted, without replacement; ``ops`` forces a list instead),
   applies them in a fixed canonical order (geometry first, then morphology, noise, compression) and
   returns the new image plus one dict per applied operation with its exact parameters.
-* ``DegradeStage(cfg)`` is the per-record corpus stage (``stage(record) -> [record]``). Whether a
+* ``AugmentStage(cfg)`` is the per-record corpus stage (``stage(record) -> [record]``). Whether a
   record is degraded, and how, is decided by an RNG seeded from ``cfg.seed`` and the record ``id``
   alone, so reruns give identical bytes whatever the order, sharding or worker. A selected record
   gets its image re-encoded as PNG (8-bit grey when achromatic, as ``pipelines/render.py`` does;
@@ -19,7 +19,7 @@ Two entry points:
   params_hash({"config": ..., "applied": ...}))``. Records not selected pass through untouched.
   Undecodable images raise ``RecordError("corrupt_image", ...)``.
 
-Operations (names used in ``applied[i]["op"]`` and ``DegradeConfig.weights``):
+Operations (names used in ``applied[i]["op"]`` and ``AugmentConfig.weights``):
 
 ``skew``       small rotation by an angle in ``±skew_degrees`` (``A.Rotate``), canvas size kept,
                uncovered corners filled white (``fill``).
@@ -52,7 +52,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import albumentations as A
@@ -61,6 +61,7 @@ import numpy as np
 from PIL import Image
 
 from pipelines.render import grey_if_achromatic
+from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
@@ -81,35 +82,27 @@ ImageLike = Image.Image | np.ndarray
 
 
 @dataclass(frozen=True)
-class DegradeConfig:
-    """Degradation settings; defaults follow Jina-OCR-v1 section 5.2.
+class AugmentConfig:
+    """Degradation settings; defaults follow Jina-OCR-v1 section 5.2."""
 
-    ``probability``: share of records the stage degrades (0.25). ``seed``: mixed with the record id
-    into each record's RNG (change it to draw a different degraded set). ``max_ops``: at most this
-    many operations per degraded image (at least one), picked by ``weights`` (op name -> relative
-    weight; 0 disables an op; missing names get weight 0). ``skew_degrees``: skew angles uniform in
-    ``[-skew_degrees, skew_degrees]`` (3.0). ``rotations``: the orthogonal angles to pick from,
-    clockwise. ``downscale_mode``: ``"shrink"`` (halve width and height) or ``"down_up"`` (down 2x and
-    back, size kept); ``downscale_factor`` 0.5; ``min_side``: no downscaling below this short side.
-    ``salt_pepper_amount``: fraction of pixels hit, uniform in the range. ``morph_kernel``: square
-    kernel sizes for erosion/dilation. ``jpeg_quality``: integer range, inclusive. ``fill``: grey
-    value of the canvas uncovered by a skew (255, white paper). ``max_pixels``: decoded image cap.
-    """
-
-    probability: float = 0.25
-    seed: int = 0
-    max_ops: int = 2
-    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
-    skew_degrees: float = 3.0
-    rotations: tuple[int, ...] = (90, 180, 270)
-    downscale_mode: str = "shrink"
-    downscale_factor: float = 0.5
-    min_side: int = 64
-    salt_pepper_amount: tuple[float, float] = (0.002, 0.02)
-    morph_kernel: tuple[int, ...] = (2, 3)
-    jpeg_quality: tuple[int, int] = (30, 75)
-    fill: int = 255
-    max_pixels: int = 64_000_000
+    probability: float = option(0.25, help="share of records the stage degrades")
+    seed: int = option(0, help="mixed with the record id into each record's RNG (change it to draw a "
+                               "different degraded set)")
+    max_ops: int = option(2, help="at most this many operations per degraded image (at least one)")
+    weights: dict[str, float] = option(DEFAULT_WEIGHTS, help="op name -> relative weight of being picked "
+                                                             "(0 disables an op; missing names get 0)")
+    skew_degrees: float = option(3.0, help="skew angles are uniform in [-skew_degrees, skew_degrees]")
+    rotations: tuple[int, ...] = option((90, 180, 270), help="the orthogonal angles to pick from, clockwise")
+    downscale_mode: str = option("shrink", help="shrink (halve width and height) or down_up (down and back "
+                                                "up, size kept)")
+    downscale_factor: float = option(0.5, help="downscaling factor, in (0, 1)")
+    min_side: int = option(64, help="no downscaling below this short side")
+    salt_pepper_amount: tuple[float, float] = option((0.002, 0.02), help="fraction of pixels hit, uniform in "
+                                                                          "this range")
+    morph_kernel: tuple[int, ...] = option((2, 3), help="square kernel sizes for erosion and dilation")
+    jpeg_quality: tuple[int, int] = option((30, 75), help="JPEG quality range, inclusive")
+    fill: int = option(255, help="grey value of the canvas a skew uncovers (255: white paper)")
+    max_pixels: int = option(64_000_000, help="decoded image cap (decompression bombs)")
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.probability <= 1.0:
@@ -180,7 +173,7 @@ def _albu(transform: A.BasicTransform, image: np.ndarray, seed: int) -> np.ndarr
     return np.ascontiguousarray(out)
 
 
-def choose_ops(rng: np.random.Generator, cfg: DegradeConfig) -> list[str]:
+def choose_ops(rng: np.random.Generator, cfg: AugmentConfig) -> list[str]:
     """One to ``cfg.max_ops`` op names, weighted without replacement, in canonical order."""
     names = [op for op in OPS if cfg.weights.get(op, 0.0) > 0]
     weights = np.array([cfg.weights[op] for op in names], dtype=float)
@@ -199,7 +192,7 @@ def choose_ops(rng: np.random.Generator, cfg: DegradeConfig) -> list[str]:
     return [op for op in OPS if op in picked]
 
 
-def _apply(op: str, arr: np.ndarray, rng: np.random.Generator, cfg: DegradeConfig) -> tuple[np.ndarray, dict[str, Any] | None]:
+def _apply(op: str, arr: np.ndarray, rng: np.random.Generator, cfg: AugmentConfig) -> tuple[np.ndarray, dict[str, Any] | None]:
     """One operation; its parameters are drawn here from ``rng`` so ``applied`` records them exactly."""
     seed = int(rng.integers(0, 2**31 - 1))  # albumentations' own draws (noise positions)
     fill: float | tuple[float, ...] = cfg.fill if arr.ndim == 2 else (cfg.fill,) * 3
@@ -240,7 +233,7 @@ def _apply(op: str, arr: np.ndarray, rng: np.random.Generator, cfg: DegradeConfi
     raise ValueError(f"augment: unknown op {op!r}; known: {list(OPS)}")
 
 
-def degrade(image: ImageLike, rng: np.random.Generator | int | None = None, cfg: DegradeConfig = DegradeConfig(),
+def degrade(image: ImageLike, rng: np.random.Generator | int | None = None, cfg: AugmentConfig = AugmentConfig(),
             ops: Sequence[str] | None = None) -> tuple[Image.Image, list[dict[str, Any]]]:
     """Degrade one page image; always applies at least one op unless a forced op is a no-op.
 
@@ -286,12 +279,12 @@ def decode(data: bytes, max_pixels: int) -> Image.Image:
     return image
 
 
-class DegradeStage:
+class AugmentStage:
     """Per-record stage: degrade ``cfg.probability`` of the records, chosen by id (see module doc)."""
 
     name = "augment"
 
-    def __init__(self, cfg: DegradeConfig = DegradeConfig()):
+    def __init__(self, cfg: AugmentConfig = AugmentConfig()):
         self.cfg = cfg
         self._config = asdict(cfg)
 

@@ -41,8 +41,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, Literal
 
+from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
@@ -55,16 +56,15 @@ DISPLAY = {"\\[": ("\\[", "\\]"), "$$": ("$$", "$$")}
 
 @dataclass(frozen=True)
 class ConventionsConfig:
-    """``inline``: ``"\\\\("`` or ``"$"``; ``display``: ``"\\\\["`` or ``"$$"`` (olmOCR-mix-1025 uses
-    ``\\( \\)`` and ``\\[ \\]``). Each rewrite can be switched off. ``max_arg_chars`` bounds the
-    argument of ``\\textbf{...}`` searched for its closing brace (keeps unbalanced input linear)."""
+    """Which rewrites run and toward which delimiters (olmOCR-mix-1025 uses ``\\( \\)`` and ``\\[ \\]``)."""
 
-    inline: str = "\\("
-    display: str = "\\["
-    split_formulas: bool = True
-    normalize_delimiters: bool = True
-    markdown_emphasis: bool = True
-    max_arg_chars: int = 10_000
+    inline: Literal["\\(", "$"] = option("\\(", help="inline math delimiters: \\( \\) or $ $")
+    display: Literal["\\[", "$$"] = option("\\[", help="display math delimiters: \\[ \\] or $$ $$")
+    split_formulas: bool = option(True, help="split inline comma-separated lists of independent formulas")
+    normalize_delimiters: bool = option(True, help="rewrite math delimiters to inline / display")
+    markdown_emphasis: bool = option(True, help="\\textbf{x} -> **x**, \\textit{x} / \\emph{x} -> *x* outside math")
+    max_arg_chars: int = option(10_000, help="longest \\textbf{...} argument searched for its closing brace "
+                                             "(keeps unbalanced input linear)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,7 +403,7 @@ def rewrite(text: str, cfg: ConventionsConfig = ConventionsConfig()) -> tuple[st
     return result, counters
 
 
-class LabelConventions:
+class ConventionsStage:
     """Rewrites Markdown/text responses to one convention; counts each rewrite kind."""
 
     name = "conventions"

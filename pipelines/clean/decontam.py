@@ -16,14 +16,14 @@
 A record is matched against the index three ways, in this order, and dropped with the first that
 fires (``quality["decontam"]["match"]`` names the benchmark item):
 
-1. ``contaminated_image``: the exact pixel hash (``pipelines.clean.dedup.pixel_hash``: decoded,
+1. ``contaminated_image``: the exact pixel hash (``pipelines.clean.image_hash.pixel_hash``: decoded,
    RGB, sha256 of size and pixels) equals a benchmark page's, so re-encodes collapse.
-2. ``contaminated_phash``: the perceptual hash (``pipelines.clean.dedup.perceptual_hash``) is within
+2. ``contaminated_phash``: the perceptual hash (``pipelines.clean.image_hash.perceptual_hash``) is within
    ``max_phash_distance`` bits of a benchmark page's. The hash is the 256-bit pHash
    (``phash_size`` 16), not the 64-bit one: dedup's measurements found distinct text pages of one
    template at 64-bit distance 0, while at 256 bits resized JPEG re-encodes stay within 16 bits
    (p99 14) and distinct pages of one template are 38 or more apart; the default 20 is dedup's.
-3. ``contaminated_text``: word 13-grams (``pipelines.clean.dedup.normalize_words``: lowercased,
+3. ``contaminated_text``: word 13-grams (``pipelines.clean.minhash.normalize_words``: lowercased,
    punctuation and markup dropped) of the response shared with one benchmark item. With ``m`` the
    number of the record's distinct 13-grams found in the item, it fires when ``m`` exceeds
    ``max_ngram_overlap`` (0.5) of the record's distinct 13-grams (the record is mostly benchmark
@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
@@ -62,24 +63,20 @@ _SHINGLE_SEED = 13
 
 @dataclass(frozen=True)
 class DecontamConfig:
-    """``folder``: the benchmark folder (required; see the module doc for layouts).
-    ``longest_side``: render benchmark PDF pages and normalise benchmark images like the corpus
-    (set it to the corpus's ``render.longest_side``, default 1288). ``phash_size``: pHash side
-    (16: 256 bits). ``max_phash_distance``: largest Hamming distance that is a match (20 of 256
-    bits). ``ngram``: words per shingle (13). ``max_ngram_overlap``: share of the record's 13-grams
-    in one item above which it is contaminated (0.5). ``max_bench_overlap`` with
-    ``min_matched_ngrams``: the same share of the item's 13-grams (0.5, at least 3 shared).
-    ``max_pixels``: decoded image cap."""
+    """The benchmark to keep out of the corpus and the thresholds of the three matches (module doc)."""
 
-    folder: str = ""
-    longest_side: int = 1288
-    phash_size: int = 16
-    max_phash_distance: int = 20
-    ngram: int = 13
-    max_ngram_overlap: float = 0.5
-    max_bench_overlap: float = 0.5
-    min_matched_ngrams: int = 3
-    max_pixels: int = 64_000_000
+    folder: str = option("", help="the benchmark folder (required; see the module doc for layouts)")
+    longest_side: int = option(1288, help="render benchmark PDF pages and normalise benchmark images like the "
+                                          "corpus: set it to the corpus's render.longest_side")
+    phash_size: int = option(16, help="pHash side (16: 256 bits)")
+    max_phash_distance: int = option(20, help="largest Hamming distance of pHashes that is a match (of 256 bits)")
+    ngram: int = option(13, help="words per shingle")
+    max_ngram_overlap: float = option(0.5, help="share of the record's n-grams found in one item above which "
+                                                "the record is contaminated")
+    max_bench_overlap: float = option(0.5, help="share of the item's n-grams found in the record above which "
+                                                "it is contaminated (with at least min_matched_ngrams shared)")
+    min_matched_ngrams: int = option(3, help="shared n-grams needed for max_bench_overlap to apply")
+    max_pixels: int = option(64_000_000, help="decoded image cap (decompression bombs)")
 
 
 @dataclass
@@ -172,7 +169,7 @@ def _phash_words(h: int, size: int) -> np.ndarray:
 
 
 def _shingles(text: str, n: int) -> np.ndarray:
-    from pipelines.clean.dedup import normalize_words, shingle_hashes
+    from pipelines.clean.minhash import normalize_words, shingle_hashes
 
     words = normalize_words(text)
     if len(words) < n:  # shingle_hashes gives shorter texts one shingle; a short text is no evidence
@@ -209,7 +206,7 @@ class DecontamIndex:
     def from_folder(cls, path: str | Path, longest_side: int = 1288, phash_size: int = 16, ngram: int = 13,
                     max_pixels: int = 64_000_000) -> DecontamIndex:
         """Scan, render and hash every benchmark page of ``path`` (see the module doc)."""
-        from pipelines.clean.dedup import perceptual_hash, pixel_hash
+        from pipelines.clean.image_hash import perceptual_hash, pixel_hash
         from pipelines.render import RenderConfig, decode_image, rasterize_pdf_page
 
         items = scan_folder(path)
@@ -331,7 +328,7 @@ def _decode(data: bytes, max_pixels: int) -> Any:
     return image
 
 
-class Decontaminate:
+class DecontamStage:
     """Drops records whose page or text is a benchmark page's (see the module doc for the rules)."""
 
     name = "decontam"
@@ -352,7 +349,7 @@ class Decontaminate:
         return _index_for(self.cfg)
 
     def __call__(self, record: PageRecord) -> list[PageRecord]:
-        from pipelines.clean.dedup import perceptual_hash, pixel_hash
+        from pipelines.clean.image_hash import perceptual_hash, pixel_hash
 
         if not isinstance(record.response, str):
             raise RecordError("bad_response", f"response must be a string, got {type(record.response).__name__}")

@@ -60,21 +60,15 @@ it (they still meet in their other bands).
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, NamedTuple
 
-import imagehash
-import numpy as np
-import xxhash
-from PIL import Image, ImageOps
-
-from schemas.deadletter import RecordError
+from pipelines.clean.dedup_config import PHASH_BITS, PHASH_SIZE, DedupConfig
+from pipelines.clean.image_hash import hamming, open_page, phash_grey, phash_sample_keys, pixel_hash_image, thumbnail
+from pipelines.clean.minhash import band_keys, estimated_jaccard, minhash_signature, normalize_words, sketch
 from schemas.page import PageRecord
 
 VERSION = "1"
@@ -82,322 +76,6 @@ STAGE = "dedup"
 KINDS = ("px", "ph", "mh")
 REASONS = {"px": "duplicate_image", "ph": "near_duplicate_image", "mh": "near_duplicate_text"}
 _REASON_PRIORITY = {reason: i for i, reason in enumerate(REASONS.values())}
-
-PHASH_SIZE = 16  # 16 x 16 DCT coefficients: the 256-bit pHash used for near images
-PHASH_BITS = PHASH_SIZE * PHASH_SIZE
-MERSENNE_61 = (1 << 61) - 1
-_U64 = np.uint64
-_EXIF_ORIENTATION = 0x0112
-
-
-# --------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True)
-class MinHashConfig:
-    """MinHash LSH over the response text; the defaults are datatrove's ``MinhashConfig``.
-
-    - ``ngram``: words per shingle (5).
-    - ``bands`` x ``rows``: 14 bands of 8 min-hashes, 112 permutations. A pair with Jaccard
-      similarity s shares a band with probability 1 - (1 - s**8)**14: 0.65 at the threshold
-      s = (1/14)**(1/8) = 0.72, 0.92 at s = 0.8, 0.21 at s = 0.6, 0.04 at s = 0.5. Word 5-grams
-      make this strict: editing 3 % of the words leaves s of about 0.75, 5 % about 0.63.
-    - ``seed``: derives the permutations; keys from different seeds never match.
-    - ``min_words``: texts with fewer normalised words get no ``mh`` keys (short and empty labels
-      would otherwise all collide; the short-sample filter handles them).
-    - ``verify_jaccard``: minimum Jaccard estimated from the members' sketches for an edge, or
-      ``None`` to accept every band collision.
-    """
-
-    ngram: int = 5
-    bands: int = 14
-    rows: int = 8
-    seed: int = 1
-    min_words: int = 20
-    verify_jaccard: float | None = 0.5
-
-    def __post_init__(self) -> None:
-        if self.ngram < 1 or self.bands < 1 or self.rows < 1 or self.min_words < 0:
-            raise ValueError(f"MinHashConfig values must be positive: {self}")
-        if self.verify_jaccard is not None and not 0.0 <= self.verify_jaccard <= 1.0:
-            raise ValueError(f"verify_jaccard must be in [0, 1] or None, got {self.verify_jaccard}")
-
-    @property
-    def num_perm(self) -> int:
-        return self.bands * self.rows
-
-
-@dataclass(frozen=True)
-class DedupConfig:
-    """Which duplicate kinds to find and how; every field has a documented default.
-
-    ``source_priority`` maps a source name to its rank (higher wins; sources not named rank 0);
-    a mapping is accepted and stored as sorted pairs. ``minhash`` accepts a mapping of
-    ``MinHashConfig`` fields (as read from YAML). ``max_pixels`` caps decoded images as
-    ``render.max_pixels`` does.
-    """
-
-    exact_image: bool = True
-    near_image: bool = True
-    near_text: bool = True
-    phash_bands: int = 16
-    phash_band_bits: int = 32
-    phash_max_distance: int = 20
-    phash_seed: int = 1
-    max_centres: int = 64
-    max_pixels: int = 64_000_000
-    minhash: MinHashConfig = field(default_factory=MinHashConfig)
-    source_priority: tuple[tuple[str, float], ...] = ()
-
-    def __post_init__(self) -> None:
-        if isinstance(self.minhash, Mapping):
-            object.__setattr__(self, "minhash", MinHashConfig(**self.minhash))
-        priority = self.source_priority
-        pairs = priority.items() if isinstance(priority, Mapping) else priority
-        object.__setattr__(self, "source_priority", tuple(sorted((str(k), float(v)) for k, v in pairs)))
-        if self.phash_bands < 1 or not 1 <= self.phash_band_bits <= PHASH_BITS:
-            raise ValueError(f"phash_bands must be >= 1 and phash_band_bits in [1, {PHASH_BITS}]")
-        if not 0 <= self.phash_max_distance <= PHASH_BITS:
-            raise ValueError(f"phash_max_distance must be in [0, {PHASH_BITS}], got {self.phash_max_distance}")
-        if self.max_centres < 1:
-            raise ValueError("max_centres must be >= 1")
-
-    def rank(self, source: str) -> float:
-        return dict(self.source_priority).get(source, 0.0)
-
-
-# --------------------------------------------------------------------------- images
-
-
-def _open(data: bytes | Image.Image, max_pixels: int) -> Image.Image:
-    """Decoded, EXIF-oriented image in mode ``L`` or ``RGB``; ``RecordError`` if it is none.
-
-    Grey images stay ``L``: every use below gives the same result as for their RGB conversion
-    (strips are converted while hashing; grey values of equal R, G, B are exact), and skipping
-    the full-page conversion halves the time for the corpus's grey PNG pages.
-    """
-    if isinstance(data, Image.Image):
-        image = data
-    else:
-        from pipelines.render import open_image
-
-        image = open_image(data, max_pixels)
-    try:
-        # exif_transpose copies the image even when there is nothing to do: check first.
-        if image.getexif().get(_EXIF_ORIENTATION, 1) not in (1, None):
-            image = ImageOps.exif_transpose(image)
-        if image.mode == "1":
-            image = image.convert("L")  # 0 / 255, as its RGB conversion
-        elif image.mode not in ("L", "RGB"):
-            image = image.convert("RGB")  # palette, alpha (dropped), CMYK, 16-bit, ...
-        else:
-            image.load()
-    except Exception as exc:  # truncated or corrupt pixel data surfaces only on load
-        raise RecordError("corrupt_image", f"cannot decode image: {exc}") from exc
-    return image
-
-
-_STRIP_ROWS = 256
-
-
-def _pixel_hash_image(image: Image.Image) -> str:
-    """sha256 of ``b"WxH" + NUL`` and the RGB bytes, fed in strips: the same digest as hashing
-    ``image.convert("RGB").tobytes()`` at once, ~2x faster (no page-sized copies) and with
-    less memory."""
-    digest = hashlib.sha256(b"%dx%d\x00" % image.size)
-    width, height = image.size
-    for top in range(0, height, _STRIP_ROWS):
-        strip = image.crop((0, top, width, min(height, top + _STRIP_ROWS)))
-        digest.update((strip if strip.mode == "RGB" else strip.convert("RGB")).tobytes())
-    return digest.hexdigest()
-
-
-def pixel_hash(data: bytes | Image.Image, max_pixels: int = 64_000_000) -> str:
-    """sha256 (hex) over ``WxH`` and the raw RGB bytes of the decoded, EXIF-oriented image.
-
-    Encoded bytes are decoded first, so PNG, lossless WebP and grey or palette PNGs of the same
-    pixels give one hash; alpha is dropped. A PIL image skips decoding. Undecodable bytes raise
-    ``RecordError("corrupt_image")``, images over ``max_pixels`` ``RecordError("image_too_large")``.
-    """
-    return _pixel_hash_image(_open(data, max_pixels))
-
-
-def _thumbnail(image: Image.Image) -> Image.Image:
-    """Grey image box-reduced to ~128 px on its short side. An RGB image is reduced before its
-    grey conversion, so a grey page and its RGB copy give the same thumbnail."""
-    factor = max(1, min(image.size) // 128)
-    small = image.reduce(factor) if factor > 1 else image
-    return small if small.mode == "L" else small.convert("L")
-
-
-def _phash_grey(grey: Image.Image, hash_size: int) -> int:
-    bits = imagehash.phash(grey, hash_size=hash_size).hash.ravel()
-    return int.from_bytes(np.packbits(bits).tobytes(), "big")
-
-
-def perceptual_hash(data: bytes | Image.Image, hash_size: int = 8, max_pixels: int = 64_000_000) -> int:
-    """pHash (``imagehash.phash``) of the decoded, EXIF-oriented page as an int of hash_size**2 bits.
-
-    The default is 64 bits; ``hash_size=16`` gives the 256-bit hash used to verify near-image
-    candidates. The first bit is the most significant.
-    """
-    return _phash_grey(_thumbnail(_open(data, max_pixels)), hash_size)
-
-
-def hamming(a: int, b: int) -> int:
-    """Number of differing bits."""
-    return (a ^ b).bit_count()
-
-
-def phash_band_keys(h: int, bands: int = 4, bits: int = 64) -> list[str]:
-    """``ph:<band>:<hex bits>`` for each of ``bands`` equal slices of a ``bits``-bit hash.
-
-    Pigeonhole: two hashes within Hamming distance < ``bands`` agree on at least one slice. Fine
-    for varied images; not used by ``extract_keys`` because slices of a document page's 64-bit
-    pHash are shared by whole templates (module docstring).
-    """
-    if bits % bands:
-        raise ValueError(f"bands ({bands}) must divide bits ({bits})")
-    width = bits // bands
-    mask = (1 << width) - 1
-    digits = (width + 3) // 4
-    return [f"ph:{i}:{(h >> (bits - width * (i + 1))) & mask:0{digits}x}" for i in range(bands)]
-
-
-@lru_cache(maxsize=8)
-def _bit_samples(bands: int, band_bits: int, bits: int, seed: int) -> np.ndarray:
-    """``bands`` rows of ``band_bits`` bit positions: consecutive slices of seeded permutations of
-    range(bits), so bits repeat only once every permutation is used up."""
-    rows: list[np.ndarray] = []
-    round_ = 0
-    pool: list[int] = []
-    while len(rows) < bands:
-        if len(pool) < band_bits:
-            pool = sorted(range(bits), key=lambda i: xxhash.xxh3_64_intdigest(b"%d:%d" % (round_, i), seed))
-            round_ += 1
-        rows.append(np.array(sorted(pool[:band_bits])))
-        pool = pool[band_bits:]
-    return np.stack(rows)
-
-
-def phash_sample_keys(h: int, bands: int = 16, band_bits: int = 32, bits: int = PHASH_BITS, seed: int = 1) -> list[str]:
-    """``ph:<band>:<hex>``: for each band, the ``band_bits`` bits of ``h`` at seeded positions.
-
-    Bit-sampling LSH for Hamming distance: hashes at distance d share a band with probability
-    1 - (1 - (1 - d/bits)**band_bits)**bands.
-    """
-    all_bits = np.unpackbits(np.frombuffer(h.to_bytes(bits // 8, "big"), dtype=np.uint8))
-    sampled = np.packbits(all_bits[_bit_samples(bands, band_bits, bits, seed)], axis=1)
-    return [f"ph:{i}:{row.tobytes().hex()}" for i, row in enumerate(sampled)]
-
-
-# --------------------------------------------------------------------------- text (MinHash)
-
-_TAG = re.compile(r"<[^<>]{0,200}>")
-# One CJK (Han, kana, Hangul) character is one word; elsewhere a word is a run of letters and digits.
-_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|[^\W_]+")
-_MIX1 = _U64(0xBF58476D1CE4E5B9)
-_MIX2 = _U64(0x94D049BB133111EB)
-_STEP = _U64(0x9E3779B97F4A7C15)
-_CHUNK = 512  # shingles per permutation block: memory stays 2 x 512 x 112 x 8 B for any label
-_P61 = _U64(MERSENNE_61)
-
-
-def normalize_words(text: str) -> list[str]:
-    """The words MinHash sees: HTML tags removed, lowercased (``casefold``), punctuation, symbols
-    and whitespace dropped, CJK split into characters. Markdown markup is punctuation, so a
-    Markdown and an HTML table with the same cells give the same words."""
-    return _WORD.findall(_TAG.sub(" ", text).casefold())
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser (uint64 arithmetic wraps, as intended)."""
-    x = x ^ (x >> _U64(30))
-    x = x * _MIX1
-    x = x ^ (x >> _U64(27))
-    x = x * _MIX2
-    return x ^ (x >> _U64(31))
-
-
-def shingle_hashes(words: list[str], ngram: int, seed: int) -> np.ndarray:
-    """Unique 64-bit hashes of the word ``ngram``-grams (one shingle for shorter texts).
-
-    Each word is hashed once with xxh3-64 (fixed, unsalted: equal in every process and run), and
-    the n-gram hash is an order-sensitive polynomial of its word hashes, finalised by splitmix64.
-    """
-    if not words:
-        return np.zeros(0, dtype=np.uint64)
-    word_h = np.fromiter(map(xxhash.xxh3_64_intdigest, map(str.encode, words)), dtype=np.uint64, count=len(words))
-    n = max(1, len(words) - ngram + 1)
-    h = np.full(n, xxhash.xxh3_64_intdigest(b"seed%d" % seed), dtype=np.uint64)
-    for j in range(min(ngram, len(words))):
-        h = h * _STEP + word_h[j:j + n]
-    return np.unique(_mix64(h))
-
-
-@lru_cache(maxsize=8)
-def _permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Permutation coefficients a in [1, p), b in [0, p), p = 2**61 - 1, derived by hashing so they
-    are the same on every platform and numpy version."""
-    a = [xxhash.xxh3_64_intdigest(f"a{i}".encode(), seed) % (MERSENNE_61 - 1) + 1 for i in range(num_perm)]
-    b = [xxhash.xxh3_64_intdigest(f"b{i}".encode(), seed) % MERSENNE_61 for i in range(num_perm)]
-    return np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64)
-
-
-def minhash_signature(text: str | list[str], cfg: MinHashConfig = MinHashConfig()) -> np.ndarray:
-    """The ``cfg.num_perm`` min-hashes (uint64) of the text's word ``ngram``-gram shingles.
-
-    ``text`` is a string (normalised with ``normalize_words``) or an already normalised word list.
-    Permutation i maps a shingle hash x to (a_i * x + b_i) mod 2**64, reduced mod p = 2**61 - 1,
-    as datatrove's 64-bit MinHash does (the product wraps in uint64); the reduction is a Mersenne
-    fold (see the code). Deterministic across processes, runs and machines. A text without words
-    gets all values 2**61 - 1 (no band keys).
-    """
-    words = normalize_words(text) if isinstance(text, str) else text
-    a, b = _permutations(cfg.num_perm, cfg.seed)
-    signature = np.full(cfg.num_perm, MERSENNE_61, dtype=np.uint64)
-    shingles = shingle_hashes(words, cfg.ngram, cfg.seed)
-    rows = min(_CHUNK, len(shingles))
-    y = np.empty((rows, cfg.num_perm), dtype=np.uint64)
-    folded = np.empty_like(y)
-    for start in range(0, len(shingles), _CHUNK):
-        x = shingles[start:start + _CHUNK, None]
-        yy, ff = y[:len(x)], folded[:len(x)]
-        np.multiply(x, a, out=yy)
-        yy += b
-        # Mersenne fold (y & p) + (y >> 61) instead of `% p` (4x faster): equals y mod p unless
-        # the sum reaches p (probability < 2**-58), where it is p more; still a fixed hash.
-        np.bitwise_and(yy, _P61, out=ff)
-        yy >>= _U64(61)
-        ff += yy
-        np.minimum(signature, ff.min(axis=0), out=signature)
-    return signature
-
-
-def band_keys(signature: np.ndarray, cfg: MinHashConfig = MinHashConfig()) -> list[str]:
-    """``mh:<band>:<16 hex>``: blake2b-64 of each band's ``rows`` little-endian min-hashes."""
-    if len(signature) != cfg.num_perm:
-        raise ValueError(f"signature has {len(signature)} values, config wants {cfg.num_perm}")
-    if bool((signature == MERSENNE_61).all()):
-        return []
-    raw = np.asarray(signature, dtype="<u8").tobytes()
-    step = cfg.rows * 8
-    return [f"mh:{i}:{hashlib.blake2b(raw[i * step:(i + 1) * step], digest_size=8).hexdigest()}"
-            for i in range(cfg.bands)]
-
-
-def sketch(signature: np.ndarray) -> bytes:
-    """The low byte of each min-hash (b-bit MinHash with b = 8): 112 bytes for the default config."""
-    return (np.asarray(signature, dtype=np.uint64) & _U64(0xFF)).astype(np.uint8).tobytes()
-
-
-def estimated_jaccard(a: bytes, b: bytes) -> float:
-    """Jaccard similarity estimated from two ``sketch``es: equal low bytes happen for equal
-    min-hashes and, by chance, 1/256 of the others, hence the correction."""
-    if len(a) != len(b) or not a:
-        raise ValueError("sketches must be non-empty and of equal length")
-    equal = np.count_nonzero(np.frombuffer(a, np.uint8) == np.frombuffer(b, np.uint8)) / len(a)
-    return min(1.0, max(0.0, (equal - 1 / 256) / (1 - 1 / 256)))
 
 
 # --------------------------------------------------------------------------- members and keys
@@ -461,14 +139,14 @@ def extract_keys(record: PageRecord, cfg: DedupConfig = DedupConfig(), rank: flo
     phash = None
     text_sketch = None
     if cfg.exact_image or cfg.near_image:
-        image = _open(record.image, cfg.max_pixels)
+        image = open_page(record.image, cfg.max_pixels)
         if cfg.exact_image:
-            info["pixel_sha256"] = _pixel_hash_image(image)
+            info["pixel_sha256"] = pixel_hash_image(image)
             keys.append(f"px:{info['pixel_sha256']}")
         if cfg.near_image:
-            grey = _thumbnail(image)
-            info["phash"] = f"{_phash_grey(grey, 8):016x}"
-            phash = _phash_grey(grey, PHASH_SIZE)
+            grey = thumbnail(image)
+            info["phash"] = f"{phash_grey(grey, 8):016x}"
+            phash = phash_grey(grey, PHASH_SIZE)
             info["phash256"] = f"{phash:064x}"
             keys.extend(phash_sample_keys(phash, cfg.phash_bands, cfg.phash_band_bits, PHASH_BITS, cfg.phash_seed))
     if cfg.near_text:
@@ -489,7 +167,6 @@ def extract_keys(record: PageRecord, cfg: DedupConfig = DedupConfig(), rank: flo
 def dedup_keys(record: PageRecord, cfg: DedupConfig = DedupConfig()) -> list[str]:
     """The prefixed keys of one record (``extract_keys(record, cfg).keys``)."""
     return extract_keys(record, cfg).keys
-
 
 # --------------------------------------------------------------------------- grouping
 

@@ -10,15 +10,14 @@ components and returns the records to drop. The decisions themselves live in
 from __future__ import annotations
 
 import io as _io
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines import io
 from pipelines.clean.dedup import (
-    DedupConfig,
     Edge,
     Member,
     connected_components,
@@ -28,17 +27,14 @@ from pipelines.clean.dedup import (
     merge_reason,
     resolve,
 )
+from pipelines.clean.dedup_config import DedupConfig
+from schemas.config import load
 from schemas.page import PageRecord
 
 
-def dedup_config(options: dict[str, Any]) -> DedupConfig:
-    """``DedupConfig`` from the config's ``clean.dedup`` mapping (``enabled`` is the DAG's switch)."""
-    values = {k: v for k, v in options.items() if k != "enabled"}
-    known = {f.name for f in fields(DedupConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"clean.dedup: unknown options {unknown}; known: {sorted(known | {'enabled'})}")
-    return DedupConfig(**values)
+def dedup_config(options: DedupConfig | Mapping[str, Any]) -> DedupConfig:
+    """The ``clean.dedup`` block as a ``DedupConfig`` (``load_config`` already gives one; a mapping is loaded)."""
+    return load(DedupConfig, options, "clean.dedup")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
@@ -26,15 +27,14 @@ DEFAULT_TOKENIZER = "assets/tokenizer/tokenizer.json"
 
 
 @dataclass(frozen=True)
-class ShortSampleConfig:
-    """``min_tokens``: keep responses with at least this many tokens (64, the Jina recipe).
-    ``tokenizer_path``: a ``tokenizer.json`` or a folder containing one; relative paths resolve
-    against the repository root. ``max_count_chars``: longer responses are counted over this
-    prefix only (the decision stays exact, see ``ShortSampleFilter.count``)."""
+class ShortConfig:
+    """How short is too short, counted with which tokenizer."""
 
-    min_tokens: int = 64
-    tokenizer_path: str = DEFAULT_TOKENIZER
-    max_count_chars: int = 65_536
+    min_tokens: int = option(64, help="keep responses with at least this many tokens (64, the Jina recipe)")
+    tokenizer_path: str = option(DEFAULT_TOKENIZER, help="a tokenizer.json or a folder holding one; relative "
+                                                          "paths resolve against the repository root")
+    max_count_chars: int = option(65_536, help="longer responses are counted over this prefix only (the "
+                                               "decision stays exact, see ShortStage.count)")
 
 
 def resolve_tokenizer_path(path: str) -> Path:
@@ -49,12 +49,12 @@ def resolve_tokenizer_path(path: str) -> Path:
     return candidate
 
 
-class ShortSampleFilter:
+class ShortStage:
     """Drops records whose response has fewer than ``min_tokens`` tokens (reason ``short_response``)."""
 
     name = "short"
 
-    def __init__(self, cfg: ShortSampleConfig = ShortSampleConfig()):
+    def __init__(self, cfg: ShortConfig = ShortConfig()):
         if cfg.min_tokens < 1:
             raise ValueError(f"short: min_tokens must be >= 1, got {cfg.min_tokens}")
         if cfg.max_count_chars < 1:

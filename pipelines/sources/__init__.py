@@ -1,10 +1,15 @@
-"""Corpus readers, one module per published layout. ``build_source`` maps a config ``kind`` to one."""
+"""Corpus readers, one module per published layout. ``build_source`` maps a config ``kind`` to one.
+
+Each reader class declares the keys of its ``options:`` mapping as a frozen dataclass ``Options``
+(``source_options_type(kind)``), which ``pipelines.config.load_config`` checks at start-up.
+"""
 
 from __future__ import annotations
 
 import importlib
 
 from pipelines.sources.base import Row, Source, SourcePage, SourceSettings
+from schemas.config import ConfigError
 
 # kind -> "module:Class"; imported lazily so a worker only imports the readers it runs.
 SOURCE_KINDS = {
@@ -20,16 +25,23 @@ SOURCE_KINDS = {
 }
 
 
-def build_source(settings: SourceSettings) -> Source:
+def source_class(kind: str, path: str = "source kind") -> type:
+    """The reader class of ``kind``; ``ConfigError`` naming ``path`` and the known kinds when there is none."""
     try:
-        target = SOURCE_KINDS[settings.kind]
-    except KeyError:
-        raise ValueError(
-            f"source {settings.name!r}: unknown kind {settings.kind!r}; known: {sorted(SOURCE_KINDS)}"
-        ) from None
-    module_name, class_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(settings)
+        module_name, class_name = SOURCE_KINDS[kind].split(":")
+    except (KeyError, TypeError):
+        raise ConfigError(f"{path}: unknown kind {kind!r}; known kinds: {', '.join(sorted(SOURCE_KINDS))}") from None
+    return getattr(importlib.import_module(module_name), class_name)
 
 
-__all__ = ["Row", "Source", "SourcePage", "SourceSettings", "SOURCE_KINDS", "build_source"]
+def source_options_type(kind: str, path: str = "source kind") -> type:
+    """The ``Options`` dataclass of source ``kind``: the keys its ``options:`` mapping may hold."""
+    return source_class(kind, path).Options
+
+
+def build_source(settings: SourceSettings) -> Source:
+    return source_class(settings.kind, f"source {settings.name!r}: kind")(settings)
+
+
+__all__ = ["Row", "Source", "SourcePage", "SourceSettings", "SOURCE_KINDS", "build_source", "source_class",
+           "source_options_type"]

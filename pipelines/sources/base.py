@@ -9,10 +9,14 @@ dead-lettered, so the manifest accounts for every input record.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol
+from typing import Any, ClassVar, Iterator, Protocol, TypeVar
 
+from pipelines.instruct import default_instruction
+from schemas.config import load, option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -55,23 +59,40 @@ class Row:
 
 @dataclass(frozen=True)
 class SourceSettings:
-    """Per-source settings common to every reader (from the ``sources:`` list of the config)."""
+    """Per-source settings common to every reader (from the ``sources:`` list of the config).
 
-    name: str
-    kind: str
-    paths: tuple[str, ...]
-    instruction: str
-    domain: str
-    license: str
-    language: str = "und"
-    task: str = "parse_page"
-    split: str = "train"
-    options: dict[str, Any] = field(default_factory=dict)
+    ``options`` stays the user's mapping (paths resolved), as provenance hashes it; each reader
+    loads it into its kind's ``Options`` dataclass (``pipelines.sources.source_options_type``).
+    """
+
+    name: str = option(help="the source's name in records, manifests and provenance (unique in a run)")
+    kind: str = option(help="the reader (pipelines.sources.SOURCE_KINDS)")
+    paths: tuple[str, ...] = option(help="input URIs or globs (local, gs://, s3://, hf://; synth://<suite>)")
+    instruction: str = option("", help="the prompt every record carries (default: the task's prompt in "
+                                       "instruction_language, pipelines/instruct.py)")
+    domain: str = option("documents", help="the records' domain (documents, books, historical-newspaper, ...)")
+    license: str = option("unknown", help="the records' license (an SPDX-style id, or unknown)")
+    language: str = option("und", help="the records' language when the input does not say")
+    task: str = option("parse_page", help="the records' task (parse_page, transcribe_table, ...)")
+    split: str = option("train", help="the records' split when the input does not say")
+    instruction_language: str = option("en", help="language of the default instruction (en or zh)")
+    options: dict[str, Any] = option({}, help="the kind's options (its reader's Options dataclass)")
+
+    def __post_init__(self) -> None:
+        if not self.instruction:
+            object.__setattr__(self, "instruction", default_instruction(self.task, self.instruction_language))
+
+
+def load_options(options_type: type[T], settings: SourceSettings) -> T:
+    """``settings.options`` loaded into the reader's ``Options`` (errors name ``sources[<name>].options``)."""
+    return load(options_type, settings.options, f"sources[{settings.name}].options")
 
 
 class Source(Protocol):
-    """A corpus reader. ``plan`` and ``read`` run on workers; both must stream."""
+    """A corpus reader. ``plan`` and ``read`` run on workers; both must stream. ``Options`` is the frozen
+    dataclass of the kind's ``options:`` keys."""
 
+    Options: ClassVar[type]
     settings: SourceSettings
 
     def plan(self, uri: str) -> Iterator[Any]:

@@ -31,14 +31,16 @@ from __future__ import annotations
 import math
 import re
 import time
+from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
 from pipelines import io as pio
 from pipelines.render import pdf_page_count
-from pipelines.sources.base import Row, SourcePage, SourceSettings
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
 from pipelines.sources.parquet_rows import stream_rows
+from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
@@ -266,17 +268,26 @@ def _read_one_record(stream: IO[bytes], where: str) -> bytes:
 class FinePdfsSource:
     """Reads FinePDFs parquet files; see the module docstring for options and outcomes."""
 
+    @dataclass(frozen=True)
+    class Options:
+        warc_root: str = option(help="folder or URL prefix joined with file_path: a local folder, s3://commoncrawl, "
+                                     "gs://..., hf://... or https://data.commoncrawl.org")
+        batch_size: int = option(32, help="parquet rows per record batch")
+        http_timeout_s: float = option(60.0, help="seconds per WARC request (http(s) roots only)")
+        http_retries: int = option(3, help="retries of a failed WARC request (http(s) roots only)")
+
+        def __post_init__(self) -> None:
+            if not self.warc_root:
+                raise ValueError("finepdfs needs options.warc_root")
+
     def __init__(self, settings: SourceSettings):
         self.settings = settings
-        options = settings.options or {}
-        root = options.get("warc_root")
-        if not root:
-            raise ValueError(f"source {settings.name!r}: finepdfs needs options.warc_root")
-        self.warc_root = str(root)
-        self.batch_size = int(options.get("batch_size", 32))
-        self.http_timeout_s = float(options.get("http_timeout_s", 60.0))
-        self.http_retries = int(options.get("http_retries", 3))
-        self._provenance = ProvenanceStep("read:finepdfs", VERSION, params_hash(dict(options)))
+        options = load_options(self.Options, settings)
+        self.warc_root = options.warc_root
+        self.batch_size = options.batch_size
+        self.http_timeout_s = options.http_timeout_s
+        self.http_retries = options.http_retries
+        self._provenance = ProvenanceStep("read:finepdfs", VERSION, params_hash(dict(settings.options or {})))
 
     def plan(self, uri: str) -> Iterator[str]:
         yield uri

@@ -31,11 +31,13 @@ so cleaning stages can treat the two differently.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal
 
-from pipelines.sources.base import Row, SourcePage, SourceSettings
-from pipelines.sources.images import ImageResolver
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.images import ImageOptions, ImageResolver
 from pipelines.sources.parquet_rows import stream_rows
+from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
@@ -106,14 +108,18 @@ class _ParquetHistoricalSource:
     #: every column the reader may use (present ones are read, absent ones skipped).
     COLUMNS: tuple[str, ...] = ()
 
+    @dataclass(frozen=True)
+    class Options(ImageOptions):
+        batch_size: int = option(64, help="rows per Parquet batch")
+
     def __init__(self, settings: SourceSettings):
         self.settings = settings
-        self.options: dict[str, Any] = dict(settings.options or {})
+        self.options = load_options(self.Options, settings)
         self.resolver = ImageResolver.from_options(self.options)
-        self.batch_size = int(self.options.get("batch_size", 64))
+        self.batch_size = self.options.batch_size
         #: columns a file must have (subclasses set them from their settings).
         self.required: tuple[str, ...] = ()
-        self._provenance = ProvenanceStep(f"read:{settings.kind}", VERSION, params_hash(self.options))
+        self._provenance = ProvenanceStep(f"read:{settings.kind}", VERSION, params_hash(dict(settings.options or {})))
 
     # -- Source protocol ---------------------------------------------------------------------
 
@@ -217,9 +223,14 @@ class NaraSource(_ParquetHistoricalSource):
         "extractedTextContributor",
     )
 
+    @dataclass(frozen=True)
+    class Options(_ParquetHistoricalSource.Options):
+        use_extracted_text: bool = option(False, help="fall back to extractedText (machine OCR) when "
+                                                      "transcriptionText is empty")
+
     def __init__(self, settings: SourceSettings):
         super().__init__(settings)
-        self.use_extracted_text = bool(self.options.get("use_extracted_text", False))
+        self.use_extracted_text = self.options.use_extracted_text
         required = ["NAID", "pageObjectId", "pageNumber", "pageImageURL", "transcriptionText"]
         if self.use_extracted_text:
             required.append("extractedText")
@@ -262,14 +273,14 @@ class LocSource(_ParquetHistoricalSource):
         "thumbnail_url", "jpeg2000_url", "pdf_url", "ocr_url", "source_record_creation_date",
     )
 
+    @dataclass(frozen=True)
+    class Options(_ParquetHistoricalSource.Options):
+        image_column: Literal["pdf_url", "thumbnail_url", "jpeg2000_url"] = option(
+            "pdf_url", help="where the page comes from: pdf_url (a single-page PDF), thumbnail_url or jpeg2000_url")
+
     def __init__(self, settings: SourceSettings):
         super().__init__(settings)
-        self.image_column = str(self.options.get("image_column", "pdf_url"))
-        if self.image_column not in LOC_IMAGE_COLUMNS:
-            raise ValueError(
-                f"source {settings.name!r}: image_column must be one of {LOC_IMAGE_COLUMNS}, "
-                f"got {self.image_column!r}"
-            )
+        self.image_column = self.options.image_column
         self.required = ("lccn", "issue_date", "edition_order", "Page", "ocr_text", self.image_column)
 
     def _source_id(self, record: dict[str, Any]) -> str:
@@ -297,7 +308,25 @@ class LocSource(_ParquetHistoricalSource):
         )
 
 
-_MAPPED_KEYS = ("id", "text", "image_url", "image_bytes", "page", "language", "title", "date")
+@dataclass(frozen=True)
+class MappedColumns:
+    """Roles -> column names of a ``historical`` source: ``id`` and ``text``, and exactly one image column."""
+
+    id: str = option(help="the record id (the document id when page is mapped)")
+    text: str = option(help="the transcription")
+    image_url: str | None = option(None, help="image URLs, fetched with the resolver")
+    image_bytes: str | None = option(None, help="image bytes, or Hugging Face Image structs {bytes, path}")
+    page: str | None = option(None, help="page numbers (source_id becomes {id}/p{page})")
+    language: str | None = option(None, help="language tags; a valid tag overrides the source's language")
+    title: str | None = option(None, help="copied into metadata")
+    date: str | None = option(None, help="copied into metadata")
+
+    def __post_init__(self) -> None:
+        for role in ("id", "text"):
+            if not getattr(self, role):
+                raise ValueError(f"columns.{role} is required")
+        if bool(self.image_url) == bool(self.image_bytes):
+            raise ValueError("set exactly one of columns.image_url / image_bytes")
 
 
 class MappedHistoricalSource(_ParquetHistoricalSource):
@@ -310,24 +339,24 @@ class MappedHistoricalSource(_ParquetHistoricalSource):
     the document). A ``language`` cell that is a valid language tag overrides the configured one.
     """
 
+    @dataclass(frozen=True, kw_only=True)
+    class Options(_ParquetHistoricalSource.Options):
+        columns: MappedColumns = option(help="role -> column name (MappedColumns)")
+        quality_columns: tuple[str, ...] = option((), help="columns copied into quality")
+        metadata_columns: tuple[str, ...] = option((), help="columns copied into metadata")
+        text_origin: str = option("machine_ocr", help="quality.text_origin: machine_ocr or human_transcription")
+        response_format: str = option("text", help="the records' response_format")
+
     def __init__(self, settings: SourceSettings):
         super().__init__(settings)
-        columns = self.options.get("columns")
-        if not isinstance(columns, Mapping):
-            raise ValueError(f"source {settings.name!r}: options.columns must be a mapping of role -> column")
-        unknown = sorted(set(columns) - set(_MAPPED_KEYS))
-        if unknown:
-            raise ValueError(f"source {settings.name!r}: unknown options.columns keys {unknown}; known: {list(_MAPPED_KEYS)}")
-        for key in ("id", "text"):
-            if not columns.get(key):
-                raise ValueError(f"source {settings.name!r}: options.columns.{key} is required")
-        if bool(columns.get("image_url")) == bool(columns.get("image_bytes")):
-            raise ValueError(f"source {settings.name!r}: set exactly one of options.columns.image_url / image_bytes")
-        self.columns: dict[str, str] = {k: str(v) for k, v in columns.items() if v}
-        self.quality_columns = [str(c) for c in self.options.get("quality_columns", [])]
-        self.metadata_columns = [str(c) for c in self.options.get("metadata_columns", [])]
-        self.text_origin = str(self.options.get("text_origin", "machine_ocr"))
-        self.response_format = str(self.options.get("response_format", "text"))
+        columns = self.options.columns
+        # in the configured order, which the bad_schema message lists columns in
+        self.columns: dict[str, str] = {k: getattr(columns, k) for k in settings.options["columns"]
+                                        if getattr(columns, k)}
+        self.quality_columns = list(self.options.quality_columns)
+        self.metadata_columns = list(self.options.metadata_columns)
+        self.text_origin = self.options.text_origin
+        self.response_format = self.options.response_format
 
     def _missing_columns(self, present: set[str]) -> str:
         missing = [f"columns.{k} -> {c!r}" for k, c in self.columns.items() if c not in present]

@@ -16,9 +16,8 @@ whose path tries to leave the mirror (``..``); ``image_unavailable`` (naming the
 no tier has the image. The resolver holds only plain settings, so sources that own one stay
 picklable for Beam workers.
 
-Source ``options`` keys read by ``ImageResolver.from_options``: ``mirror`` (str), ``cache_dir``
-(str), ``allow_http`` (bool, default false), ``timeout_s`` (float, default 30), ``max_bytes`` (int,
-default 50 MiB), ``retries`` (int, default 2), ``user_agent`` (str).
+Source ``options`` keys read by ``ImageResolver.from_options``: the fields of ``ImageOptions``
+(``mirror``, ``cache_dir``, ``allow_http``, ``timeout_s``, ``max_bytes``, ``retries``, ``user_agent``).
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit
 
 from pipelines import io
+from schemas.config import load, option
 from schemas.deadletter import RecordError
 
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
@@ -77,6 +77,19 @@ def _split_http_url(url: str) -> tuple[str, list[str]]:
 
 
 @dataclass(frozen=True)
+class ImageOptions:
+    """The source options ``ImageResolver.from_options`` reads (readers of URL-referenced images extend it)."""
+
+    mirror: str | None = option(None, help="local folder or URI root laid out as <mirror>/<url host>/<url path>")
+    cache_dir: str | None = option(None, help="cache of HTTP fetches, <cache_dir>/<sha[:2]>/<sha>")
+    allow_http: bool = option(False, help="fetch images missing from the mirror and cache over HTTP")
+    timeout_s: float = option(30.0, help="seconds per HTTP request")
+    max_bytes: int = option(DEFAULT_MAX_BYTES, help="largest image fetched, in bytes")
+    retries: int = option(2, help="retries of a transient HTTP failure (timeouts, 429, 5xx)")
+    user_agent: str = option("pagemill-image-resolver/1", help="User-Agent of HTTP requests")
+
+
+@dataclass(frozen=True)
 class ImageResolver:
     """Mirror -> cache -> HTTP image fetcher; see the module docstring."""
 
@@ -89,16 +102,11 @@ class ImageResolver:
     user_agent: str = "pagemill-image-resolver/1"
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> ImageResolver:
-        return cls(
-            mirror=options.get("mirror") or None,
-            cache_dir=options.get("cache_dir") or None,
-            allow_http=bool(options.get("allow_http", False)),
-            timeout_s=float(options.get("timeout_s", 30.0)),
-            max_bytes=int(options.get("max_bytes", DEFAULT_MAX_BYTES)),
-            retries=int(options.get("retries", 2)),
-            user_agent=str(options.get("user_agent", cls.user_agent)),
-        )
+    def from_options(cls, options: ImageOptions | Mapping[str, Any]) -> ImageResolver:
+        """From a reader's typed options (an ``ImageOptions``) or a mapping of its keys."""
+        o = load(ImageOptions, options, "options")
+        return cls(mirror=o.mirror or None, cache_dir=o.cache_dir or None, allow_http=o.allow_http,
+                   timeout_s=o.timeout_s, max_bytes=o.max_bytes, retries=o.retries, user_agent=o.user_agent)
 
     # -- tiers -------------------------------------------------------------------------------
 

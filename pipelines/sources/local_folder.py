@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import os
 import posixpath
+from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
 from pipelines import io
 from pipelines.render import pdf_page_count
-from pipelines.sources.base import Row, SourcePage, SourceSettings
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
@@ -65,11 +67,14 @@ def _walk_local(root: str) -> Iterator[str]:
 class LocalFolderSource:
     """See the module docstring."""
 
+    @dataclass(frozen=True)
+    class Options:
+        require_labels: bool = option(False, help="drop files without a .md or .txt label (reason unlabelled)")
+
     def __init__(self, settings: SourceSettings):
         self.settings = settings
-        self.options: dict[str, Any] = dict(settings.options or {})
-        self.require_labels = bool(self.options.get("require_labels", False))
-        self._provenance = ProvenanceStep(f"read:{settings.kind}", VERSION, params_hash(self.options))
+        self.require_labels = load_options(self.Options, settings).require_labels
+        self._provenance = ProvenanceStep(f"read:{settings.kind}", VERSION, params_hash(dict(settings.options or {})))
 
     # -- Source protocol ---------------------------------------------------------------------
 

@@ -29,8 +29,9 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
 from pipelines.sources.parquet_rows import open_parquet
+from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
@@ -102,8 +103,18 @@ class _MixBase:
 
     kind = "olmocr_mix"
 
+    @dataclass(frozen=True)
+    class Options:
+        root: str | None = option(None, help="folder the tarballs are found under (default: the parquet file's "
+                                             "folder)")
+        domains: dict[str, str] = option({}, help="subset (from the file name) -> record domain; other subsets get "
+                                                 "the source's domain")
+        split_from_filename: bool = option(True, help="take the split from the file name (<subset>_<split>.parquet, "
+                                                      "train-<subset>.parquet); false: the source's split")
+
     def __init__(self, settings: SourceSettings):
         self.settings = settings
+        self.options = load_options(self.Options, settings)
         self.provenance = [ProvenanceStep(f"read:{self.kind}", VERSION, params_hash(settings.options))]
 
     # --- hooks for the two parquet variants -------------------------------------------------
@@ -118,7 +129,7 @@ class _MixBase:
 
     # --- shared machinery -------------------------------------------------------------------
     def _root(self, parquet_uri: str) -> str:
-        return self.settings.options.get("root") or posixpath.dirname(parquet_uri) or "."
+        return self.options.root or posixpath.dirname(parquet_uri) or "."
 
     def _open(self, parquet_uri: str) -> pq.ParquetFile:
         return open_parquet(parquet_uri)
@@ -261,7 +272,7 @@ class _MixBase:
             subset, split = row.get("_subset_split") or ("", "train")
             page = row.get("page_number")
             page_number = int(page) if page is not None else 1
-            domains = self.settings.options.get("domains") or {}
+            domains = self.options.domains
             metadata = {"url": row.get("url"), "pdf": f"{posixpath.basename(tar_uri)}:{member}", "subset": subset}
             extras = row.get("extras")
             if extras:
@@ -281,7 +292,7 @@ class _MixBase:
                 license=self.settings.license,
                 instruction=self.settings.instruction,
                 task=self.settings.task,
-                split=split if self.settings.options.get("split_from_filename", True) else self.settings.split,
+                split=split if self.options.split_from_filename else self.settings.split,
                 pdf_page_index=0,
                 rotation=response["rotation_correction"],
                 quality={"olmocr": response, "blank_page": not text},
@@ -347,8 +358,12 @@ class OlmOcrMix0225Source(OlmOcrMixSource):
     key_columns = ()
     required_columns = ("url", "page_number", "response")
 
+    @dataclass(frozen=True)
+    class Options(OlmOcrMixSource.Options):
+        tarballs: str | None = option(None, help="glob of the PDF tarballs (default: <root>/pdf_tarballs/*.tar.gz)")
+
     def _tarball_uris(self, parquet_uri: str) -> list[str]:
-        pattern = self.settings.options.get("tarballs") or io.join(self._root(parquet_uri), "pdf_tarballs", "*.tar.gz")
+        pattern = self.options.tarballs or io.join(self._root(parquet_uri), "pdf_tarballs", "*.tar.gz")
         return io.match(pattern)
 
     def plan(self, uri: str) -> Iterator[JoinUnit]:
@@ -407,8 +422,13 @@ class OlmOcrTrainDirSource:
 
     kind = "olmocr_train_dir"
 
+    @dataclass(frozen=True)
+    class Options:
+        """The training form takes no options."""
+
     def __init__(self, settings: SourceSettings):
         self.settings = settings
+        load_options(self.Options, settings)  # rejects any key
         self.provenance = [ProvenanceStep(f"read:{self.kind}", VERSION, params_hash(settings.options))]
 
     def plan(self, uri: str) -> Iterator[tuple[str, str]]:

@@ -13,9 +13,11 @@ rejects (content overflows the page, KaTeX error, timeout) is dropped with that 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
-from pipelines.sources.base import Row, SourcePage, SourceSettings
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 
 SCHEME = "synth://"
@@ -24,12 +26,18 @@ SCHEME = "synth://"
 class SynthSource:
     kind = "jinaocrsynth"
 
+    @dataclass(frozen=True)
+    class Options:
+        pages: int = option(12, help="synthetic pages the source yields")
+        seed: int = option(0, help="seed of the page plan (layouts, contents)")
+        pages_per_unit: int = option(4, help="pages one worker renders per unit (at least 1)")
+
     def __init__(self, settings: SourceSettings):
         self.settings = settings
-        options = settings.options
-        self.pages = int(options.get("pages", 12))
-        self.seed = int(options.get("seed", 0))
-        self.pages_per_unit = max(1, int(options.get("pages_per_unit", 4)))
+        options = load_options(self.Options, settings)
+        self.pages = options.pages
+        self.seed = options.seed
+        self.pages_per_unit = max(1, options.pages_per_unit)
         self._renderer = None
 
     def plan(self, uri: str) -> Iterator[tuple[str, int, int]]:

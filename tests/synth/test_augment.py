@@ -1,4 +1,4 @@
-"""synth/augment.py: seeded page degradations and the per-record DegradeStage."""
+"""synth/augment.py: seeded page degradations and the per-record AugmentStage."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from PIL import Image, ImageDraw
 
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, page_id, validate
-from synth.augment import OPS, STAGE, DegradeConfig, DegradeStage, degrade
+from synth.augment import OPS, STAGE, AugmentConfig, AugmentStage, degrade
 
 
 def text_page(width: int = 160, height: int = 200, mode: str = "L") -> Image.Image:
@@ -43,19 +43,19 @@ def record(i: int, image: Image.Image | None = None) -> PageRecord:
 def test_forced_ops_change_the_image_as_documented() -> None:
     page = text_page(mode="L")
     base = np.asarray(page, dtype=float)
-    cfg = DegradeConfig()
+    cfg = AugmentConfig()
 
     out, applied = degrade(page, 1, cfg, ops=["rotate90"])
     turn = applied[0]["degrees_clockwise"]
     assert out.size == ((200, 160) if turn in (90, 270) else (160, 200))
 
-    out, applied = degrade(page, 1, DegradeConfig(rotations=(90,)), ops=["rotate90"])
+    out, applied = degrade(page, 1, AugmentConfig(rotations=(90,)), ops=["rotate90"])
     assert out.size == (200, 160)
     assert np.array_equal(np.asarray(out), np.rot90(np.asarray(page), k=-1))
 
     out, applied = degrade(page, 1, cfg, ops=["downscale"])
     assert out.size == (80, 100) and applied == [{"op": "downscale", "mode": "shrink", "factor": 0.5}]
-    out, _ = degrade(page, 1, DegradeConfig(downscale_mode="down_up"), ops=["downscale"])
+    out, _ = degrade(page, 1, AugmentConfig(downscale_mode="down_up"), ops=["downscale"])
     assert out.size == page.size and not np.array_equal(np.asarray(out), base)
 
     out, applied = degrade(page, 1, cfg, ops=["erode"])
@@ -63,22 +63,22 @@ def test_forced_ops_change_the_image_as_documented() -> None:
     out, applied = degrade(page, 1, cfg, ops=["dilate"])
     assert out.size == page.size and np.asarray(out).mean() > base.mean()  # strokes thin (faded print)
 
-    out, applied = degrade(page, 1, DegradeConfig(skew_degrees=3.0), ops=["skew"])
+    out, applied = degrade(page, 1, AugmentConfig(skew_degrees=3.0), ops=["skew"])
     assert out.size == page.size and abs(applied[0]["degrees"]) <= 3.0
     arr = np.asarray(out)
     assert arr[0, 0] == 255 and not np.array_equal(arr, base)  # white fill in the corners
 
-    out, applied = degrade(page, 1, DegradeConfig(salt_pepper_amount=(0.05, 0.05)), ops=["salt_pepper"])
+    out, applied = degrade(page, 1, AugmentConfig(salt_pepper_amount=(0.05, 0.05)), ops=["salt_pepper"])
     changed = np.asarray(out) != np.asarray(page)
     assert 0.005 < changed.mean() < 0.06 and applied[0]["amount"] == 0.05
 
-    out, applied = degrade(page, 1, DegradeConfig(jpeg_quality=(20, 20)), ops=["jpeg"])
+    out, applied = degrade(page, 1, AugmentConfig(jpeg_quality=(20, 20)), ops=["jpeg"])
     assert applied == [{"op": "jpeg", "quality": 20}] and not np.array_equal(np.asarray(out), base)
 
 
 def test_degrade_is_deterministic_and_draws_bounded_ops() -> None:
     page = text_page()
-    cfg = DegradeConfig(max_ops=3)
+    cfg = AugmentConfig(max_ops=3)
     seen: set[str] = set()
     for seed in range(40):
         a, applied_a = degrade(page, seed, cfg)
@@ -92,18 +92,18 @@ def test_degrade_is_deterministic_and_draws_bounded_ops() -> None:
 
 
 def test_grey_in_grey_out_and_colour_stays_colour() -> None:
-    grey, _ = degrade(text_page(mode="L"), 3, DegradeConfig(), ops=list(OPS[:3]) + ["salt_pepper", "jpeg"])
+    grey, _ = degrade(text_page(mode="L"), 3, AugmentConfig(), ops=list(OPS[:3]) + ["salt_pepper", "jpeg"])
     assert grey.mode == "L"
-    achromatic_rgb, _ = degrade(text_page(mode="RGB"), 3, DegradeConfig(), ops=["skew", "salt_pepper"])
+    achromatic_rgb, _ = degrade(text_page(mode="RGB"), 3, AugmentConfig(), ops=["skew", "salt_pepper"])
     assert achromatic_rgb.mode == "L"
     colour = text_page(mode="RGB")
     ImageDraw.Draw(colour).rectangle((0, 0, 30, 30), fill=(200, 30, 30))
-    out, _ = degrade(colour, 3, DegradeConfig(), ops=["skew", "erode"])
+    out, _ = degrade(colour, 3, AugmentConfig(), ops=["skew", "erode"])
     assert out.mode == "RGB"
 
 
 def test_stage_probability_determinism_and_provenance() -> None:
-    stage = DegradeStage(DegradeConfig())
+    stage = AugmentStage(AugmentConfig())
     page = text_page()
     records = [record(i, page) for i in range(400)]
     outputs = [stage(r)[0] for r in records]
@@ -119,16 +119,16 @@ def test_stage_probability_determinism_and_provenance() -> None:
         else:
             assert "augment" not in r.quality and r.image == png(page) and len(r.provenance) == 1
     # same ids, reverse order, fresh stage: identical bytes and provenance
-    again = [DegradeStage(DegradeConfig())(record(i, page))[0] for i in reversed(range(400))][::-1]
+    again = [AugmentStage(AugmentConfig())(record(i, page))[0] for i in reversed(range(400))][::-1]
     assert [r.image for r in again] == [r.image for r in outputs]
     assert [r.provenance for r in again] == [r.provenance for r in outputs]
     # a different seed picks a different set
-    other = DegradeStage(DegradeConfig(seed=1))
+    other = AugmentStage(AugmentConfig(seed=1))
     assert [other.selected(r.id) for r in records] != [stage.selected(r.id) for r in records]
 
 
 def test_stage_params_hash_tracks_applied_ops() -> None:
-    stage = DegradeStage(DegradeConfig(probability=1.0, max_ops=3))
+    stage = AugmentStage(AugmentConfig(probability=1.0, max_ops=3))
     out = [stage(record(i))[0] for i in range(12)]
     hashes = {r.provenance[-1].params_hash for r in out}
     assert all(r.provenance[-1] == ProvenanceStep(STAGE, "1", r.provenance[-1].params_hash) for r in out)
@@ -138,19 +138,19 @@ def test_stage_params_hash_tracks_applied_ops() -> None:
 def test_probability_zero_passes_everything_and_corrupt_image_dead_letters() -> None:
     r = record(0)
     before = r.image
-    assert DegradeStage(DegradeConfig(probability=0.0))(r)[0].image == before
+    assert AugmentStage(AugmentConfig(probability=0.0))(r)[0].image == before
     bad = record(1)
     bad.image = b"\x89PNG\r\n\x1a\n garbage"
     with pytest.raises(RecordError) as err:
-        DegradeStage(DegradeConfig(probability=1.0))(bad)
+        AugmentStage(AugmentConfig(probability=1.0))(bad)
     assert err.value.reason == "corrupt_image"
 
 
 def test_config_rejects_bad_values() -> None:
     with pytest.raises(ValueError):
-        DegradeConfig(probability=1.5)
+        AugmentConfig(probability=1.5)
     with pytest.raises(ValueError):
-        DegradeConfig(weights={"blur": 1.0})
+        AugmentConfig(weights={"blur": 1.0})
     with pytest.raises(ValueError):
-        DegradeConfig(downscale_mode="half")
-    assert DegradeConfig(jpeg_quality=[40, 60]).jpeg_quality == (40, 60)  # YAML lists accepted
+        AugmentConfig(downscale_mode="half")
+    assert AugmentConfig(jpeg_quality=[40, 60]).jpeg_quality == (40, 60)  # YAML lists accepted

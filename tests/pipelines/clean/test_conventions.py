@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from pipelines.clean.conventions import ConventionsConfig, LabelConventions, rewrite
+from pipelines.clean.conventions import ConventionsConfig, ConventionsStage, rewrite
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, page_id
 
@@ -118,7 +118,7 @@ def test_unclosed_fence_protects_the_rest_of_the_document():
 
 
 def test_stage_counts_rewrites_and_records_provenance():
-    stage = LabelConventions()
+    stage = ConventionsStage()
     rec = stage(record(r"\textbf{Sum}: $x+y,t+v$ and $$z$$"))[0]
     assert rec.response == r"**Sum**: \(x+y\), \(t+v\) and \[z\]"
     assert rec.quality["conventions"] == {
@@ -130,22 +130,22 @@ def test_stage_counts_rewrites_and_records_provenance():
 
 
 def test_other_formats_pass_through_unchanged():
-    rec = LabelConventions()(record(r"<p>$a,b$ \textbf{x}</p>", response_format="html"))[0]
+    rec = ConventionsStage()(record(r"<p>$a,b$ \textbf{x}</p>", response_format="html"))[0]
     assert rec.response == r"<p>$a,b$ \textbf{x}</p>"
     assert rec.quality["conventions"]["skipped"] == "response_format html"
-    text_rec = LabelConventions()(record("$a,b$", response_format="text"))[0]
+    text_rec = ConventionsStage()(record("$a,b$", response_format="text"))[0]
     assert text_rec.response == r"\(a\), \(b\)"
 
 
 def test_bad_config_and_bad_input():
     with pytest.raises(ValueError, match="inline"):
-        LabelConventions(ConventionsConfig(inline="$$"))
+        ConventionsStage(ConventionsConfig(inline="$$"))
     with pytest.raises(ValueError, match="display"):
-        LabelConventions(ConventionsConfig(display="\\("))
+        ConventionsStage(ConventionsConfig(display="\\("))
     with pytest.raises(RecordError) as info:
-        LabelConventions()(record("a\x00b"))
+        ConventionsStage()(record("a\x00b"))
     assert info.value.reason == "nul_in_response"
-    empty = LabelConventions()(record(""))[0]
+    empty = ConventionsStage()(record(""))[0]
     assert empty.response == "" and empty.quality["conventions"]["changed"] is False
 
 

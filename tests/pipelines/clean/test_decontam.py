@@ -11,7 +11,7 @@ from PIL import Image
 
 from pipelines.clean.decontam import (
     DecontamConfig,
-    Decontaminate,
+    DecontamStage,
     DecontamIndex,
     scan_folder,
 )
@@ -54,8 +54,8 @@ def bench(tmp_path_factory, bench_pdf) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stage(bench) -> Decontaminate:
-    return Decontaminate(DecontamConfig(folder=str(bench)))
+def stage(bench) -> DecontamStage:
+    return DecontamStage(DecontamConfig(folder=str(bench)))
 
 
 def corpus_record(image: bytes, response: str, source_id: str = "doc") -> PageRecord:
@@ -80,7 +80,7 @@ def unrelated_image() -> bytes:
     return rendered(text_pdf([OTHER_PAGE])).image
 
 
-def drop_reason(stage: Decontaminate, record: PageRecord) -> str:
+def drop_reason(stage: DecontamStage, record: PageRecord) -> str:
     with pytest.raises(Dropped) as info:
         stage(record)
     return info.value.reason
@@ -155,7 +155,7 @@ def test_folder_of_images_and_texts(tmp_path, unrelated_image, bench_pdf):
     (tmp_path / "sub" / "scan.png").write_bytes(buf.getvalue())
     (tmp_path / "sub" / "scan.md").write_text(" ".join(BENCH_PAGES[1]))
     (tmp_path / "notes.txt").write_text(words(BENCH_PAGES[0][0], 20))
-    stage = Decontaminate(DecontamConfig(folder=str(tmp_path)))
+    stage = DecontamStage(DecontamConfig(folder=str(tmp_path)))
     assert [(i.name, i.kind) for i in scan_folder(tmp_path)] == [("notes.txt", "text"), ("sub/scan.png", "image")]
     # the corpus stores the scan downscaled to 1288 px: the index normalised it the same way
     page = SourcePage(source="corpus", source_id="scan", page_number=1, payload_kind="image",
@@ -171,23 +171,23 @@ def test_folder_of_images_and_texts(tmp_path, unrelated_image, bench_pdf):
 
 def test_missing_empty_or_malformed_folder_is_a_config_error(tmp_path, bench_pdf):
     with pytest.raises(ValueError, match="required"):
-        Decontaminate(DecontamConfig())
+        DecontamStage(DecontamConfig())
     with pytest.raises(ValueError, match="does not exist"):
-        Decontaminate(DecontamConfig(folder=str(tmp_path / "nope")))
+        DecontamStage(DecontamConfig(folder=str(tmp_path / "nope")))
     with pytest.raises(ValueError, match="no benchmark pages"):
-        Decontaminate(DecontamConfig(folder=str(tmp_path)))
+        DecontamStage(DecontamConfig(folder=str(tmp_path)))
     data = tmp_path / "bench_data"
     (data / "pdfs").mkdir(parents=True)
     (data / "a.jsonl").write_text('{"pdf": "x.pdf", "page": 1, "type": "present", "text": "t"}\n')
     with pytest.raises(ValueError, match=r"a.jsonl:1: pdf 'x.pdf' not found"):
-        Decontaminate(DecontamConfig(folder=str(tmp_path)))
+        DecontamStage(DecontamConfig(folder=str(tmp_path)))
     (data / "pdfs" / "x.pdf").write_bytes(bench_pdf)
     (data / "a.jsonl").write_text('{"pdf": "x.pdf", "page": 1}\n{not json\n')
     with pytest.raises(ValueError, match=r"a.jsonl:2: not JSON"):
-        Decontaminate(DecontamConfig(folder=str(tmp_path)))
+        DecontamStage(DecontamConfig(folder=str(tmp_path)))
     (data / "a.jsonl").write_text('{"pdf": "../../escape.pdf", "page": 1}\n')
     with pytest.raises(ValueError, match="not found under"):
-        Decontaminate(DecontamConfig(folder=str(tmp_path)))
+        DecontamStage(DecontamConfig(folder=str(tmp_path)))
 
 
 def test_construction_is_cheap_and_pickles_small(stage, bench):
@@ -226,7 +226,7 @@ def test_unrenderable_benchmark_page_names_itself_in_every_dead_letter(tmp_path,
     (data / "pdfs").mkdir(parents=True)
     (data / "pdfs" / "x.pdf").write_bytes(bench_pdf)
     (data / "a.jsonl").write_text('{"pdf": "x.pdf", "page": 5, "type": "present", "text": "t"}\n')
-    stage = Decontaminate(DecontamConfig(folder=str(tmp_path)))  # scanning does not render
+    stage = DecontamStage(DecontamConfig(folder=str(tmp_path)))  # scanning does not render
     with pytest.raises(RecordError, match=r"x.pdf#page=5 cannot be read \(page_out_of_range\)") as info:
         stage(corpus_record(unrelated_image, "text"))
     assert info.value.reason == "decontam_index"

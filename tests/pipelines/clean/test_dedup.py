@@ -16,27 +16,18 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from pipelines.clean.dedup import (
-    DedupConfig,
     Member,
-    MinHashConfig,
-    band_keys,
     connected_components,
     dedup_keys,
-    estimated_jaccard,
     extract_keys,
     find_duplicates,
     group_edges,
-    hamming,
     keeper,
-    minhash_signature,
-    normalize_words,
-    perceptual_hash,
-    phash_band_keys,
-    phash_sample_keys,
-    pixel_hash,
     resolve,
-    sketch,
 )
+from pipelines.clean.dedup_config import DedupConfig, MinHashConfig
+from pipelines.clean.image_hash import hamming, perceptual_hash, phash_band_keys, phash_sample_keys, pixel_hash
+from pipelines.clean.minhash import band_keys, estimated_jaccard, minhash_signature, normalize_words, sketch
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, page_id
 
@@ -238,7 +229,7 @@ def test_signature_shape_normalisation_and_sketch_estimate():
 def test_signature_is_deterministic_across_processes():
     value = "Deterministic across processes: word five grams of this label, hashed without salt. " * 5
     here = minhash_signature(value, MinHashConfig()).tolist()
-    code = ("import json,sys; from pipelines.clean.dedup import minhash_signature, MinHashConfig; "
+    code = ("import json,sys; from pipelines.clean.minhash import minhash_signature, MinHashConfig; "
             "print(json.dumps(minhash_signature(sys.argv[1], MinHashConfig()).tolist()))")
     for seed in ("1", "2"):
         out = subprocess.run([sys.executable, "-c", code, value], cwd=REPO, capture_output=True, text=True,

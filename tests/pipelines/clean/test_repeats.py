@@ -17,8 +17,8 @@ import pytest
 from pipelines.clean.repeats import (
     VERSION,
     Loop,
-    RepeatConfig,
-    RepeatFilter,
+    RepeatsConfig,
+    RepeatsStage,
     find_loop,
     normalize,
     normalize_index,
@@ -200,17 +200,17 @@ def test_legitimate_structure_is_not_a_loop(name):
 def test_short_and_empty_labels_are_not_inspected():
     assert find_loop("") is None
     assert find_loop("ab" * 200) is None  # 400 characters < min_length
-    assert find_loop("ab" * 200, RepeatConfig(min_length=100)) == Loop("exact", 2, 200, (0, 400))
+    assert find_loop("ab" * 200, RepeatsConfig(min_length=100)) == Loop("exact", 2, 200, (0, 400))
     assert find_loop(" \n" * 2000) is None  # whitespace is not a loop
 
 
 def test_config_validation_and_bands_from_lists():
-    cfg = RepeatConfig(min_copies=[[4, 20], [512, 3]])
+    cfg = RepeatsConfig(min_copies=[[4, 20], [512, 3]])
     assert cfg.min_copies == ((4, 20), (512, 3))
     with pytest.raises(ValueError):
-        RepeatConfig(min_copies=((8, 4), (4, 10)))
+        RepeatsConfig(min_copies=((8, 4), (4, 10)))
     with pytest.raises(ValueError):
-        RepeatConfig(gap_min_similarity=2.0)
+        RepeatsConfig(gap_min_similarity=2.0)
 
 
 def test_normalize_index_maps_back_to_the_text():
@@ -267,7 +267,7 @@ def test_stage_drops_loops_with_the_kind_as_reason():
     text = prose(15) + "The cat sat on the mat. " * 80 + "The c"
     rec = record(text)
     with pytest.raises(Dropped) as err:
-        RepeatFilter()(rec)
+        RepeatsStage()(rec)
     assert err.value.reason == "repeat_loop_truncated"
     assert rec.quality["repeats"] == {
         "loop": True,
@@ -280,16 +280,16 @@ def test_stage_drops_loops_with_the_kind_as_reason():
 
 
 def test_stage_keeps_clean_records_and_flags_loops_when_not_dropping():
-    stage = RepeatFilter()
+    stage = RepeatsStage()
     kept = stage(record(prose(16)))
     assert kept[0].quality["repeats"] == {"loop": False, "kind": None, "period": None, "copies": None, "span": None}
     step = kept[0].provenance[-1]
     assert (step.stage, step.version, step.params_hash) == (
         "clean:repeats",
         VERSION,
-        params_hash(asdict(RepeatConfig())),
+        params_hash(asdict(RepeatsConfig())),
     )
-    flagging = RepeatFilter(RepeatConfig(drop=False))
+    flagging = RepeatsStage(RepeatsConfig(drop=False))
     kept = flagging(record(prose(17) + "x_{i} + " * 200))
     assert kept[0].quality["repeats"]["loop"] is True and kept[0].quality["repeats"]["kind"] == "exact"
     assert stage(record(""))[0].quality["repeats"]["loop"] is False
@@ -302,7 +302,7 @@ def test_stage_is_built_by_the_registry():
     from pipelines.clean.registry import build_stage
 
     stage = build_stage({"name": "repeats", "min_copies": [[8, 10], [512, 3]], "drop": False})
-    assert isinstance(stage, RepeatFilter) and stage.cfg.min_copies == ((8, 10), (512, 3))
+    assert isinstance(stage, RepeatsStage) and stage.cfg.min_copies == ((8, 10), (512, 3))
 
 
 # --------------------------------------------------------------------------- CLI

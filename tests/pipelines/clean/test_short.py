@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from pipelines.clean.short import REPO, ShortSampleConfig, ShortSampleFilter
+from pipelines.clean.short import REPO, ShortConfig, ShortStage
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord, ProvenanceStep, page_id
 
@@ -23,8 +23,8 @@ def record(response: object) -> PageRecord:
 
 
 @pytest.fixture(scope="module")
-def stage() -> ShortSampleFilter:
-    return ShortSampleFilter()
+def stage() -> ShortStage:
+    return ShortStage()
 
 
 def test_committed_tokenizer_is_byte_level_bpe_of_about_8000():
@@ -56,7 +56,7 @@ def test_exactly_min_tokens_is_kept_one_less_is_dropped(stage):
 
 
 def test_min_tokens_is_configurable():
-    stage = ShortSampleFilter(ShortSampleConfig(min_tokens=4))
+    stage = ShortStage(ShortConfig(min_tokens=4))
     assert stage(record("Hello world"))[0].quality["short"]["token_count"] == 4
     with pytest.raises(Dropped):
         stage(record("the model"))  # 2 tokens
@@ -64,16 +64,16 @@ def test_min_tokens_is_configurable():
 
 def test_tokenizer_path_accepts_a_folder_and_an_absolute_file(tmp_path):
     shutil.copy(TOKENIZER, tmp_path / "tokenizer.json")
-    by_folder = ShortSampleFilter(ShortSampleConfig(tokenizer_path=str(tmp_path)))
-    by_file = ShortSampleFilter(ShortSampleConfig(tokenizer_path=str(tmp_path / "tokenizer.json")))
+    by_folder = ShortStage(ShortConfig(tokenizer_path=str(tmp_path)))
+    by_file = ShortStage(ShortConfig(tokenizer_path=str(tmp_path / "tokenizer.json")))
     assert by_folder.count("Hello world") == by_file.count("Hello world") == (4, False)
 
 
 def test_missing_tokenizer_is_a_config_error(tmp_path):
     with pytest.raises(ValueError, match="no tokenizer.json"):
-        ShortSampleFilter(ShortSampleConfig(tokenizer_path=str(tmp_path)))
+        ShortStage(ShortConfig(tokenizer_path=str(tmp_path)))
     with pytest.raises(ValueError, match="min_tokens"):
-        ShortSampleFilter(ShortSampleConfig(min_tokens=0))
+        ShortStage(ShortConfig(min_tokens=0))
 
 
 def test_pickles_without_the_loaded_tokenizer(stage):
@@ -109,7 +109,7 @@ def test_ten_megabyte_response_is_counted_over_a_prefix_fast(stage):
 
 
 def test_prefix_count_falls_back_to_the_whole_text_when_it_cannot_decide():
-    stage = ShortSampleFilter(ShortSampleConfig(min_tokens=64, max_count_chars=100))
+    stage = ShortStage(ShortConfig(min_tokens=64, max_count_chars=100))
     assert stage.count("x" * 101) == (100, True)  # the 100-token prefix settles it
-    stage = ShortSampleFilter(ShortSampleConfig(min_tokens=64, max_count_chars=40))
+    stage = ShortStage(ShortConfig(min_tokens=64, max_count_chars=40))
     assert stage.count("x" * 60) == (60, False)  # a 40-token prefix cannot: the whole text is counted

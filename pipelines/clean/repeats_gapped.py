@@ -1,0 +1,232 @@
+"""Gapped repeats: copies that differ in digits, whitespace or light punctuation, or are separated by
+short fillers without words (the detector's second pass; see ``pipelines/clean/repeats_detect.py``)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from statistics import median
+
+from rapidfuzz.distance import Indel
+
+from pipelines.clean.repeats_config import Loop, RepeatsConfig
+from pipelines.clean.repeats_periods import TAG, band_copies, best_period, copy_needs, natural_phase
+
+# Normalisation for gapped repeats: ASCII digits and light punctuation deleted (plus a few non-ASCII
+# punctuation marks), then runs of ASCII whitespace collapsed. It runs on UTF-8 bytes because
+# bytes.translate/split are C loops while str.translate on non-ASCII text goes through a dict per
+# character (5x slower). The index map back to the text is only built when a candidate needs it.
+_DELETED_ASCII = b"0123456789.,;:!?'\"`"
+_DELETED_OTHER = tuple(c.encode() for c in "\u00b7\u2022\u2019\u201c\u201d\uff0c\u3002\uff1b\uff1a\uff01\uff1f\u3001")
+_DELETED_OTHER_RE = re.compile(b"|".join(re.escape(m) for m in _DELETED_OTHER))
+_DELETED_SET = frozenset(_DELETED_ASCII.decode() + b"".join(_DELETED_OTHER).decode())
+_WORDS = re.compile(r"[^ \t\n\r\x0b\x0c]+")  # what bytes.split() splits on
+_INT = re.compile(r"\d{1,18}")
+
+
+def normalize(tail: str) -> str:
+    """The gapped-repeat view of ``tail``: digits and light punctuation deleted, runs of ASCII
+    whitespace collapsed to one space, leading and trailing ones dropped."""
+    data = tail.encode("utf-8", "surrogatepass").translate(None, _DELETED_ASCII)
+    if not tail.isascii():
+        data = _DELETED_OTHER_RE.sub(b"", data)
+    return b" ".join(data.split()).decode("utf-8", "surrogatepass")
+
+
+def normalize_index(tail: str) -> list[int]:
+    """For each character of ``normalize(tail)``, its index in ``tail`` (a space maps to the first
+    whitespace character of its run)."""
+    kept = [i for i, c in enumerate(tail) if c not in _DELETED_SET]
+    stripped = "".join(tail[i] for i in kept)
+    index: list[int] = []
+    previous_end = -1
+    for m in _WORDS.finditer(stripped):
+        if previous_end >= 0:
+            index.append(kept[previous_end])
+        index.extend(kept[m.start(): m.end()])
+        previous_end = m.end()
+    return index
+
+
+class _Mapping:
+    """Lazily built map from normalised positions back to the text."""
+
+    def __init__(self, tail: str):
+        self.tail = tail
+        self._index: list[int] | None = None
+
+    def boundary(self, x: int) -> int:
+        """Tail index where a copy starting at normalised position ``x`` starts: right after the
+        previous kept character, so deleted digits and punctuation before it join this copy."""
+        if self._index is None:
+            self._index = normalize_index(self.tail)
+        if x <= 0:
+            return 0
+        if x >= len(self._index):
+            return len(self.tail)
+        return self._index[x - 1] + 1
+
+    def raw_copies(self, bounds: list[int]) -> list[str]:
+        raw = [self.boundary(x) for x in bounds]
+        raw[-1] = len(self.tail)
+        return [self.tail[a:b] for a, b in zip(raw, raw[1:])]
+
+
+def _numbers_regular(copies: list[str], share: float) -> bool:
+    """Each number position either stays or steps by a constant between copies (most of the time)."""
+    rows = [[int(x) for x in _INT.findall(c)] for c in copies]
+    if not any(rows):
+        return True
+    width, count = Counter(len(r) for r in rows).most_common(1)[0]
+    if count < share * len(rows):
+        return False
+    rows = [r for r in rows if len(r) == width]
+    if len(rows) < 3:
+        return True
+    for j in range(width):
+        steps = Counter(b[j] - a[j] for a, b in zip(rows, rows[1:]))
+        if steps.most_common(1)[0][1] < share * (len(rows) - 1):
+            return False
+    return True
+
+
+def gapped_loop(tail: str, offset: int, cfg: RepeatsConfig, periodic: int = 0) -> Loop | None:
+    """``periodic``: length of the exactly periodic suffix of ``tail`` that the exact pass rejected."""
+    search = _GappedSearch(tail, offset, cfg, periodic)
+    if len(search.norm) < 2 * cfg.needle_chars:
+        return None
+    best_period(search.norm, cfg.max_period, cfg.needle_chars, cfg.gapped_min_copies, 0, search.accept_period)
+    if search.result is not None or search.settled:
+        return search.result
+    return _chain_loop(search)
+
+
+class _GappedSearch:
+    """State of one gapped search: the normalised tail, its lazy map back, the verdict so far."""
+
+    def __init__(self, tail: str, offset: int, cfg: RepeatsConfig, periodic: int):
+        self.tail, self.offset, self.cfg, self.periodic = tail, offset, cfg, periodic
+        self.norm = normalize(tail)
+        self.mapping = _Mapping(tail)
+        self.result: Loop | None = None
+        # a repeat long enough to be a loop was judged not to be one (a table whose rows share
+        # their shape but not their numbers): other views of the same rows need not be tried
+        self.settled = False
+
+    def needs(self, unit: str) -> tuple[int, int] | None:
+        band = band_copies(self.cfg.gapped_min_copies, len(unit))
+        if band is None:
+            return None
+        return copy_needs(self.cfg, unit, band, self.cfg.gapped_min_covered, symbol_runs=False)
+
+    def judge(self, bounds: list[int], unit: str, partial_last: bool = False) -> Loop | None:
+        """A gapped Loop over normalised copy boundaries ``bounds`` (ascending, last == len(norm);
+        the last copy is cut short when ``partial_last``), or None."""
+        copies = len(bounds) - 1 - partial_last
+        needs = self.needs(unit)
+        if needs is None or copies < needs[0]:
+            return None
+        raw = self.mapping.raw_copies(bounds)
+        whole = raw[:-1] if partial_last else raw
+        covered = sum(map(len, raw))
+        if covered < needs[1]:
+            return None
+        self.settled = True
+        # Identical copies, or copies inside an exactly periodic stretch (seen at another period),
+        # are the exact detector's business; the first copy may have absorbed deleted characters
+        # of the text before the loop, so it does not count.
+        if len(set(whole[1:])) <= 1 or covered - len(raw[0]) <= self.periodic:
+            return None
+        if not _numbers_regular(whole, self.cfg.number_regularity):
+            return None
+        end = self.offset + len(self.tail)
+        return Loop("gapped", round(median(len(c) for c in whole)), copies, (end - covered, end))
+
+    def accept_period(self, p: int, length: int) -> bool:
+        """``best_period`` callback: is the normalised periodic suffix (p, length) a gapped loop?"""
+        norm, n = self.norm, len(self.norm)
+        unit = norm[n - p:]
+        needs = self.needs(unit)
+        if needs is None or not unit.strip() or length // p < needs[0]:
+            return False
+        s = n - length
+        phase = natural_phase(norm[s: s + p], None if s > 0 else length % p)
+        bounds = list(range(s + phase, n, p))
+        loop = self.judge(bounds + [n], unit, bounds[-1] + p != n)
+        if loop is not None:
+            self.result = loop
+        return loop is not None
+
+
+def _letters(segment: str) -> str:
+    """The letters of ``segment`` outside HTML tags: what a filler must not change."""
+    return "".join(c for c in TAG.sub("", segment) if c.isalpha())
+
+
+def _chain_loop(search: _GappedSearch) -> Loop | None:
+    """Copies of a normalised needle about one period apart, each similar to the last copy and
+    with the same letters (fillers carry no words). The needle is taken at a few offsets from the
+    end, as the text may end inside a filler."""
+    norm, cfg = search.norm, search.cfg
+    n = len(norm)
+    k = cfg.needle_chars
+    for shift in (0, k // 2, k, 2 * k):
+        e0 = n - shift
+        needle = norm[e0 - k: e0]
+        if e0 < 2 * k or not needle.strip() or norm.count(needle) < 3:
+            continue  # a chain of three copies needs the needle three times
+        lo = max(0, e0 - k - cfg.max_period)
+        end = e0 - 1
+        for _ in range(4):  # a few candidate periods; natural text rarely offers even one
+            j = norm.rfind(needle, lo, end)
+            if j < 0:
+                break
+            end = j + k - 1
+            d = e0 - k - j
+            if d < 2 * k:
+                continue  # short units are periodic after normalisation: the exact pass saw them
+            loop = _walk_chain(search, needle, e0, d)
+            if loop is not None or search.settled:
+                return loop
+    return None
+
+
+def _walk_chain(search: _GappedSearch, needle: str, e0: int, d: int) -> Loop | None:
+    """Walk back from the copy ``norm[e0-d:e0]`` through earlier occurrences of ``needle``."""
+    norm, cfg = search.norm, search.cfg
+    k = len(needle)
+    template = norm[e0 - d: e0]
+    tol = max(cfg.gap_min_tolerance, int(cfg.gap_tolerance * d))
+    ends = [e0, e0 - d]
+    segments = [template]
+    while True:
+        e = ends[-1]
+        q = norm.rfind(needle, max(0, e - d - k - tol), min(e - 1, e - d + tol))
+        if q < 0:
+            break
+        segment = norm[q + k: e]
+        if abs(len(segment) - d) > tol or Indel.normalized_similarity(segment, template) < cfg.gap_min_similarity:
+            break
+        segments.append(segment)
+        ends.append(q + k)
+    first = ends[-1] - d
+    if first >= 0 and Indel.normalized_similarity(norm[first: ends[-1]], template) >= cfg.gap_min_similarity:
+        segments.append(norm[first: ends[-1]])
+        ends.append(first)
+    if len(segments) < 3:
+        return None
+    letters = Counter(_letters(x) for x in segments).most_common(1)[0][1]
+    if letters < cfg.gap_same_letters * len(segments):
+        # a long run of similar lines with different words (a list, a table): not a loop, and
+        # other needles would only walk the same lines again
+        search.settled = len(segments) >= 8
+        return None
+    bounds = ends[::-1]
+    if e0 < len(norm):
+        # what follows the last needle must be the start of another copy or a filler, not words
+        # that close the structure ("</table>")
+        rest = "".join(c for c in norm[e0:] if c.isalpha())
+        if rest and rest not in "".join(c for c in norm[bounds[0]: e0] if c.isalpha()):
+            return None
+        return search.judge(bounds + [len(norm)], template, True)
+    return search.judge(bounds, template)
