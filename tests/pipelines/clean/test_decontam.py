@@ -3,7 +3,6 @@ import io
 import json
 import pickle
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -215,9 +214,7 @@ def test_empty_and_ten_megabyte_responses(stage, unrelated_image):
     assert stage(corpus_record(unrelated_image, ""))[0].quality["decontam"]["ngram"] is None
     big = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut "
            "labore et dolore magna aliqua " * 60_000)  # 10 MB
-    started = time.perf_counter()
     kept = stage(corpus_record(unrelated_image, big))[0]
-    assert time.perf_counter() - started < 5
     assert kept.quality["decontam"]["ngram"] is None
 
 

