@@ -225,7 +225,8 @@ def bench_text(args) -> None:
           f"mean {np.mean(template_j):.2f}); every pair that is not planted counts as a false positive")
     rate = len(texts) / ours["sig_s"]
     mb = sum(sizes) / 1e6 / ours["sig_s"]
-    print(f"  planted pairs' exact Jaccard: mean {np.mean(jaccards):.3f}, min {min(jaccards):.3f}, max {max(jaccards):.3f}")
+    print(f"  planted pairs' exact Jaccard: mean {np.mean(jaccards):.3f}, "
+          f"min {min(jaccards):.3f}, max {max(jaccards):.3f}")
     print(f"  {'':<44}{'recall':>8}{'FP pairs':>10}{'records/s':>11}")
     print(f"  {'theory 1-(1-J^8)^14 (expected recall)':<44}{np.mean(probs):>8.3f}")
     print(f"  {'ours: band candidates':<44}{ours['candidate_recall']:>8.3f}{ours['fp_candidates']:>10}"
@@ -276,13 +277,15 @@ def bench_images(args) -> None:
     t0 = time.perf_counter()
     hashes = [pixel_hash(r.image) for r in records]
     px_s = time.perf_counter() - t0
-    print(f"  pixel_hash (decode + RGB + sha256):       {len(records) / px_s:8.1f} pages/s ({1000 * px_s / len(records):.1f} ms/page, one core)")
+    print(f"  pixel_hash (decode + RGB + sha256):       {len(records) / px_s:8.1f} pages/s "
+          f"({1000 * px_s / len(records):.1f} ms/page, one core)")
     image_cfg = DedupConfig(near_text=False)
     t0 = time.perf_counter()
     for r in records:
         extract_keys(r, image_cfg)
     keys_s = time.perf_counter() - t0
-    print(f"  extract_keys, image keys (px + 2 pHashes): {len(records) / keys_s:8.1f} pages/s ({1000 * keys_s / len(records):.1f} ms/page)")
+    print(f"  extract_keys, image keys (px + 2 pHashes): {len(records) / keys_s:8.1f} pages/s "
+          f"({1000 * keys_s / len(records):.1f} ms/page)")
     subset = records[: min(30, len(records))]
     collapsed = 0
     for r, h in zip(subset, hashes):

@@ -172,11 +172,11 @@ def _stage_functions(args: tuple[str, list, str]) -> tuple[dict, list]:
     """The DAG's per-page work for some read units as plain calls, no runner: read with accounting,
     render, validate, spill. Returns the spill stats per key and the spill files (shards are written
     by the caller)."""
+    from pipelines.accounting import Kind, account_rows, apply_stage
     from pipelines.config import load_config
     from pipelines.corpus import validate_record
     from pipelines.render import render_page
     from pipelines.sources import build_source
-    from pipelines.accounting import Kind, account_rows, apply_stage
     from pipelines.write import SpillWriter, total_spills
 
     config, units, spill_dir = args
@@ -191,7 +191,8 @@ def _stage_functions(args: tuple[str, list, str]) -> tuple[dict, list]:
                     continue
                 for kind2, record in apply_stage("render", lambda p: [render_page(p, cfg.render)], page):
                     if kind2 == Kind.ITEM:
-                        yield from (writer.add(r) for k, r in apply_stage("validate", validate_record, record) if k == Kind.ITEM)
+                        validated = apply_stage("validate", validate_record, record)
+                        yield from (writer.add(r) for k, r in validated if k == Kind.ITEM)
 
     stats, files = total_spills(spilled())
     writer.close()
@@ -342,11 +343,13 @@ def main() -> None:
     for name, ms in costs.items():
         print(f"{'  ' + name:<52}{ms:>14.2f}")
     ceiling = costs["open + page load + close"] + costs["pypdfium2 render (the render-only ceiling)"]
-    required = sum(ms for name, ms in costs.items() if "render" not in name and "rasterise" not in name) - costs["open + page load + close"]
+    required = (sum(ms for name, ms in costs.items() if "render" not in name and "rasterise" not in name)
+                - costs["open + page load + close"])
     print(f"{'  render-only page (open + load + render)':<52}{ceiling:>14.2f}")
     print(f"{'  budget beyond it at 0.6x (render-only / 0.6 - it)':<52}{ceiling / 0.6 - ceiling:>14.2f}")
     print(f"{'  text layer + grey + PNG + sha256 (required)':<52}{required:>14.2f}")
-    print(f"{'  saved by the pipeline rasteriser':<52}{costs['pypdfium2 render (the render-only ceiling)'] - costs['pipeline rasterise (reused buffer)']:>14.2f}")
+    saved = costs["pypdfium2 render (the render-only ceiling)"] - costs["pipeline rasterise (reused buffer)"]
+    print(f"{'  saved by the pipeline rasteriser':<52}{saved:>14.2f}")
     print(f"{'peak RSS, process tree, 1x (MiB)':<52}{rss1 / 2**20:>14.0f}")
     print(f"{'peak RSS, process tree, ' + str(args.scale) + 'x (MiB)':<52}{rss4 / 2**20:>14.0f}")
     print(f"{'RSS ratio ' + str(args.scale) + 'x / 1x (flat: ~1)':<52}{rss4 / rss1:>14.2f}")

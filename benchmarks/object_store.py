@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from ingest import build_input, write_config  # noqa: E402
+
 from tests.object_stores import SERVERS  # noqa: E402
 
 

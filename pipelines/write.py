@@ -18,9 +18,9 @@ boundaries or worker count) while memory stays bounded:
    (``plan_buckets``, 65,536 by default, each a 1/65,536 slice of the id space; summed by
    ``merge_spill_stats`` as a Beam combine) and the committed spill files (one name per file,
    emitted when a bundle opens it, so a retried bundle's stray file is never read). It reads each
-   file's bucket index once and hands each shard the indexes of its files. ``write_shard`` reads, from the spill files of its range, only the
-   batches of the range's buckets (with an id filter), sorts the rows by id and writes
-   ``data/<split>-NNNNN-of-MMMMM.parquet`` atomically (write then rename).
+   file's bucket index once and hands each shard the indexes of its files. ``write_shard`` reads,
+   from the spill files of its range, only the batches of the range's buckets (with an id filter),
+   sorts the rows by id and writes ``data/<split>-NNNNN-of-MMMMM.parquet`` atomically (write then rename).
 
 So a worker holds at most one shard (~256 MB by default, twice that while sorting it) in memory,
 and the one planning step holds at most ``plan_buckets`` aggregates per split plus one name and

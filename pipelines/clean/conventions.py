@@ -248,7 +248,8 @@ def _protect_math(text: str, formulas: list[Formula]) -> str:
     return "".join(out)
 
 
-_TOKEN = re.compile(r"\\(?:begin|end)\b|\\(?:langle|rangle|lbrace|rbrace)\b|\\[{}]|\\[A-Za-z]+|\\.|[{}()\[\],]", re.DOTALL)
+_TOKEN = re.compile(r"\\(?:begin|end)\b|\\(?:langle|rangle|lbrace|rbrace)\b|\\[{}]|\\[A-Za-z]+|\\.|[{}()\[\],]",
+                    re.DOTALL)
 _OPENERS = {"{", "(", "[", "\\{", "\\langle", "\\lbrace", "\\begin"}
 _CLOSERS = {"}", ")", "]", "\\}", "\\rangle", "\\rbrace", "\\end"}
 

@@ -59,7 +59,8 @@ def _split_http_url(url: str) -> tuple[str, list[str]]:
         raise RecordError("bad_image_url", f"image URL is empty: {url!r}")
     parts = urlsplit(url.strip())
     if parts.scheme.lower() not in ("http", "https"):
-        raise RecordError("bad_image_url", f"{url}: only http(s) image URLs are fetched, not {parts.scheme or 'no scheme'!r}")
+        scheme = parts.scheme or "no scheme"
+        raise RecordError("bad_image_url", f"{url}: only http(s) image URLs are fetched, not {scheme!r}")
     host = (parts.hostname or "").lower()
     if not host or host in (".", "..") or "/" in host or "\\" in host:
         raise RecordError("bad_image_url", f"{url}: URL has no usable host")

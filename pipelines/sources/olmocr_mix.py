@@ -249,7 +249,8 @@ class _MixBase:
                                 continue
                         rows = current = wanted.pop(key)
                         if not member.isfile():
-                            err = RecordError("unsafe_tar_member", f"member {member.name!r} of {tar_uri} is not a regular file")
+                            err = RecordError("unsafe_tar_member",
+                                              f"member {member.name!r} of {tar_uri} is not a regular file")
                             yield from (Row(source_id=d, error=err) for _, _, d in rows)
                             continue
                         if member.size > MAX_MEMBER_BYTES:

@@ -141,7 +141,9 @@ def build_nara(root: Path, rng: random.Random) -> None:
         ("54640004", "4163401", 1, "text", None, "ftp"),
     ]
     for naid, page_object, page, transcription, extracted, image in plan:
-        soldier = f"{rng.choice(['John', 'William', 'Samuel', 'Ebenezer'])} {rng.choice(['Smith', 'Hale', 'Putnam', 'Ward'])}"
+        first = rng.choice(["John", "William", "Samuel", "Ebenezer"])
+        last = rng.choice(["Smith", "Hale", "Putnam", "Ward"])
+        soldier = f"{first} {last}"
         body = f"Pension application of {soldier}. " + " ".join(paragraphs(rng, 2, (15, 30)))
         ext = "png" if image == "huge" else "jpg"
         path = f"{naid[-4:]}/images/{page_object}/{page:05d}.{ext}"

@@ -7,7 +7,6 @@ import random
 from pathlib import Path
 
 import pyarrow.parquet as pq
-
 import pytest
 
 from pipelines.write import (
@@ -147,7 +146,8 @@ def test_dead_letters_are_sharded_per_stage_like_pages(tmp_path):
     for stage, name in (("read", "read"), ("clean:short", "clean_short")):
         mine = [r for r in results if r["split"] == stage]
         n = len(mine)
-        assert n > 1 and [r["file"] for r in mine] == [f"dead_letter/{name}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
+        assert n > 1
+        assert [r["file"] for r in mine] == [f"dead_letter/{name}-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
         rows = [row for r in mine for row in pq.read_table(tmp_path / r["file"]).to_pylist()]
         assert sorted(r["source_id"] for r in rows) == sorted(f"doc-{i}" for i in range(300))
         assert [r["id"] for r in rows] == sorted(r["id"] for r in rows) and {r["stage"] for r in rows} == {stage}

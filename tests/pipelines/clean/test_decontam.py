@@ -10,8 +10,8 @@ from PIL import Image
 
 from pipelines.clean.decontam import (
     DecontamConfig,
-    DecontamStage,
     DecontamIndex,
+    DecontamStage,
     scan_folder,
 )
 from pipelines.render import RenderConfig, render_page

@@ -165,7 +165,8 @@ def test_phash_sample_keys_catch_close_hashes_and_rarely_far_ones():
         for bit in rng.sample(range(256), 10):
             close ^= 1 << bit
         keys = phash_sample_keys(h)
-        assert len(keys) == 16 and all(k.startswith(f"ph:{i}:") and len(k.split(":")[2]) == 8 for i, k in enumerate(keys))
+        assert len(keys) == 16
+        assert all(k.startswith(f"ph:{i}:") and len(k.split(":")[2]) == 8 for i, k in enumerate(keys))
         near += bool(set(keys) & set(phash_sample_keys(close)))
         far += bool(set(keys) & set(phash_sample_keys(rng.getrandbits(256))))
     assert near >= 190 and far == 0  # theory: 0.995 at distance 10
@@ -255,7 +256,8 @@ def test_components_and_keep_rule_ignore_order():
         rng.shuffle(shuffled)
         again = connected_components(shuffled)
         assert again == components
-        assert resolve([set(rng.sample(sorted(c, key=lambda m: m.id), len(c))) for c in reversed(again)], "px") == losers
+        reordered = [set(rng.sample(sorted(c, key=lambda m: m.id), len(c))) for c in reversed(again)]
+        assert resolve(reordered, "px") == losers
     for component in components:
         kept = [m for m in component if m not in {x for x, _ in losers}]
         assert len(kept) == 1 and kept[0] == keeper(component)

@@ -135,7 +135,8 @@ def test_front_matter_parsing():
         "is_table: False\nis_diagram: True\n---\n# Title\n", "x.md")
     assert fields["primary_language"] is None and fields["rotation_correction"] == 180 and body == "# Title\n"
     for bad in ("no front matter", "---\nprimary_language: en\n---\n", "---\n[unclosed\n",
-                "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 45\nis_table: False\nis_diagram: False\n---\n"):
+                "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 45\n"
+                "is_table: False\nis_diagram: False\n---\n"):
         with pytest.raises(RecordError) as info:
             parse_front_matter(bad, "x.md")
         assert info.value.reason == "invalid_front_matter"
