@@ -388,7 +388,7 @@ class SampleSource:
         return bool(rng.random() < cfg.degrade_prob)
 
     def encode(self, record: dict, rng: np.random.Generator | None = None) -> Sample | None:
-        from pipelines.render import open_image  # the project's one guarded image opener
+        from schemas.images import open_image  # the project's one guarded image opener
         from schemas.deadletter import RecordError
 
         rid = str(record.get("id"))

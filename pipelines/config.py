@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from pipelines.instruct import default_instruction
 from pipelines.render import RenderConfig
 from pipelines.sources.base import SourceSettings
 from pipelines.write import WriteConfig
+from schemas.prompts import default_instruction
 
 # Source options that name files; relative values are resolved like ``paths``.
 PATH_OPTIONS = ("root", "warc_root", "mirror", "cache_dir", "tarballs")

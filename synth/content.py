@@ -36,6 +36,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from synth.blocks import (
+    LAYOUTS,
+    SUITES,
     Block,
     Figure,
     Footnote,
@@ -52,8 +54,6 @@ from synth.charts import chart_png
 from synth.formulas import generate_formula, inline_formula
 from synth.tables import generate_table
 
-LAYOUTS: tuple[str, ...] = ("report", "slides", "blog", "infographic", "newspaper", "form", "invoice", "paper")
-SUITES: tuple[str, ...] = ("layout", "formula", "table")
 LANGUAGES: tuple[str, ...] = ("en", "zh")
 DATA_DIR = Path(__file__).resolve().parent / "data"
 

@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pipelines.instruct import default_instruction
+from schemas.prompts import default_instruction
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
 from schemas.unit_tests import UnitTest, test_to_json
 from synth.blocks import (

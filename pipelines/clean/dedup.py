@@ -179,7 +179,7 @@ def _open(data: bytes | Image.Image, max_pixels: int) -> Image.Image:
     if isinstance(data, Image.Image):
         image = data
     else:
-        from pipelines.render import open_image
+        from schemas.images import open_image
 
         image = open_image(data, max_pixels)
     try:

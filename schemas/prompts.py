@@ -1,4 +1,8 @@
-"""Instructions: the prompt bank, English and Chinese, one assigned prompt per dataset (Jina 4.3)."""
+"""Instructions: the prompt bank, English and Chinese, one assigned prompt per dataset (Jina 4.3).
+
+Read by the corpus config (a source's default ``instruction``), by ``synth`` (synthetic pages) and
+by the model's tests; a leaf module so that none of them imports another for it.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ PROMPTS: dict[tuple[str, str], str] = {
 
 
 def default_instruction(task: str, language: str = "en") -> str:
+    """The bank's prompt for ``task`` in ``language``; ``ValueError`` when it has none."""
     try:
         return PROMPTS[(task, language)]
     except KeyError:
