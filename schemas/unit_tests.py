@@ -51,8 +51,6 @@ from schemas.text import (
     trailing_repeats,
 )
 
-__test__ = False  # keep pytest from collecting anything here
-
 TEST_TYPES = ("baseline", "present", "absent", "order", "table", "math", "format", "footnote")
 CHECKED_VALUES = ("verified", "rejected")
 FORMATS = ("heading", "bold", "italic")
@@ -78,7 +76,6 @@ def _short(text: str, n: int = 40) -> str:
 class UnitTest:
     """Fields every test has; ``check`` is implemented by each type."""
 
-    __test__: ClassVar[bool] = False
     TYPES: ClassVar[tuple[str, ...]] = ()
 
     pdf: str
@@ -720,7 +717,7 @@ def _init_fields(cls: type[UnitTest]) -> list[Any]:
     return [f for f in fields(cls) if f.init]
 
 
-def test_from_dict(data: Mapping[str, Any], where: str = "<test>") -> UnitTest:
+def unit_test_from_dict(data: Mapping[str, Any], where: str = "<test>") -> UnitTest:
     """Build the test a JSON object describes; ``ValueError`` prefixed with ``where`` otherwise."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")  # noqa: TRY004
@@ -742,27 +739,22 @@ def test_from_dict(data: Mapping[str, Any], where: str = "<test>") -> UnitTest:
         raise ValueError(f"{where}: {exc} (type {kind})") from None
 
 
-def test_to_dict(test: UnitTest) -> dict[str, Any]:
+def unit_test_to_dict(test: UnitTest) -> dict[str, Any]:
     """The test's fields as given (olmOCR-Bench names and order), ready for ``json.dumps``."""
     return {f.name: getattr(test, f.name) for f in _init_fields(type(test))}
 
 
-def test_to_json(test: UnitTest) -> str:
+def unit_test_to_json(test: UnitTest) -> str:
     """One JSONL line / one ``PageRecord.unit_tests`` entry."""
-    return json.dumps(test_to_dict(test), ensure_ascii=False)
+    return json.dumps(unit_test_to_dict(test), ensure_ascii=False)
 
 
-def test_from_json(line: str, where: str = "<test>") -> UnitTest:
+def unit_test_from_json(line: str, where: str = "<test>") -> UnitTest:
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{where}: malformed JSON: {exc.msg} (column {exc.colno})") from None
-    return test_from_dict(data, where)
-
-
-# Names start with "test_" (the brief's API); tell pytest they are not tests when imported into one.
-for _function in (test_from_dict, test_to_dict, test_to_json, test_from_json):
-    _function.__test__ = False  # type: ignore[attr-defined]
+    return unit_test_from_dict(data, where)
 
 
 @dataclass
@@ -791,7 +783,7 @@ def read_tests(path: str | Path) -> tuple[list[UnitTest], list[LoadProblem]]:
                 problems.append(LoadProblem(where, f"{where}: malformed JSON: {exc.msg} (column {exc.colno})"))
                 continue
             try:
-                test = test_from_dict(data, where)
+                test = unit_test_from_dict(data, where)
             except ValueError as exc:
                 problems.append(LoadProblem(where, str(exc), data))
                 continue
@@ -814,7 +806,7 @@ def load_tests(path: str | Path) -> list[UnitTest]:
 
 def dump_tests(tests: Iterable[UnitTest], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as fh:
-        fh.writelines(test_to_json(test) + "\n" for test in tests)
+        fh.writelines(unit_test_to_json(test) + "\n" for test in tests)
 
 
 def check_all(tests: Iterable[UnitTest], markdown: str,

@@ -15,7 +15,7 @@ here the blocks are the ground truth, so tests come straight from them:
 * ``format``: headings and bold spans; ``footnote``: each marker with the words before it;
 * one ``baseline``.
 
-Every test is built as a dict through ``schemas.unit_tests.test_from_dict`` and run on the
+Every test is built as a dict through ``schemas.unit_tests.unit_test_from_dict`` and run on the
 reference Markdown; only passing tests are kept, the rest are counted in ``dropped`` by reason
 (``invalid_<type>``, ``fails_reference_<type>``, ``filtered_<type>``, ``duplicate_<type>``).
 """
@@ -28,7 +28,7 @@ from collections import Counter
 from typing import Any
 
 from schemas.tables import parse_html_tables
-from schemas.unit_tests import UnitTest, test_from_dict, test_to_dict
+from schemas.unit_tests import UnitTest, unit_test_from_dict
 from synth.blocks import (
     Figure,
     Footnote,
@@ -239,7 +239,7 @@ def _filter_reason(data: dict[str, Any]) -> str | None:
     return None
 
 
-def tests_for_page(spec: PageSpec, reference_md: str, pdf_name: str,
+def unit_tests_for_page(spec: PageSpec, reference_md: str, pdf_name: str,
                    page: int = 1) -> tuple[list[UnitTest], dict[str, int]]:
     """The page's verified tests, and how many candidates were dropped per reason."""
     rng = random.Random(f"tests:{spec.id}:{spec.seed}")
@@ -278,7 +278,7 @@ def verify_tests(candidates: list[dict[str, Any]], reference_md: str, pdf_name: 
         seen.add(key)
         full = {"pdf": pdf_name, "page": page, "id": f"{prefix}_{kind}_{per_type[kind]:02d}", **data}
         try:
-            test = test_from_dict(full)
+            test = unit_test_from_dict(full)
         except ValueError:
             dropped[f"invalid_{kind}"] += 1
             continue
@@ -292,13 +292,3 @@ def verify_tests(candidates: list[dict[str, Any]], reference_md: str, pdf_name: 
         per_type[kind] += 1
         kept.append(test)
     return kept, dict(dropped)
-
-
-def tests_as_dicts(tests: list[UnitTest]) -> list[dict[str, Any]]:
-    """Convenience for writers: olmOCR-Bench JSON objects in order."""
-    return [test_to_dict(t) for t in tests]
-
-
-# The name starts with "tests_"; keep pytest from collecting it when imported into a test module.
-tests_for_page.__test__ = False  # type: ignore[attr-defined]
-tests_as_dicts.__test__ = False  # type: ignore[attr-defined]
