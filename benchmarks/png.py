@@ -27,9 +27,9 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from schemas.png import encode_png  # noqa: E402
-from schemas.pdf_pages import render_pdf_pixels  # noqa: E402
 from samples.make.pdfs import paragraphs, text_pdf  # noqa: E402
+from schemas.pdf_pages import render_pdf_pixels  # noqa: E402
+from schemas.png import encode_png  # noqa: E402
 
 
 def pillow_png(pixels: np.ndarray, level: int) -> bytes:

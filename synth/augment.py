@@ -60,8 +60,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from schemas.images import grey_if_achromatic
 from schemas.deadletter import RecordError
+from schemas.images import grey_if_achromatic
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
 VERSION = "1"

@@ -11,8 +11,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from schemas.prompts import default_instruction
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
+from schemas.prompts import default_instruction
 from schemas.unit_tests import UnitTest, unit_test_to_json
 from synth.blocks import (
     PageSpec,
