@@ -18,7 +18,7 @@ from synth.blocks import (
     PageSpec,
 )
 from synth.content import make_page_spec
-from synth.reference import reference_markdown
+from synth.reference import reading_order, reference_markdown
 from synth.tests_from_blocks import unit_tests_for_page
 
 SOURCE = "jinaocrsynth"
@@ -50,8 +50,9 @@ def pdf_name(spec: PageSpec) -> str:
 def synthesize_page(spec: PageSpec, renderer: Renderer) -> SynthPage:
     """Render ``spec`` and derive its reference and tests (raises ``RecordError`` on a rejected page)."""
     rendered = renderer.render(spec)
-    reference = reference_markdown(spec)
-    kept, dropped = unit_tests_for_page(spec, reference, pdf_name(spec), page=1)
+    order = reading_order(spec)  # once per page: the reference and the tests both walk it
+    reference = reference_markdown(spec, order)
+    kept, dropped = unit_tests_for_page(spec, reference, pdf_name(spec), page=1, order=order)
     return SynthPage(spec.id, rendered.png, rendered.html, reference, list(kept), dict(dropped),
                      rendered.width, rendered.height)
 
