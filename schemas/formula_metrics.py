@@ -15,7 +15,8 @@ _MATH = re.compile(
     r"\$\$(?P<display>.+?)\$\$"
     r"|\\\[(?P<bracket>.+?)\\\]"
     r"|\\\((?P<paren>.+?)\\\)"
-    r"|(?P<env>\\begin\{(?P<envname>equation|align|gather|multline|eqnarray|displaymath)\*?\}.+?\\end\{(?P=envname)\*?\})"
+    r"|(?P<env>\\begin\{(?P<envname>equation|align|gather|multline|eqnarray|displaymath)\*?\}"
+    r".+?\\end\{(?P=envname)\*?\})"
     r"|(?<![\\$])\$(?P<inline>(?:[^$\\\n]|\\.)+?)\$",
     re.DOTALL,
 )
