@@ -28,7 +28,7 @@ def test_plan_cycles_layouts_and_suites_with_seeded_ids():
 
 
 def test_planning_needs_no_renderer():
-    """The corpus source plans units on the driver: planning must not pull in Chromium or LaTeX."""
+    """Planning (the CLI, the corpus source, the contact sheet) imports no renderer: no Chromium, no LaTeX."""
     code = "import sys, synth.plan; print(sorted(m for m in sys.modules if m.startswith(('synth', 'playwright'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=REPO).stdout
