@@ -241,8 +241,9 @@ def component_costs(pdfs: list[Path], passes: int = 3) -> dict[str, float]:
 
     import pypdfium2 as pdfium
 
-    from pipelines.png import encode_png
-    from pipelines.render import _render_bgr, grey_if_achromatic
+    from schemas.images import grey_if_achromatic
+    from schemas.pdf_pages import _render_bgr
+    from schemas.png import encode_png
 
     datas = [p.read_bytes() for p in pdfs]
     steps = {

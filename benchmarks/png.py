@@ -3,7 +3,7 @@
     python benchmarks/png.py [--pages 40]
 
 Renders ``--pages`` samples-style text pages at 1288 px (grey, as the corpus stores achromatic
-pages) and encodes each with: ``pipelines.png`` (unfiltered rows, ISA-L deflate, levels 0-3),
+pages) and encodes each with: ``schemas.png`` (unfiltered rows, ISA-L deflate, levels 0-3),
 the same rows with the standard library's zlib (levels 1-2), Pillow (adaptive filters, level 2)
 and OpenCV's libpng (level 2). Prints ms per page and KB per page; every output is decoded back
 and compared with the pixels, so a figure is only printed for a lossless encoder.
@@ -27,9 +27,9 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipelines.png import encode_png  # noqa: E402
-from pipelines.render import render_pdf_pixels  # noqa: E402
 from samples.make.pdfs import paragraphs, text_pdf  # noqa: E402
+from schemas.pdf_pages import render_pdf_pixels  # noqa: E402
+from schemas.png import encode_png  # noqa: E402
 
 
 def pillow_png(pixels: np.ndarray, level: int) -> bytes:
@@ -55,7 +55,7 @@ def main() -> None:
         pixels, achromatic, _ = render_pdf_pixels(pdf, 0, 1288, grey_when_achromatic=True)
         assert achromatic and pixels.ndim == 2
         pages.append(pixels)
-    encoders = [(f"pipelines.png, ISA-L level {lvl}", lambda p, lvl=lvl: encode_png(p, lvl)) for lvl in range(4)]
+    encoders = [(f"schemas.png, ISA-L level {lvl}", lambda p, lvl=lvl: encode_png(p, lvl)) for lvl in range(4)]
     encoders += [(f"unfiltered rows, zlib level {lvl}", lambda p, lvl=lvl: encode_png(p, lvl, deflate=zlib.compress))
                  for lvl in (1, 2)]
     encoders += [("Pillow, adaptive filters, level 2", lambda p: pillow_png(p, 2)),

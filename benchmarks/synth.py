@@ -21,8 +21,8 @@ sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from schemas.browser import launch_chromium, shared_browser
 from schemas.deadletter import RecordError
-from synth.__main__ import plan
 from synth.pages import page_spec, synthesize_page
+from synth.plan import plan
 from synth.render_html import HtmlRenderer
 
 

@@ -388,8 +388,8 @@ class SampleSource:
         return bool(rng.random() < cfg.degrade_prob)
 
     def encode(self, record: dict, rng: np.random.Generator | None = None) -> Sample | None:
-        from pipelines.render import open_image  # the project's one guarded image opener
         from schemas.deadletter import RecordError
+        from schemas.images import open_image  # the project's one guarded image opener
 
         rid = str(record.get("id"))
         try:

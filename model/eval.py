@@ -21,7 +21,7 @@ from tqdm import tqdm
 from model.models import Loaded, load
 from model.processing import Encoded
 from schemas.similarity import normalized_edit_distance
-from schemas.unit_tests import test_from_json
+from schemas.unit_tests import unit_test_from_json
 
 
 @dataclass
@@ -101,7 +101,7 @@ def response_nll(loaded: Loaded, encoded: Encoded) -> float:
 def score_prediction(prediction: str, reference: str, unit_tests: Iterable[str]) -> tuple[float, list[dict]]:
     tests = []
     for raw in unit_tests:
-        test = test_from_json(raw)
+        test = unit_test_from_json(raw)
         passed, why = test.check(prediction)
         tests.append({"type": str(getattr(test, "type", type(test).__name__)), "passed": bool(passed),
                       "explanation": why})

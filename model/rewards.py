@@ -46,7 +46,7 @@ from typing import IO, Any
 
 from pipelines.clean.repeats import RepeatsConfig, find_loop
 from schemas.similarity import METRICS
-from schemas.unit_tests import UnitTest, check_all, test_from_dict, test_from_json
+from schemas.unit_tests import UnitTest, check_all, unit_test_from_dict, unit_test_from_json
 
 # A term: (reference, completion, parsed unit tests, config) -> score in [0, 1], or None when the
 # reference lacks the structure it scores (the term is left out of the product).
@@ -218,7 +218,7 @@ def parse_tests(unit_tests: Iterable[str | Mapping[str, Any] | UnitTest]) -> lis
     for i, t in enumerate(unit_tests):
         where = f"unit_tests[{i}]"
         out.append(t if isinstance(t, UnitTest) else
-                   test_from_json(t, where) if isinstance(t, str) else test_from_dict(t, where))
+                   unit_test_from_json(t, where) if isinstance(t, str) else unit_test_from_dict(t, where))
     return out
 
 

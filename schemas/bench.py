@@ -38,9 +38,7 @@ _CANDIDATE_NAME = re.compile(r"^(?P<base>.+)_pg(?P<page>\d+)_repeat(?P<repeat>\d
 
 
 @dataclass
-class TestResult:
-    __test__ = False
-
+class UnitTestResult:
     group: str  # the JSONL file the test came from, or the default-baseline group
     id: str
     type: str
@@ -65,7 +63,7 @@ class GroupScore:
 
 @dataclass
 class BenchResult:
-    results: list[TestResult]
+    results: list[UnitTestResult]
     groups: list[GroupScore]
     score: float
     ci: tuple[float, float] | None
@@ -106,7 +104,7 @@ def expand_test_paths(patterns: Sequence[str]) -> list[Path]:
     return [Path(p) for p in sorted(set(paths))]
 
 
-def _run_page(tests: list[tuple[str, UnitTest]], files: list[Path], problems: list[str]) -> list[TestResult]:
+def _run_page(tests: list[tuple[str, UnitTest]], files: list[Path], problems: list[str]) -> list[UnitTestResult]:
     passes = [0] * len(tests)
     explanations: list[list[str]] = [[] for _ in tests]  # failing explanations first used
     first_pass: list[str | None] = [None] * len(tests)
@@ -136,7 +134,7 @@ def _run_page(tests: list[tuple[str, UnitTest]], files: list[Path], problems: li
         why = (explanations[i][0] if explanations[i] else "") if not passed or not first_pass[i] else first_pass[i]
         if n > 1:
             why = f"{passes[i]}/{n} repeats passed; " + why
-        results.append(TestResult(group, test.id, test.type, test.pdf, test.page, passed, passes[i], n, why))
+        results.append(UnitTestResult(group, test.id, test.type, test.pdf, test.page, passed, passes[i], n, why))
     return results
 
 
@@ -144,7 +142,7 @@ def run_bench(test_files: Sequence[str | Path], candidates: str | Path, *, boots
               seed: int = 0, default_baseline: bool = True, skip_baseline: bool = False) -> BenchResult:
     """Load the tests, run them on the candidates, and score (see the module docstring)."""
     problems: list[str] = []
-    results: list[TestResult] = []
+    results: list[UnitTestResult] = []
     loaded: list[tuple[str, UnitTest]] = []
     groups: list[str] = []
     for path in test_files:
@@ -159,7 +157,7 @@ def run_bench(test_files: Sequence[str | Path], candidates: str | Path, *, boots
             problems.append(p.message)
             data = p.data if isinstance(p.data, dict) else {}
             page = data.get("page")
-            results.append(TestResult(
+            results.append(UnitTestResult(
                 group, str(data.get("id") or p.where), str(data.get("type") or "invalid"), str(data.get("pdf") or ""),
                 page if isinstance(page, int) else None, False, 0, 0, f"invalid test: {p.message}"))
         loaded.extend((group, t) for t in tests)
@@ -184,7 +182,7 @@ def run_bench(test_files: Sequence[str | Path], candidates: str | Path, *, boots
         files = index.get(key, [])
         if not files:
             why = f"no candidate: expected {key[0]}_pg{key[1]}_repeat<K>.md in {candidates}"
-            results.extend(TestResult(g, t.id, t.type, t.pdf, t.page, False, 0, 0, why) for g, t in page_tests)
+            results.extend(UnitTestResult(g, t.id, t.type, t.pdf, t.page, False, 0, 0, why) for g, t in page_tests)
             continue
         results.extend(_run_page(page_tests, files, problems))
 
@@ -212,7 +210,7 @@ def bootstrap_ci(groups: Sequence[GroupScore], samples: int, seed: int = 0, leve
     return float(low), float(high)
 
 
-def write_per_test(results: Sequence[TestResult], path: str | Path) -> None:
+def write_per_test(results: Sequence[UnitTestResult], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in results)
 

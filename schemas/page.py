@@ -193,11 +193,11 @@ def validate(record: PageRecord) -> list[str]:
         if not isinstance(value, int) or value <= 0:
             problems.append(f"{name} must be a positive int, got {value!r}")
     if record.unit_tests:
-        from schemas.unit_tests import test_from_json  # the one olmOCR-Bench test validator (lazy: ~0.2 s)
+        from schemas.unit_tests import unit_test_from_json  # the one olmOCR-Bench test validator (lazy: ~0.2 s)
 
         for i, test in enumerate(record.unit_tests):
             try:
-                test_from_json(test, f"unit_tests[{i}]")
+                unit_test_from_json(test, f"unit_tests[{i}]")
             except (TypeError, ValueError) as exc:
                 problems.append(str(exc))
     for name in ("quality", "metadata"):

@@ -6,9 +6,9 @@ Writes, for each kept page, ``DIR/pages/<id>.png``, ``DIR/html/<id>.html`` and
 ``pdf`` is ``<id>.pdf``, so the bench runner looks for candidates ``<id>_pg1_repeat<K>.md``);
 ``DIR/records/synth-00000.parquet`` (``PageRecord`` rows, ``schemas.page.PAGE_SCHEMA``, sorted by
 id); and ``DIR/summary.json`` (pages kept, rejected by reason, tests kept and dropped by type).
-Page ``i`` gets layout ``LAYOUTS[i % 8]``, suite ``SUITES[i % 3]`` under ``--suite all``, and seed
-``S * 1_000_003 + i``; ``--language mixed`` makes every 4th page (``i % 4 == 3``) Chinese (ids
-``...-zh-...``); the same arguments give byte-identical files.
+Pages are planned by ``synth.plan``: page ``i`` gets layout ``LAYOUTS[i % 8]``, suite ``SUITES[i % 3]``
+under ``--suite all``, and seed ``S * 1_000_003 + i``; ``--language mixed`` makes every 4th page
+(``i % 4 == 3``) Chinese (ids ``...-zh-...``); the same arguments give byte-identical files.
 """
 
 from __future__ import annotations
@@ -27,33 +27,9 @@ from schemas.page import PAGE_SCHEMA, PageRecord
 from schemas.unit_tests import dump_tests
 from synth.blocks import PageSpec
 from synth.pages import page_spec, synthesize_page, to_page_record
-from synth.render_html import LAYOUTS, HtmlRenderer
+from synth.plan import LANGUAGE_CHOICES, SUITES, page_language, plan
+from synth.render_html import HtmlRenderer
 from synth.render_latex import LatexRenderer
-
-SUITES: tuple[str, ...] = ("layout", "formula", "table")
-
-
-LANGUAGE_CHOICES: tuple[str, ...] = ("en", "zh", "mixed")
-
-
-def page_language(i: int, language: str) -> str:
-    """The language of page ``i`` under ``--language`` (mixed: every 4th page zh)."""
-    if language == "mixed":
-        return "zh" if i % 4 == 3 else "en"
-    return language
-
-
-def plan(pages: int, seed: int, suite: str, language: str = "en") -> list[tuple[str, str, int, str]]:
-    """(layout, suite, page seed, id) for each page of a run; page ``i``'s language is
-    ``page_language(i, language)`` (non-en pages carry it in their id)."""
-    out = []
-    for i in range(pages):
-        s = SUITES[i % len(SUITES)] if suite == "all" else suite
-        layout = LAYOUTS[i % len(LAYOUTS)]
-        lang = page_language(i, language)
-        tag = "" if lang == "en" else f"-{lang}"
-        out.append((layout, s, seed * 1_000_003 + i, f"synth-{s}-{layout}{tag}-s{seed}-{i:05d}"))
-    return out
 
 
 def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str = "html",

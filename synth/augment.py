@@ -60,9 +60,9 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from pipelines.render import grey_if_achromatic
 from schemas.config import option
 from schemas.deadletter import RecordError
+from schemas.images import grey_if_achromatic
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
 VERSION = "1"
@@ -269,7 +269,7 @@ def encode_png(image: Image.Image, compress_level: int = 1) -> bytes:
 def decode(data: bytes, max_pixels: int) -> Image.Image:
     """Decode record image bytes (PNG/WebP/JPEG) fully; ``RecordError`` on garbage or oversize."""
     # the project's one guarded opener (pixel cap checked before decoding)
-    from pipelines.render import open_image
+    from schemas.images import open_image
 
     image = open_image(data, max_pixels)
     try:

@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+# Page kinds, each with its template and content builder. The order is the planner's: page ``i`` of
+# a run gets ``LAYOUTS[i % 8]`` (``synth.plan``), so reordering changes which page gets which layout.
+LAYOUTS: tuple[str, ...] = ("report", "paper", "newspaper", "invoice", "form", "slides", "blog", "infographic")
+# What a page tests, by the structure inserted into it; page ``i`` gets ``SUITES[i % 3]`` under suite ``all``.
+SUITES: tuple[str, ...] = ("layout", "formula", "table")
+
 
 @dataclass(frozen=True)
 class Heading:
@@ -88,8 +94,8 @@ class PlacedBlock:
 @dataclass(frozen=True)
 class PageSpec:
     id: str
-    layout: str  # report | slides | blog | infographic | newspaper | form | invoice | paper
-    suite: str  # layout | formula | table
+    layout: str  # one of LAYOUTS
+    suite: str  # one of SUITES
     language: str = "en"
     columns: int = 1
     width_px: int = 1024

@@ -31,11 +31,14 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from synth.blocks import (
+    LAYOUTS,
+    SUITES,
     Block,
     Figure,
     Footnote,
@@ -52,8 +55,6 @@ from synth.charts import chart_png
 from synth.formulas import generate_formula, inline_formula
 from synth.tables import generate_table
 
-LAYOUTS: tuple[str, ...] = ("report", "slides", "blog", "infographic", "newspaper", "form", "invoice", "paper")
-SUITES: tuple[str, ...] = ("layout", "formula", "table")
 LANGUAGES: tuple[str, ...] = ("en", "zh")
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -339,6 +340,173 @@ def _title(rng: random.Random, layout: str, src: ContentSource, org: str) -> str
     }[layout]
 
 
+@dataclass(frozen=True)
+class _Draft:
+    """A page being filled: its rng, content source and settings, and the body so far as (block,
+    required) pairs (required blocks survive ``max_blocks``; optional ones are cut from the end) plus
+    the footnotes its paragraphs called for. Layout builders append to it."""
+
+    rng: random.Random
+    src: ContentSource
+    language: str
+    suite: str
+    columns: int
+    body: list[tuple[Block, bool]]
+    notes: list[Footnote] = field(default_factory=list)
+
+    @property
+    def zh(self) -> bool:
+        return self.language == "zh"
+
+    @property
+    def orgs(self) -> tuple[str, ...]:
+        return _ZH_ORGS if self.zh else _ORGS
+
+    @property
+    def max_cols(self) -> int:
+        """The widest table that fits a column."""
+        return 4 if self.columns > 1 else 7
+
+    def name(self) -> str:
+        return person_name(self.rng, self.language)
+
+    def date(self) -> str:
+        return date_text(self.rng, self.language)
+
+    def add(self, block: Block, required: bool) -> None:
+        self.body.append((block, required))
+
+    def para(self, **kw: bool) -> None:
+        """A required paragraph (``ContentSource.paragraph`` options), and its footnote if it has one."""
+        p, note = self.src.paragraph(**kw)
+        self.add(p, True)
+        if note is not None:
+            self.notes.append(note)
+
+
+# -- layouts: each builder adds the blocks after the title, in reading order ------------------------
+
+def _report(d: _Draft) -> None:
+    d.para(bold=True)
+    d.add(d.src.heading(2), False)
+    d.para(footnote=True)
+    d.add(d.src.list_block(), False)
+    d.add(d.src.figure(), False)
+
+
+def _slides(d: _Draft) -> None:
+    d.add(d.src.list_block(ordered=False, n=3), True)
+    d.add(d.src.heading(2), False)
+    d.para(fact=False, bold=True)
+
+
+def _blog(d: _Draft) -> None:
+    d.add(Paragraph(f"作者：**{d.name()}** · {d.date()}" if d.zh else f"By **{d.name()}** · {d.date()}"), True)
+    d.para()
+    d.add(d.src.heading(2), False)
+    d.para(footnote=d.rng.random() < 0.5)
+    d.add(d.src.figure(), False)
+
+
+def _infographic(d: _Draft) -> None:
+    d.para(fact=True)
+    d.add(d.src.list_block(ordered=False), True)
+    d.add(d.src.figure(), False)
+    d.add(d.src.heading(3), False)
+    d.add(d.src.list_block(ordered=True, n=3), False)
+
+
+def _newspaper(d: _Draft) -> None:
+    if d.zh:
+        d.add(Paragraph(f"{d.name()}，{d.rng.choice(['本报记者', '科学编辑', '特约通讯员'])}"), True)
+    else:
+        d.add(Paragraph(f"By {d.name()}, {d.rng.choice(['Staff Reporter', 'Science Editor', 'Correspondent'])}"),
+              True)
+    d.para(bold=True)
+    d.para(fact=True)
+    d.add(d.src.heading(2), False)
+    d.para(footnote=True)
+    if d.columns == 3:
+        d.para()
+    d.add(d.src.figure(), False)
+
+
+def _form(d: _Draft) -> None:
+    d.para(fact=False)
+    if d.zh:
+        fields = (f"申请人姓名：{d.name()}", f"申请日期：{d.date()}",
+                  f"编号：{d.rng.choice('ABCDEFGH')}{d.rng.randint(100000, 999999)}",
+                  f"所在单位：{d.rng.choice(d.orgs)}")
+    else:
+        fields = (f"Applicant name: {d.name()}", f"Date of application: {d.date()}",
+                  f"Reference number: {d.rng.choice('ABCDEFGH')}{d.rng.randint(100000, 999999)}",
+                  f"Organisation: {d.rng.choice(d.orgs)}")
+    d.add(ListBlock(items=fields, ordered=True), True)
+    d.add(d.src.heading(2, "声明" if d.zh else "Declaration"), False)
+    d.para(fact=False, footnote=True)
+
+
+def _invoice(d: _Draft) -> None:
+    rng = d.rng
+    if d.zh:
+        d.add(Paragraph(f"付款方：**{d.name()}**，{rng.choice(d.orgs)}。开具日期{d.date()}；"
+                        f"请于{rng.choice([14, 30, 45])}天内付款。"), True)
+    else:
+        d.add(Paragraph(f"Billed to **{d.name()}**, {rng.choice(d.orgs)}. Issued {d.date()}; "
+                        f"payment due within {rng.choice([14, 30, 45])} days."), True)
+    if d.suite != "table":
+        d.add(generate_table(rng, "borderless", max_cols=d.max_cols), True)
+    if d.zh:
+        d.add(Paragraph(f"应付总额：**{rng.uniform(200, 9000):,.2f} 元**。银行参考号"
+                        f"{rng.randint(1000, 9999)}-{rng.randint(1000, 9999)}。"), True)
+    else:
+        d.add(Paragraph(f"Total due: **{rng.uniform(200, 9000):,.2f} EUR**. Bank reference "
+                        f"{rng.randint(1000, 9999)}-{rng.randint(1000, 9999)}."), True)
+
+
+def _paper(d: _Draft) -> None:
+    if d.zh:
+        d.add(Paragraph(f"{d.name()}、{d.name()}，{d.rng.choice(d.orgs)}"), True)
+    else:
+        d.add(Paragraph(f"{d.name()} and {d.name()}, {d.rng.choice(d.orgs)}"), True)
+    d.add(Heading("摘要" if d.zh else "Abstract", level=2), True)
+    d.para(fact=True)
+    d.add(Heading("1 引言" if d.zh else "1 Introduction", level=2), False)
+    d.para(footnote=True)
+    d.add(d.src.figure(), False)
+
+
+LAYOUT_BUILDERS: dict[str, Callable[[_Draft], None]] = {
+    "report": _report, "slides": _slides, "blog": _blog, "infographic": _infographic,
+    "newspaper": _newspaper, "form": _form, "invoice": _invoice, "paper": _paper,
+}
+
+
+def _suite_blocks(d: _Draft, layout: str) -> list[tuple[Block, bool]]:
+    """The suite's structure (formulas, tables), inserted after the page's opening blocks."""
+    rng = d.rng
+    extra: list[tuple[Block, bool]] = []
+    if d.suite == "formula":
+        p, _ = d.src.paragraph(inline_math=True, fact=False)
+        extra.append((p, True))
+        for _ in range(rng.choice([2, 2, 3])):
+            extra.append((generate_formula(rng), True))
+    elif d.suite == "table":
+        for _ in range(1 if layout in ("slides", "infographic") or d.columns > 1 else rng.choice([1, 1, 2])):
+            extra.append((generate_table(rng, max_cols=d.max_cols), True))
+    elif rng.random() < 0.3:
+        extra.append((generate_formula(rng) if rng.random() < 0.5 else generate_table(rng, max_cols=d.max_cols), False))
+    return extra
+
+
+def _cut_optional(body: list[tuple[Block, bool]], max_blocks: int | None) -> list[Block]:
+    """The body's blocks, optional ones dropped from the end until at most ``max_blocks`` remain."""
+    if max_blocks is not None:
+        while len(body) > max_blocks and any(not req for _, req in body):
+            del body[max(i for i, (_, req) in enumerate(body) if not req)]
+    return [b for b, _ in body]
+
+
 def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
                    density: float = 1.0, max_blocks: int | None = None, language: str = "en") -> PageSpec:
     """One page of ``layout`` for ``suite`` in ``language`` (en | zh); the same arguments always give
@@ -353,127 +521,22 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
     rng = random.Random(f"page:{layout}:{suite}:{seed}" + (":zh" if zh else ""))
     src = ContentSource(rng, density, language)
     org = rng.choice(_ZH_ORGS if zh else _ORGS)
-    orgs = _ZH_ORGS if zh else _ORGS
+    # Built whole on purpose: the rng draws for newspaper columns on every page, and specs depend on it.
     columns = {"newspaper": rng.choice([2, 3]), "paper": 2}.get(layout, 1)
-    max_cols = 4 if columns > 1 else 7
     furniture = _furniture_zh(rng, layout, org) if zh else _furniture(rng, layout, org)
     title = _title_zh(rng, layout, src) if zh else _title(rng, layout, src, org)
-
-    def name() -> str:
-        return person_name(rng, language)
-
-    def date() -> str:
-        return date_text(rng, language)
-
-    # (block, required): required blocks survive ``max_blocks``; optional ones are cut from the end.
-    body: list[tuple[Block, bool]] = [(Heading(title, level=1), True)]
-    notes: list[Footnote] = []
-
-    def para(**kw: bool) -> None:
-        p, note = src.paragraph(**kw)
-        body.append((p, True))
-        if note is not None:
-            notes.append(note)
-
-    if layout == "report":
-        para(bold=True)
-        body.append((src.heading(2), False))
-        para(footnote=True)
-        body.append((src.list_block(), False))
-        body.append((src.figure(), False))
-    elif layout == "slides":
-        body.append((src.list_block(ordered=False, n=3), True))
-        body.append((src.heading(2), False))
-        para(fact=False, bold=True)
-    elif layout == "blog":
-        body.append((Paragraph(f"作者：**{name()}** · {date()}" if zh else f"By **{name()}** · {date()}"), True))
-        para()
-        body.append((src.heading(2), False))
-        para(footnote=rng.random() < 0.5)
-        body.append((src.figure(), False))
-    elif layout == "infographic":
-        para(fact=True)
-        body.append((src.list_block(ordered=False), True))
-        body.append((src.figure(), False))
-        body.append((src.heading(3), False))
-        body.append((src.list_block(ordered=True, n=3), False))
-    elif layout == "newspaper":
-        if zh:
-            body.append((Paragraph(f"{name()}，{rng.choice(['本报记者', '科学编辑', '特约通讯员'])}"), True))
-        else:
-            body.append((Paragraph(f"By {name()}, {rng.choice(['Staff Reporter', 'Science Editor', 'Correspondent'])}"), True))
-        para(bold=True)
-        para(fact=True)
-        body.append((src.heading(2), False))
-        para(footnote=True)
-        if columns == 3:
-            para()
-        body.append((src.figure(), False))
-    elif layout == "form":
-        para(fact=False)
-        if zh:
-            fields = (f"申请人姓名：{name()}", f"申请日期：{date()}",
-                      f"编号：{rng.choice('ABCDEFGH')}{rng.randint(100000, 999999)}", f"所在单位：{rng.choice(orgs)}")
-        else:
-            fields = (f"Applicant name: {name()}", f"Date of application: {date()}",
-                      f"Reference number: {rng.choice('ABCDEFGH')}{rng.randint(100000, 999999)}",
-                      f"Organisation: {rng.choice(orgs)}")
-        body.append((ListBlock(items=fields, ordered=True), True))
-        body.append((src.heading(2, "声明" if zh else "Declaration"), False))
-        para(fact=False, footnote=True)
-    elif layout == "invoice":
-        if zh:
-            body.append((Paragraph(f"付款方：**{name()}**，{rng.choice(orgs)}。开具日期{date()}；"
-                                   f"请于{rng.choice([14, 30, 45])}天内付款。"), True))
-        else:
-            body.append((Paragraph(f"Billed to **{name()}**, {rng.choice(orgs)}. Issued {date()}; "
-                                   f"payment due within {rng.choice([14, 30, 45])} days."), True))
-        if suite != "table":
-            body.append((generate_table(rng, "borderless", max_cols=max_cols), True))
-        if zh:
-            body.append((Paragraph(f"应付总额：**{rng.uniform(200, 9000):,.2f} 元**。银行参考号"
-                                   f"{rng.randint(1000, 9999)}-{rng.randint(1000, 9999)}。"), True))
-        else:
-            body.append((Paragraph(f"Total due: **{rng.uniform(200, 9000):,.2f} EUR**. Bank reference "
-                                   f"{rng.randint(1000, 9999)}-{rng.randint(1000, 9999)}."), True))
-    elif layout == "paper":
-        if zh:
-            body.append((Paragraph(f"{name()}、{name()}，{rng.choice(orgs)}"), True))
-        else:
-            body.append((Paragraph(f"{name()} and {name()}, {rng.choice(orgs)}"), True))
-        body.append((Heading("摘要" if zh else "Abstract", level=2), True))
-        para(fact=True)
-        body.append((Heading("1 引言" if zh else "1 Introduction", level=2), False))
-        para(footnote=True)
-        body.append((src.figure(), False))
-
-    # Suite structure, inserted after the opening blocks.
-    at = min(len(body), 3)
-    extra: list[tuple[Block, bool]] = []
-    if suite == "formula":
-        p, _ = src.paragraph(inline_math=True, fact=False)
-        extra.append((p, True))
-        for _ in range(rng.choice([2, 2, 3])):
-            extra.append((generate_formula(rng), True))
-    elif suite == "table":
-        for _ in range(1 if layout in ("slides", "infographic") or columns > 1 else rng.choice([1, 1, 2])):
-            extra.append((generate_table(rng, max_cols=max_cols), True))
-    elif rng.random() < 0.3:
-        extra.append((generate_formula(rng) if rng.random() < 0.5 else generate_table(rng, max_cols=max_cols), False))
-    body[at:at] = extra
-
-    if max_blocks is not None:
-        while len(body) > max_blocks and any(not req for _, req in body):
-            idx = max(i for i, (_, req) in enumerate(body) if not req)
-            del body[idx]
-    blocks = [b for b, _ in body]
+    draft = _Draft(rng, src, language, suite, columns, body=[(Heading(title, level=1), True)])
+    LAYOUT_BUILDERS[layout](draft)
+    at = min(len(draft.body), 3)
+    draft.body[at:at] = _suite_blocks(draft, layout)
+    blocks = _cut_optional(draft.body, max_blocks)
     # Keep only the notes whose marker survived (paragraphs are required, so all do today).
-    blocks.extend(notes)
-    placed = _place(blocks, columns)
+    blocks.extend(draft.notes)
     return PageSpec(
         id=id or f"synth-{layout}-{suite}-{seed}",
         layout=layout, suite=suite, language=language, columns=columns,
-        furniture=furniture, blocks=tuple(placed), license="cc0-1.0", seed=seed, sources=src.sources(),
+        furniture=furniture, blocks=tuple(_place(blocks, columns)), license="cc0-1.0", seed=seed,
+        sources=src.sources(),
     )
 
 

@@ -2,7 +2,7 @@
 and its ``PageRecord`` (source ``jinaocrsynth``).
 
 The reference Markdown and the tests come from ``synth.reference.reference_markdown`` and
-``synth.tests_from_blocks.tests_for_page``; specs from ``synth.content.make_page_spec``.
+``synth.tests_from_blocks.unit_tests_for_page``; specs from ``synth.content.make_page_spec``.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pipelines.instruct import default_instruction
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
-from schemas.unit_tests import UnitTest, test_to_json
+from schemas.prompts import default_instruction
+from schemas.unit_tests import UnitTest, unit_test_to_json
 from synth.blocks import (
     PageSpec,
 )
 from synth.content import make_page_spec
-from synth.reference import reference_markdown
-from synth.tests_from_blocks import tests_for_page
+from synth.reference import reading_order, reference_markdown
+from synth.tests_from_blocks import unit_tests_for_page
 
 SOURCE = "jinaocrsynth"
 VERSION = "1"
@@ -50,8 +50,9 @@ def pdf_name(spec: PageSpec) -> str:
 def synthesize_page(spec: PageSpec, renderer: Renderer) -> SynthPage:
     """Render ``spec`` and derive its reference and tests (raises ``RecordError`` on a rejected page)."""
     rendered = renderer.render(spec)
-    reference = reference_markdown(spec)
-    kept, dropped = tests_for_page(spec, reference, pdf_name(spec), page=1)
+    order = reading_order(spec)  # once per page: the reference and the tests both walk it
+    reference = reference_markdown(spec, order)
+    kept, dropped = unit_tests_for_page(spec, reference, pdf_name(spec), page=1, order=order)
     return SynthPage(spec.id, rendered.png, rendered.html, reference, list(kept), dict(dropped),
                      rendered.width, rendered.height)
 
@@ -77,7 +78,7 @@ def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
         instruction=default_instruction("parse_page", spec.language),
         response=page.reference,
         response_format="markdown",
-        unit_tests=[test_to_json(t) for t in page.tests],
+        unit_tests=[unit_test_to_json(t) for t in page.tests],
         quality={"synth": {"tests_kept": len(page.tests), "tests_dropped": sum(page.dropped.values()),
                            }},
         provenance=[ProvenanceStep(stage=f"synth:{page.renderer}", version=VERSION, params_hash=params_hash(params))],

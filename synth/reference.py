@@ -55,9 +55,11 @@ def reading_order(spec: PageSpec) -> list[Block]:
     return [p.block for _, p in placed if not isinstance(p.block, Footnote)]
 
 
-def reference_markdown(spec: PageSpec) -> str:
-    """The page's reference Markdown: body blocks separated by blank lines, then footnote definitions."""
-    parts = [block_markdown(b) for b in reading_order(spec)]
+def reference_markdown(spec: PageSpec, order: list[Block] | None = None) -> str:
+    """The page's reference Markdown: body blocks separated by blank lines, then footnote definitions.
+
+    ``order``: the page's ``reading_order`` when the caller has it already (computed here otherwise)."""
+    parts = [block_markdown(b) for b in (reading_order(spec) if order is None else order)]
     notes = [p.block for p in spec.blocks if isinstance(p.block, Footnote)]
     if notes:
         parts.append("\n".join(block_markdown(n) for n in notes))

@@ -15,7 +15,7 @@ runs in the standalone document. Such pages raise ``RecordError("synth_overflow"
 ``RecordError("synth_timeout")``. The page box is captured by CDP ``Page.captureScreenshot`` (PNG
 with Chromium's fast settings, a lossless carrier).
 
-Images are encoded like the corpus (``pipelines.render``): PNG, zlib level 1, achromatic pages as
+Images are encoded like the corpus (``schemas.images``): PNG, zlib level 1, achromatic pages as
 8-bit grey. Chromium's output for the same HTML, fonts and build is byte-stable in our checks.
 """
 
@@ -37,15 +37,14 @@ from playwright.sync_api import Browser, CDPSession, Page
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from pipelines.render import RenderConfig, encode_image
 from schemas.browser import new_offline_page, shared_browser
 from schemas.deadletter import RecordError
+from schemas.images import ImageEncoding, encode_image
 from schemas.math_render import INSTALL_HINT, KATEX_DIR
-from synth.blocks import Figure, PageSpec, PlacedBlock
+from synth.blocks import LAYOUTS, Figure, PageSpec, PlacedBlock
 
 VERSION = "1"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
-LAYOUTS: tuple[str, ...] = ("report", "paper", "newspaper", "invoice", "form", "slides", "blog", "infographic")
 DEFAULT_TIMEOUT_MS = 15_000
 
 # The in-page check, shared by the standalone document (``PAGE_SCRIPT``) and the renderer's reused
@@ -291,7 +290,7 @@ class HtmlRenderer:
         self._cdp: CDPSession | None = None
         self._size: tuple[int, int] | None = None
         self.timeout_ms = timeout_ms
-        self._encode_cfg = RenderConfig(png_compress_level=png_compress_level)
+        self._encode_cfg = ImageEncoding(png_compress_level=png_compress_level)
 
     @property
     def page_dir(self) -> Path:

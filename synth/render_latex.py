@@ -15,7 +15,7 @@ temporary directory (removed afterwards) under a wall-clock timeout. Rejections,
 ``schemas.deadletter.RecordError``: ``synth_latex_failed`` (non-zero exit or no PDF; the message
 is the first error lines of the log), ``synth_latex_timeout``, ``synth_overflow`` (more than one
 page, or a line overfull by more than ``OVERFULL_LIMIT_PT``). Page 1 is rasterized with
-``pipelines.render.rasterize_pdf_page`` at the spec's longest side and encoded like the corpus.
+``schemas.pdf_pages.rasterize_pdf_page`` at the spec's longest side and encoded like the corpus.
 """
 
 from __future__ import annotations
@@ -31,13 +31,9 @@ from typing import Self
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from PIL import Image
 
-from pipelines.render import (
-    RenderConfig,
-    encode_image,
-    pdf_page_count,
-    rasterize_pdf_page,
-)
 from schemas.deadletter import RecordError
+from schemas.images import ImageEncoding, encode_image
+from schemas.pdf_pages import pdf_page_count, rasterize_pdf_page
 from schemas.tables import place_cells
 from synth.blocks import (
     Block,
@@ -350,7 +346,7 @@ class LatexRenderer:
         if self._work_dir is not None:
             self._work_dir.mkdir(parents=True, exist_ok=True)
         self.timeout_s = timeout_s
-        self._encode_cfg = RenderConfig(png_compress_level=png_compress_level)
+        self._encode_cfg = ImageEncoding(png_compress_level=png_compress_level)
 
     def compile(self, tex: str, images: dict[str, bytes] | None = None, name: str = "page") -> bytes:
         """Compile ``tex`` to PDF bytes in a fresh temp dir (raises ``RecordError`` on failure)."""

@@ -1,6 +1,6 @@
 """Contact sheet of synthetic pages: ``python -m synth.sheet [--out sheet.png] [--pages 24 --seed 0]``.
 
-Renders the pages of a ``python -m synth``-style plan (suite ``all``) and lays their thumbnails
+Renders the pages of a ``synth.plan`` plan (suite ``all``) and lays their thumbnails
 out in a grid, each labelled with layout, suite and status, so a person can judge at a glance
 whether they look like real documents of their kind. Rejected pages show as a labelled blank tile.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from schemas.deadletter import RecordError
-from synth.__main__ import plan
 from synth.pages import page_spec
+from synth.plan import plan
 from synth.render_html import HtmlRenderer
 
 THUMB_H = 420

@@ -15,7 +15,7 @@ here the blocks are the ground truth, so tests come straight from them:
 * ``format``: headings and bold spans; ``footnote``: each marker with the words before it;
 * one ``baseline``.
 
-Every test is built as a dict through ``schemas.unit_tests.test_from_dict`` and run on the
+Every test is built as a dict through ``schemas.unit_tests.unit_test_from_dict`` and run on the
 reference Markdown; only passing tests are kept, the rest are counted in ``dropped`` by reason
 (``invalid_<type>``, ``fails_reference_<type>``, ``filtered_<type>``, ``duplicate_<type>``).
 """
@@ -28,8 +28,9 @@ from collections import Counter
 from typing import Any
 
 from schemas.tables import parse_html_tables
-from schemas.unit_tests import UnitTest, test_from_dict, test_to_dict
+from schemas.unit_tests import UnitTest, unit_test_from_dict
 from synth.blocks import (
+    Block,
     Figure,
     Footnote,
     Formula,
@@ -71,11 +72,11 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+|(?<=[。！？])", text) if s.strip()]
 
 
-def _text_blocks(spec: PageSpec) -> list[tuple[int, str]]:
+def _text_blocks(spec: PageSpec, order: list[Block]) -> list[tuple[int, str]]:
     """(column, sentence) in reading order, from paragraphs, list items and captions (no math)."""
     columns = {id(p.block): p.column for p in spec.blocks}
     out: list[tuple[int, str]] = []
-    for block in reading_order(spec):
+    for block in order:
         col = columns[id(block)]
         if isinstance(block, Paragraph) and "\\(" not in block.text:
             out.extend((col, s) for s in _sentences(_plain(block.text)))
@@ -137,8 +138,8 @@ def _table_tests(rng: random.Random, table: Table) -> list[dict[str, Any]]:
     return tests
 
 
-def _order(rng: random.Random, spec: PageSpec) -> list[dict[str, Any]]:
-    items = [(i, col, s) for i, (col, s) in enumerate(_text_blocks(spec)) if len(s) >= 12]
+def _order(rng: random.Random, text: list[tuple[int, str]]) -> list[dict[str, Any]]:
+    items = [(i, col, s) for i, (col, s) in enumerate(text) if len(s) >= 12]
     pairs = [(a, b) for a in items for b in items if a[0] < b[0]]
     # Cross-column pairs first (the failure multi-column layouts provoke), then the rest.
     cross = [p for p in pairs if p[0][1] != p[1][1]]
@@ -153,10 +154,10 @@ def _order(rng: random.Random, spec: PageSpec) -> list[dict[str, Any]]:
     return tests
 
 
-def _present(rng: random.Random, spec: PageSpec) -> list[dict[str, Any]]:
+def _present(rng: random.Random, text: list[tuple[int, str]]) -> list[dict[str, Any]]:
     words: dict[str, None] = {}
     numbers: dict[str, None] = {}
-    for _, sentence in _text_blocks(spec):
+    for _, sentence in text:
         if _CJK_RUN.search(sentence):
             # No word spaces: quote 4-6 character windows of Chinese runs, and the digit runs.
             for m in _CJK_RUN.finditer(sentence):
@@ -184,9 +185,9 @@ def _present(rng: random.Random, spec: PageSpec) -> list[dict[str, Any]]:
             + [{"type": "present", "text": n} for n in picked_numbers[:MAX_PRESENT_NUMBERS]])
 
 
-def _math(spec: PageSpec) -> list[dict[str, Any]]:
+def _math(order: list[Block]) -> list[dict[str, Any]]:
     seen: dict[str, None] = {}
-    for block in reading_order(spec):
+    for block in order:
         if isinstance(block, Formula):
             seen[block.latex.strip()] = None
         elif isinstance(block, (Paragraph, ListBlock)):
@@ -197,9 +198,9 @@ def _math(spec: PageSpec) -> list[dict[str, Any]]:
     return [{"type": "math", "math": m, "ignore_dollar_delimited": True} for m in seen if len(m) > 2][:MAX_MATH]
 
 
-def _format(spec: PageSpec) -> list[dict[str, Any]]:
+def _format(order: list[Block]) -> list[dict[str, Any]]:
     tests = []
-    for block in reading_order(spec):
+    for block in order:
         if isinstance(block, Heading):
             tests.append({"type": "format", "text": block.text, "format": "heading"})
         elif isinstance(block, Paragraph):
@@ -207,10 +208,10 @@ def _format(spec: PageSpec) -> list[dict[str, Any]]:
     return tests[:MAX_FORMAT]
 
 
-def _footnotes(spec: PageSpec) -> list[dict[str, Any]]:
+def _footnotes(spec: PageSpec, order: list[Block]) -> list[dict[str, Any]]:
     markers = {p.block.marker for p in spec.blocks if isinstance(p.block, Footnote)}
     tests = []
-    for block in reading_order(spec):
+    for block in order:
         if not isinstance(block, Paragraph):
             continue
         for m in _MARKER.finditer(block.text):
@@ -239,20 +240,25 @@ def _filter_reason(data: dict[str, Any]) -> str | None:
     return None
 
 
-def tests_for_page(spec: PageSpec, reference_md: str, pdf_name: str,
-                   page: int = 1) -> tuple[list[UnitTest], dict[str, int]]:
-    """The page's verified tests, and how many candidates were dropped per reason."""
+def unit_tests_for_page(spec: PageSpec, reference_md: str, pdf_name: str, page: int = 1,
+                        order: list[Block] | None = None) -> tuple[list[UnitTest], dict[str, int]]:
+    """The page's verified tests, and how many candidates were dropped per reason.
+
+    ``order``: the page's ``synth.reference.reading_order`` when the caller has it already (as
+    ``synth.pages.synthesize_page`` does, which also made the reference from it)."""
+    order = reading_order(spec) if order is None else order
+    text = _text_blocks(spec, order)
     rng = random.Random(f"tests:{spec.id}:{spec.seed}")
     candidates: list[dict[str, Any]] = []
     candidates += _absent(spec)
-    for block in reading_order(spec):
+    for block in order:
         if isinstance(block, Table):
             candidates += _table_tests(rng, block)
-    candidates += _order(rng, spec)
-    candidates += _present(rng, spec)
-    candidates += _math(spec)
-    candidates += _format(spec)
-    candidates += _footnotes(spec)
+    candidates += _order(rng, text)
+    candidates += _present(rng, text)
+    candidates += _math(order)
+    candidates += _format(order)
+    candidates += _footnotes(spec, order)
     has_cjk = any("\u3040" <= ch <= "\u9fff" for ch in reference_md)
     candidates.append({"type": "baseline", "max_repeats": 30, "check_disallowed_characters": not has_cjk})
     return verify_tests(candidates, reference_md, pdf_name, page, prefix=spec.id)
@@ -278,7 +284,7 @@ def verify_tests(candidates: list[dict[str, Any]], reference_md: str, pdf_name: 
         seen.add(key)
         full = {"pdf": pdf_name, "page": page, "id": f"{prefix}_{kind}_{per_type[kind]:02d}", **data}
         try:
-            test = test_from_dict(full)
+            test = unit_test_from_dict(full)
         except ValueError:
             dropped[f"invalid_{kind}"] += 1
             continue
@@ -292,13 +298,3 @@ def verify_tests(candidates: list[dict[str, Any]], reference_md: str, pdf_name: 
         per_type[kind] += 1
         kept.append(test)
     return kept, dict(dropped)
-
-
-def tests_as_dicts(tests: list[UnitTest]) -> list[dict[str, Any]]:
-    """Convenience for writers: olmOCR-Bench JSON objects in order."""
-    return [test_to_dict(t) for t in tests]
-
-
-# The name starts with "tests_"; keep pytest from collecting it when imported into a test module.
-tests_for_page.__test__ = False  # type: ignore[attr-defined]
-tests_as_dicts.__test__ = False  # type: ignore[attr-defined]

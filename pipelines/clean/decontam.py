@@ -5,7 +5,7 @@
 * **olmOCR-Bench**: ``bench_data/*.jsonl`` (or ``*.jsonl`` in ``path`` itself), one unit test per
   line with ``pdf`` (relative to ``bench_data/pdfs/``) and ``page`` (1-based, default 1), plus the
   PDFs under ``bench_data/pdfs/``. One benchmark item per (pdf, page): the page is rendered with
-  ``pipelines.render.rasterize_pdf_page`` at ``longest_side`` (the corpus's
+  ``schemas.pdf_pages.rasterize_pdf_page`` at ``longest_side`` (the corpus's
   ``render.longest_side``, so a corpus copy of the page has the same pixels), and its texts are the
   ``text``, ``before``, ``after``, ``cell`` and ``math`` fields of its tests.
 * **images and texts**: any other folder; every image (png, jpg, jpeg, webp, tif, tiff, bmp, gif,
@@ -207,7 +207,8 @@ class DecontamIndex:
                     max_pixels: int = 64_000_000) -> DecontamIndex:
         """Scan, render and hash every benchmark page of ``path`` (see the module doc)."""
         from pipelines.clean.image_hash import perceptual_hash, pixel_hash
-        from pipelines.render import RenderConfig, decode_image, rasterize_pdf_page
+        from pipelines.render import RenderConfig, decode_image
+        from schemas.pdf_pages import rasterize_pdf_page
 
         items = scan_folder(path)
         render_cfg = RenderConfig(longest_side=longest_side, max_pixels=max_pixels)

@@ -32,7 +32,7 @@ def open_page(data: bytes | Image.Image, max_pixels: int) -> Image.Image:
     if isinstance(data, Image.Image):
         image = data
     else:
-        from pipelines.render import open_image
+        from schemas.images import open_image
 
         image = open_image(data, max_pixels)
     try:

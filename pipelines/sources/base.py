@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Protocol, TypeVar
 
-from pipelines.instruct import default_instruction
 from schemas.config import load, option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep
+from schemas.prompts import default_instruction
 
 T = TypeVar("T")
 
@@ -69,7 +69,7 @@ class SourceSettings:
     kind: str = option(help="the reader (pipelines.sources.SOURCE_KINDS)")
     paths: tuple[str, ...] = option(help="input URIs or globs (local, gs://, s3://, hf://; synth://<suite>)")
     instruction: str = option("", help="the prompt every record carries (default: the task's prompt in "
-                                       "instruction_language, pipelines/instruct.py)")
+                                       "instruction_language, schemas/prompts.py)")
     domain: str = option("documents", help="the records' domain (documents, books, historical-newspaper, ...)")
     license: str = option("unknown", help="the records' license (an SPDX-style id, or unknown)")
     language: str = option("und", help="the records' language when the input does not say")

@@ -19,7 +19,7 @@ Source options:
 
 Outcomes per row: pages, or ``RecordError`` (``missing_text``, ``bad_page_ends``,
 ``unknown_extractor``, ``missing_warc_pointer``, ``warc_unreadable``, ``warc_not_pdf``,
-``page_count_mismatch`` and the PDF reasons from ``pipelines.render``), or ``Dropped``
+``page_count_mismatch`` and the PDF reasons from ``schemas.pdf_pages``), or ``Dropped``
 (``no_usable_pages``: every page is a rolmOCR failure marker; ``truncated_pdf``: an
 ``is_truncated`` row whose Common Crawl payload is not a complete PDF). A file that cannot be
 opened or read gives one ``Row(source_id=<file uri>)`` with ``unreadable_parquet``, or
@@ -37,12 +37,12 @@ from typing import IO, Any, Callable, Iterator, Sequence
 import pyarrow as pa
 
 from pipelines import io as pio
-from pipelines.render import pdf_page_count
 from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
 from pipelines.sources.parquet_rows import stream_rows
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
+from schemas.pdf_pages import pdf_page_count
 
 VERSION = "1"
 
@@ -58,7 +58,7 @@ FAILED_PAGE = re.compile(r"<--- failed_to_process_page --->|<--- stop_reason_.*?
 # PDF readers accept the header anywhere in the first 1 KiB (servers sometimes prepend whitespace).
 _PDF_MAGIC = b"%PDF-"
 _PDF_MAGIC_WINDOW = 1024
-# Reasons from pipelines.render that, for an is_truncated row, mean "the CC copy is cut short".
+# Reasons from schemas.pdf_pages that, for an is_truncated row, mean "the CC copy is cut short".
 _TRUNCATION_REASONS = frozenset({"corrupt_pdf", "zero_page_pdf", "empty_pdf"})
 
 

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
 from pipelines import io
-from pipelines.render import pdf_page_count
 from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
+from schemas.pdf_pages import pdf_page_count
 
 VERSION = "1"
 PDF_EXTENSIONS = (".pdf",)

@@ -48,8 +48,8 @@ class SynthSource:
             yield suite, start, min(self.pages, start + self.pages_per_unit)
 
     def read(self, unit: tuple[str, int, int]) -> Iterator[Row]:
-        from synth.__main__ import plan
         from synth.pages import page_spec, synthesize_page, to_page_record
+        from synth.plan import plan
 
         suite, start, end = unit
         renderer = self._get_renderer()

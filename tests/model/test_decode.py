@@ -15,7 +15,7 @@ from model.decode import accept_stats, bench_table, format_table, generate, main
 from model.models import build_tiny, save
 from model.mtp import DraftHead, FitConfig, fit_head, save_head, self_distill
 from model.processing import Encoded
-from pipelines.instruct import PROMPTS
+from schemas.prompts import PROMPTS
 from tests.helpers import text_page, write_text_page_corpus
 
 MAX_NEW = 10

@@ -205,7 +205,7 @@ def test_cleaning_stages_and_dedup_are_in_the_manifest(direct_run):
 
 
 def test_synthetic_pages_carry_unit_tests_that_pass_on_their_response(direct_run):
-    from schemas.unit_tests import test_from_json
+    from schemas.unit_tests import unit_test_from_json
 
     _, _, out = direct_run
     rows = [r for r in pq.read_table(out / "data").to_pylist() if r["source"] == "jinaocrsynth"]
@@ -213,5 +213,5 @@ def test_synthetic_pages_carry_unit_tests_that_pass_on_their_response(direct_run
     for row in rows:
         assert row["unit_tests"], row["source_id"]
         for line in row["unit_tests"]:
-            passed, why = test_from_json(line).check(row["response"])
+            passed, why = unit_test_from_json(line).check(row["response"])
             assert passed, (row["source_id"], why)

@@ -4,17 +4,12 @@ import random
 import pytest
 from PIL import Image
 
-from pipelines.render import (
-    RenderConfig,
-    decode_image,
-    pdf_page_count,
-    rasterize_pdf_page,
-    render_page,
-)
+from pipelines.render import RenderConfig, decode_image, render_page
 from pipelines.sources.base import SourcePage
 from samples.make.pdfs import paragraphs, scan_image, text_pdf
 from schemas.deadletter import RecordError
 from schemas.page import validate
+from schemas.pdf_pages import pdf_page_count, rasterize_pdf_page
 from tests.helpers import zero_page_pdf
 
 
@@ -120,7 +115,7 @@ def test_garbage_image_bytes():
 def test_page_buffers_stay_on_the_heap_on_glibc():
     import platform
 
-    from pipelines.render import _keep_page_buffers_on_heap
+    from schemas.images import _keep_page_buffers_on_heap
 
     if platform.libc_ver()[0] == "glibc":  # the machines this runs on; elsewhere it is a no-op
         assert _keep_page_buffers_on_heap() is True
@@ -135,7 +130,7 @@ def test_reused_render_buffer_gives_pypdfium2s_pixels_for_every_size_and_rotatio
     import pypdfium2 as pdfium
     from reportlab.lib.pagesizes import A4, landscape, letter
 
-    from pipelines.render import render_pdf_pixels
+    from schemas.pdf_pages import render_pdf_pixels
 
     pdfs = [text_pdf([["Large page " * 40]], pagesize=landscape(A4)), text_pdf([["Small."]], pagesize=(200, 120)),
             text_pdf([["Letter page words."]], pagesize=letter)]

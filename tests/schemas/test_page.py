@@ -5,9 +5,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from schemas.page import (
-    features,
     PAGE_SCHEMA,
     PageRecord,
+    features,
     page_id,
     validate,
 )

@@ -34,10 +34,10 @@ from schemas.unit_tests import (
     extract_equations,
     load_tests,
     read_tests,
-    test_from_dict,
-    test_from_json,
-    test_to_dict,
-    test_to_json,
+    unit_test_from_dict,
+    unit_test_from_json,
+    unit_test_to_dict,
+    unit_test_to_json,
 )
 
 BASE = {"pdf": "doc.pdf", "page": 1}
@@ -493,12 +493,12 @@ def test_dict_round_trip_keeps_values_as_given():
         footnote("1", appears_before_marker="word"),
     ]
     for t in tests:
-        d = test_to_dict(t)
+        d = unit_test_to_dict(t)
         assert list(d)[:7] == ["pdf", "page", "id", "type", "max_diffs", "checked", "url"]
         assert not any(k.startswith("_") for k in d)
-        again = test_from_json(test_to_json(t))
-        assert test_to_dict(again) == d and type(again) is type(t)
-    assert test_to_dict(tests[0])["text"] == "**Bold** text"
+        again = unit_test_from_json(unit_test_to_json(t))
+        assert unit_test_to_dict(again) == d and type(again) is type(t)
+    assert unit_test_to_dict(tests[0])["text"] == "**Bold** text"
 
 
 def test_olmocr_bench_lines_load():
@@ -511,7 +511,7 @@ def test_olmocr_bench_lines_load():
         {"pdf": "a.pdf", "page": 1, "id": "a_03", "type": "format", "text": "T", "format": "heading",
          "case_sensitive": True},
     ]
-    kinds = [type(test_from_dict(d)).__name__ for d in lines]
+    kinds = [type(unit_test_from_dict(d)).__name__ for d in lines]
     assert kinds == ["PresenceTest", "TableTest", "BaselineTest", "FormatTest"]
 
 
@@ -524,7 +524,7 @@ def test_load_and_dump(tmp_path):
     tests = [present("alpha", id="t1"), absent("beta", id="t2"), order("one two", "three four")]
     path = tmp_path / "bench.jsonl"
     dump_tests(tests, path)
-    assert [test_to_dict(t) for t in load_tests(path)] == [test_to_dict(t) for t in tests]
+    assert [unit_test_to_dict(t) for t in load_tests(path)] == [unit_test_to_dict(t) for t in tests]
 
 
 def test_unknown_field_names_file_and_line(tmp_path):

@@ -13,7 +13,7 @@ from synth.charts import chart_png
 from synth.content import make_page_spec
 from synth.reference import reference_markdown
 from synth.render_html import render_html
-from synth.tests_from_blocks import tests_for_page
+from synth.tests_from_blocks import unit_tests_for_page
 
 
 def _figures(spec):
@@ -34,7 +34,7 @@ def test_zh_spec_is_chinese_and_deterministic():
 def test_zh_tests_pass_on_reference_and_baseline_allows_cjk(layout):
     spec = make_page_spec(layout, "layout", 7, language="zh")
     md = reference_markdown(spec)
-    kept, _ = tests_for_page(spec, md, "x.pdf")
+    kept, _ = unit_tests_for_page(spec, md, "x.pdf")
     for t in kept:
         assert t.check(md)[0], t
     (baseline,) = [t for t in kept if t.type == "baseline"]

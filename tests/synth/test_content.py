@@ -9,7 +9,7 @@ import pytest
 
 from schemas.tables import parse_html_tables
 from synth.blocks import Footnote, Formula, Table
-from synth.content import LAYOUTS, SUITES, load_snippets, make_page_spec
+from synth.content import LAYOUT_BUILDERS, LAYOUTS, SUITES, load_snippets, make_page_spec
 from synth.formulas import CATEGORIES as FORMULA_CATEGORIES
 from synth.formulas import generate_formula, generate_formulas
 from synth.reference import reference_markdown
@@ -65,6 +65,12 @@ def test_verify_table_rejects_ragged() -> None:
     ragged = Table(rows=((TableCell("a"), TableCell("b")), (TableCell("c"),), (TableCell("d", colspan=3),)))
     with pytest.raises(ValueError, match="rectangular"):
         verify_table(ragged)
+
+
+def test_every_layout_has_one_builder_and_unknown_ones_are_refused() -> None:
+    assert sorted(LAYOUT_BUILDERS) == sorted(LAYOUTS)
+    with pytest.raises(ValueError, match="unknown layout 'poster'"):
+        make_page_spec("poster", "layout", 0)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

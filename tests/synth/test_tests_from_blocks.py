@@ -7,16 +7,16 @@ from collections import Counter
 
 import pytest
 
-from schemas.unit_tests import test_to_json
+from schemas.unit_tests import unit_test_to_json
 from synth.content import LAYOUTS, SUITES, make_page_spec
 from synth.reference import reference_markdown
-from synth.tests_from_blocks import tests_for_page, verify_tests
+from synth.tests_from_blocks import unit_tests_for_page, verify_tests
 
 
 def _tests(layout: str, suite: str, seed: int):
     spec = make_page_spec(layout, suite, seed)
     md = reference_markdown(spec)
-    kept, dropped = tests_for_page(spec, md, f"{spec.id}.pdf")
+    kept, dropped = unit_tests_for_page(spec, md, f"{spec.id}.pdf")
     return spec, md, kept, dropped
 
 
@@ -40,8 +40,8 @@ def test_kept_tests_pass_and_have_structure(layout: str, suite: str) -> None:
 
 
 def test_deterministic() -> None:
-    a = [test_to_json(t) for t in _tests("newspaper", "table", 5)[2]]
-    b = [test_to_json(t) for t in _tests("newspaper", "table", 5)[2]]
+    a = [unit_test_to_json(t) for t in _tests("newspaper", "table", 5)[2]]
+    b = [unit_test_to_json(t) for t in _tests("newspaper", "table", 5)[2]]
     assert a == b
 
 

@@ -1,9 +1,14 @@
-"""Instructions: the prompt bank, English and Chinese, one assigned prompt per dataset (Jina 4.3)."""
+"""Instructions: the prompt bank, English and Chinese, one assigned prompt per dataset (Jina 4.3).
+
+Read by the corpus config (a source's default ``instruction``), by ``synth`` (synthetic pages) and
+by the model's tests; a leaf module so that none of them imports another for it.
+"""
 
 from __future__ import annotations
 
 PROMPTS: dict[tuple[str, str], str] = {
-    ("parse_page", "en"): "Convert this document page to Markdown. Write equations in LaTeX with \\( \\) and \\[ \\], and tables in HTML.",
+    ("parse_page", "en"): "Convert this document page to Markdown. "
+                          "Write equations in LaTeX with \\( \\) and \\[ \\], and tables in HTML.",
     ("parse_page", "zh"): "将此文档页面转换为 Markdown。公式使用 \\( \\) 和 \\[ \\] 包裹的 LaTeX，表格使用 HTML。",
     ("transcribe_table", "en"): "Transcribe the table in this image as an HTML table.",
     ("transcribe_table", "zh"): "将图中的表格转写为 HTML 表格。",
@@ -15,6 +20,7 @@ PROMPTS: dict[tuple[str, str], str] = {
 
 
 def default_instruction(task: str, language: str = "en") -> str:
+    """The bank's prompt for ``task`` in ``language``; ``ValueError`` when it has none."""
     try:
         return PROMPTS[(task, language)]
     except KeyError:

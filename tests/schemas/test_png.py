@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines.png import encode_png
+from schemas.png import encode_png
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (7, 13), (64, 129), (5, 3, 3), (40, 33, 3)])

@@ -1,0 +1,173 @@
+"""Table metrics: TEDS and TEDS-S (PubTabNet), table edit similarity over canonical HTML, and
+table integrity (rectangular grids).
+
+Tables are parsed once by ``schemas.tables`` (HTML and Markdown pipe tables); tree edit distance
+comes from ``schemas.tree_edit``. Each metric returns a ``schemas.edit_distance.MetricResult``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from schemas.edit_distance import MAX_PROBLEMS, Details, MetricResult, distance_matrix, text_similarity
+from schemas.tables import Table, parse_tables
+from schemas.tree_edit import table_tree_distance
+
+
+def _cell_labels(table: Table) -> list[tuple[str, int, int]]:
+    return [("th" if c.header else "td", c.rowspan, c.colspan) for row in table.rows for c in row]
+
+
+def table_node_count(table: Table) -> int:
+    """Nodes of the TEDS tree below the root: rows + cells (PubTabNet's ``len(table.xpath('.//*'))``
+    after OmniDocBench's unwrapping of thead/tbody and inline tags)."""
+    return len(table.rows) + sum(len(row) for row in table.rows)
+
+
+def table_ted(a: Table, b: Table, structure_only: bool = False) -> float:
+    """Tree edit distance between the TEDS trees of two parsed tables.
+
+    Tree: ``table`` -> ``tr`` per row -> one leaf per cell, labelled (tag, rowspan, colspan) with
+    tag ``th`` for header cells (``<th>``, cells inside ``<thead>``, a Markdown header row) and
+    ``td`` otherwise, carrying the cell text (whitespace collapsed, inline tags dropped).
+    Costs (PubTabNet ``CustomConfig``): insert/delete 1; rename 1 when tag, rowspan or colspan
+    differ, else the normalized edit distance of the two contents (0 under ``structure_only``).
+    """
+    labels_a, labels_b = _cell_labels(a), _cell_labels(b)
+    ids: dict[tuple[str, int, int], int] = {}
+    la = np.array([ids.setdefault(x, len(ids)) for x in labels_a], dtype=np.int64)
+    lb = np.array([ids.setdefault(x, len(ids)) for x in labels_b], dtype=np.int64)
+    same = la[:, None] == lb[None, :]
+    if structure_only:
+        cost = np.where(same, 0.0, 1.0)
+    else:
+        texts_a = [c.text for row in a.rows for c in row]
+        texts_b = [c.text for row in b.rows for c in row]
+        cost = np.where(same, distance_matrix(texts_a, texts_b), 1.0)
+    return table_tree_distance([len(r) for r in a.rows], [len(r) for r in b.rows], cost)
+
+
+def table_teds(a: Table, b: Table, structure_only: bool = False) -> float:
+    """TEDS(a, b) = 1 - TED(a, b) / max(n_a, n_b), clamped to [0, 1].
+
+    n = ``table_node_count`` (nodes below the root, as PubTabNet counts them). The clamp matters
+    only for pathological pairs (e.g. one row of k cells against k rows of one differing cell), where
+    the raw PubTabNet value goes negative. Two tables without any row score 1.
+    """
+    n = max(table_node_count(a), table_node_count(b))
+    if n == 0:
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - table_ted(a, b, structure_only) / n))
+
+
+def _parse(text: Any, role: str) -> tuple[list[Table] | None, str | None]:
+    if not isinstance(text, str):
+        return None, f"{role} is {type(text).__name__}, not text"
+    try:
+        return parse_tables(text), None
+    except Exception as exc:  # parse_tables recovers from bad HTML; this guards the unforeseen
+        return None, f"{role} could not be parsed: {exc.__class__.__name__}: {exc}"
+
+
+def _paired_table_metric(reference: Any, candidate: Any,
+                         score_pair: Callable[[Table, Table], float]) -> MetricResult:
+    """Pair the i-th candidate table with the i-th reference table (document order); the score
+    is the sum of pair scores / max(tables in reference, tables in candidate), so a missing or
+    an extra table counts 0. None when the reference has no table."""
+    ref_tables, error = _parse(reference, "reference")
+    if ref_tables is None:
+        return None, {"reason": error}
+    if not ref_tables:
+        return None, {"reason": "reference has no table"}
+    cand_tables, error = _parse(candidate, "candidate")
+    if cand_tables is None:
+        return 0.0, {"reason": error, "reference_tables": len(ref_tables)}
+    details: Details = {"reference_tables": len(ref_tables), "candidate_tables": len(cand_tables)}
+    if not cand_tables:
+        details["reason"] = "candidate has no table"
+        return 0.0, details
+    try:
+        per_table = [score_pair(c, r) for c, r in zip(cand_tables, ref_tables, strict=False)]
+    except Exception as exc:
+        details["reason"] = f"scoring failed: {exc.__class__.__name__}: {exc}"
+        return 0.0, details
+    details["per_table"] = [round(s, 6) for s in per_table]
+    problems = [f"candidate table {i + 1}: {p}" for i, t in enumerate(cand_tables) for p in t.problems]
+    if problems:
+        details["problems"] = problems[:MAX_PROBLEMS]
+    if len(cand_tables) != len(ref_tables):
+        details["reason"] = "table counts differ; unpaired tables score 0"
+    return sum(per_table) / max(len(ref_tables), len(cand_tables)), details
+
+
+def teds_details(pred: Any, ref: Any, structure_only: bool = False) -> MetricResult:
+    """TEDS (or TEDS-S) between every table of ``pred`` and of ``ref``, with details.
+
+    Tables are HTML ``<table>`` or Markdown pipe tables anywhere in the text. Per pair
+    ``table_teds``; over a page, tables are paired in document order and the score is
+    Σ TEDS(pair) / max(#ref tables, #pred tables). Never raises: a reference without tables gives
+    ``(None, {"reason": ...})``; a prediction without tables, or input that is not text, 0.
+    """
+    return _paired_table_metric(ref, pred, lambda c, r: table_teds(c, r, structure_only))
+
+
+def teds(pred: Any, ref: Any, structure_only: bool = False) -> float:
+    """TEDS as a plain float: ``teds_details`` with n/a and failures mapped to 0.0."""
+    score, _ = teds_details(pred, ref, structure_only)
+    return 0.0 if score is None else score
+
+
+def table_to_html(table: Table) -> str:
+    """Canonical HTML of a parsed table: ``<table><tr><td colspan="2">text</td>...</tr></table>``,
+    ``th`` for header cells, spans only when > 1, text HTML-escaped and whitespace-collapsed."""
+    out = ["<table>"]
+    for row in table.rows:
+        out.append("<tr>")
+        for cell in row:
+            tag = "th" if cell.header else "td"
+            attrs = "".join(f' {k}="{v}"' for k, v in (("rowspan", cell.rowspan), ("colspan", cell.colspan)) if v > 1)
+            out.append(f"<{tag}{attrs}>{html.escape(cell.text, quote=False)}</{tag}>")
+        out.append("</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def table_edit_similarity(reference: Any, candidate: Any) -> MetricResult:
+    """Table edit distance as a score: 1 - normalized_edit_distance(table_to_html(ref),
+    table_to_html(cand)) per table pair (canonical HTML, so attribute order, whitespace and
+    thead/tbody wrappers do not count), tables paired in order as in ``teds_details``."""
+    return _paired_table_metric(
+        reference, candidate, lambda c, r: text_similarity(table_to_html(r), table_to_html(c)))
+
+
+def table_integrity(text: str) -> MetricResult:
+    """Per table: filled / total positions of its occupancy grid (``Table.grid()``; holes come
+    from ragged rows or spans that overrun), halved when the parser reported other problems
+    (unclosed ``<table>``, cells outside ``<tr>``). Score = mean over tables; 1 with no table."""
+    tables, error = _parse(text, "text")
+    if tables is None:
+        return 0.0, {"reason": error}
+    if not tables:
+        return 1.0, {"tables": 0}
+    scores: list[float] = []
+    problems: list[str] = []
+    for i, table in enumerate(tables, start=1):
+        grid = table.grid()
+        total = sum(len(r) for r in grid)
+        filled = sum(c is not None for r in grid for c in r)
+        score = filled / total if total else 1.0
+        if filled < total:
+            problems.append(f"table {i}: {total - filled} of {total} grid positions empty")
+        other = [p for p in table.problems if "rectangle" not in p and "different numbers" not in p]
+        if other:
+            score *= 0.5
+            problems += [f"table {i}: {p}" for p in other]
+        scores.append(score)
+    details: Details = {"tables": len(tables), "per_table": [round(s, 6) for s in scores]}
+    if problems:
+        details["problems"] = problems[:MAX_PROBLEMS]
+    return sum(scores) / len(scores), details
