@@ -19,11 +19,12 @@ from pathlib import Path
 # Run as a script, this file's folder comes first on sys.path and its name would shadow the package.
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from schemas.browser import launch_chromium, shared_browser
-from schemas.deadletter import RecordError
-from synth.pages import page_spec, synthesize_page
-from synth.plan import plan
-from synth.render_html import HtmlRenderer
+# The repo's packages import only after the sys.path fix above (hence E402).
+from schemas.browser import launch_chromium, shared_browser  # noqa: E402
+from schemas.deadletter import RecordError  # noqa: E402
+from synth.pages import page_spec, synthesize_page  # noqa: E402
+from synth.plan import plan  # noqa: E402
+from synth.render_html import HtmlRenderer  # noqa: E402
 
 
 def main() -> None:

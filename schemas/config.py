@@ -106,7 +106,8 @@ def convert(value: Any, tp: Any, path: str) -> Any:
         try:
             return tp(value)
         except ValueError:
-            raise ConfigError(f"{path}: expected one of {', '.join(repr(m.value) for m in tp)}, got {_show(value)}") from None
+            choices = ", ".join(repr(m.value) for m in tp)
+            raise ConfigError(f"{path}: expected one of {choices}, got {_show(value)}") from None
     if origin in (tuple, list, typing.Sequence, Iterable) or tp in (tuple, list):
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path}: expected a list, got {_show(value)}")

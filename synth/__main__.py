@@ -58,7 +58,8 @@ def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str
                     print(f"rejected {pid}: {exc.reason}: {str(exc)[:160]}", file=sys.stderr)
                 continue
             (out / "pages" / f"{spec.id}.png").write_bytes(page.png)
-            (out / "html" / f"{spec.id}.{'tex' if renderer_name == 'latex' else 'html'}").write_text(page.html, encoding="utf-8")
+            source_ext = "tex" if renderer_name == "latex" else "html"
+            (out / "html" / f"{spec.id}.{source_ext}").write_text(page.html, encoding="utf-8")
             (out / "reference" / f"{spec.id}.md").write_text(page.reference, encoding="utf-8")
             tests_by_suite.setdefault(s, []).extend(page.tests)
             kept_types.update(t.type for t in page.tests)

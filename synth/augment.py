@@ -192,7 +192,8 @@ def choose_ops(rng: np.random.Generator, cfg: AugmentConfig) -> list[str]:
     return [op for op in OPS if op in picked]
 
 
-def _apply(op: str, arr: np.ndarray, rng: np.random.Generator, cfg: AugmentConfig) -> tuple[np.ndarray, dict[str, Any] | None]:
+def _apply(op: str, arr: np.ndarray, rng: np.random.Generator,
+           cfg: AugmentConfig) -> tuple[np.ndarray, dict[str, Any] | None]:
     """One operation; its parameters are drawn here from ``rng`` so ``applied`` records them exactly."""
     seed = int(rng.integers(0, 2**31 - 1))  # albumentations' own draws (noise positions)
     fill: float | tuple[float, ...] = cfg.fill if arr.ndim == 2 else (cfg.fill,) * 3

@@ -122,7 +122,8 @@ def fact_sentence(rng: random.Random, language: str = "en") -> str:
     if language == "zh":
         org = rng.choice(_ZH_ORGS)
         return rng.choice([
-            f"{org}在{date_text(rng, 'zh')}至{date_text(rng, 'zh')}期间共记录了{rng.randint(1200, 98000):,}条观测数据。",
+            (f"{org}在{date_text(rng, 'zh')}至{date_text(rng, 'zh')}期间"
+             f"共记录了{rng.randint(1200, 98000):,}条观测数据。"),
             f"{person_name(rng, 'zh')}负责此次调查，覆盖{rng.randint(3, 40)}个区县的{rng.randint(12, 480)}个站点。",
             f"据{person_name(rng, 'zh')}介绍，{rng.randint(2016, 2026)}年的预算定为{number_text(rng)}元。",
             f"{date_text(rng, 'zh')}的复核确认，该时期内的变化幅度为{rng.uniform(1, 40):.1f}%。",
@@ -130,7 +131,8 @@ def fact_sentence(rng: random.Random, language: str = "en") -> str:
     org = rng.choice(_ORGS)
     return rng.choice([
         f"The {org} recorded {number_text(rng)} observations between {date_text(rng)} and {date_text(rng)}.",
-        f"{person_name(rng)} led the survey, which covered {rng.randint(12, 480)} sites in {rng.randint(3, 40)} districts.",
+        (f"{person_name(rng)} led the survey, which covered {rng.randint(12, 480)} sites "
+         f"in {rng.randint(3, 40)} districts."),
         f"According to {person_name(rng)}, the budget for {rng.randint(2016, 2026)} was set at {number_text(rng)}.",
         f"A follow-up review on {date_text(rng)} confirmed a change of {rng.uniform(1, 40):.1f}% over the period.",
     ])
@@ -158,8 +160,10 @@ class ContentSource:
 
     def heading(self, level: int = 2, text: str | None = None) -> Heading:
         if text is None:
-            text = self.rng.choice(_ZH_HEADINGS if self.zh else _SECTION_HEADINGS) if self.rng.random() < 0.5 else self._pool[
-                (len(self.used)) % len(self._pool)].title
+            if self.rng.random() < 0.5:
+                text = self.rng.choice(_ZH_HEADINGS if self.zh else _SECTION_HEADINGS)
+            else:
+                text = self._pool[len(self.used) % len(self._pool)].title
         return Heading(text=text, level=level)
 
     def paragraph(self, *, bold: bool = False, inline_math: bool = False, fact: bool | None = None,
@@ -175,7 +179,8 @@ class ContentSource:
             self._footnotes += 1
             marker = str(self._footnotes)
             first = sentences[0]
-            sentences[0] = first[:-1] + f"[^{marker}]" + first[-1] if first[-1] in ".!?。！？" else first + f"[^{marker}]"
+            ref = f"[^{marker}]"
+            sentences[0] = first[:-1] + ref + first[-1] if first[-1] in ".!?。！？" else first + ref
             note = Footnote(marker=marker, text=self.footnote_text())
         if inline_math:
             a, b = inline_formula(self.rng), inline_formula(self.rng)
@@ -208,7 +213,8 @@ class ContentSource:
             if kind < 0.4:
                 items.append(_sentences(self.snippet().text)[0])
             elif self.zh and kind < 0.7:
-                items.append(f"{self.rng.choice(_ZH_HEADINGS)}：{date_text(self.rng, 'zh')}前完成{number_text(self.rng)}")
+                items.append(f"{self.rng.choice(_ZH_HEADINGS)}：{date_text(self.rng, 'zh')}"
+                             f"前完成{number_text(self.rng)}")
             elif self.zh:
                 items.append(f"请联系{self.rng.choice(_ZH_ORGS)}的{person_name(self.rng, 'zh')}")
             elif kind < 0.7:
@@ -317,7 +323,8 @@ def _furniture(rng: random.Random, layout: str, org: str) -> Furniture:
         "newspaper": f"The {rng.choice(['Harbour', 'Valley', 'County', 'Evening'])} Gazette · {date_text(rng)}",
         "form": f"Form {rng.choice('ABCDEFGH')}-{rng.randint(100, 999)} · {org}",
         "invoice": f"{org} · Accounts department",
-        "paper": f"Journal of Applied {rng.choice(['Survey', 'Field', 'Systems', 'Measurement'])} Studies, Vol. {rng.randint(2, 40)}",
+        "paper": (f"Journal of Applied {rng.choice(['Survey', 'Field', 'Systems', 'Measurement'])} Studies, "
+                  f"Vol. {rng.randint(2, 40)}"),
     }[layout]
     footer = rng.choice(["Confidential: internal distribution only", f"Printed {date_text(rng)}",
                          f"Contact: records@{org.split()[0].lower()}.example.org", ""])

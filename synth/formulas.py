@@ -125,8 +125,10 @@ def _macro(rng: random.Random) -> str:
         f"\\operatorname{{{op}}}(A) \\leq {n}",
         f"\\int_{{0}}^{{{n}}} \\{f}({x}) \\, \\mathrm{{d}}{x} = F({n}) - F(0)",
         f"\\frac{{\\mathrm{{d}}}}{{\\mathrm{{d}}{x}}} \\left( {x}^{{{n}}} \\right) = {n}{x}^{{{int(n) - 1}}}",
-        f"\\left\\lvert \\sum_{{k=1}}^{{{n}}} a_k \\right\\rvert \\leq \\left( \\sum_{{k=1}}^{{{n}}} \\lvert a_k \\rvert^2 \\right)^{{1/2}}",
-        f"\\operatorname{{{op}}}\\left[ {x} \\right] = \\mathbb{{E}}\\left[ {x}^2 \\right] - \\left( \\mathbb{{E}}[{x}] \\right)^2",
+        (f"\\left\\lvert \\sum_{{k=1}}^{{{n}}} a_k \\right\\rvert \\leq "
+         f"\\left( \\sum_{{k=1}}^{{{n}}} \\lvert a_k \\rvert^2 \\right)^{{1/2}}"),
+        (f"\\operatorname{{{op}}}\\left[ {x} \\right] = "
+         f"\\mathbb{{E}}\\left[ {x}^2 \\right] - \\left( \\mathbb{{E}}[{x}] \\right)^2"),
         f"\\lim_{{{x} \\to 0}} \\frac{{\\{f}({n}{x})}}{{{x}}} = L",
     ]
     return rng.choice(templates)

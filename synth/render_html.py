@@ -51,6 +51,8 @@ DEFAULT_TIMEOUT_MS = 15_000
 # shell (``HtmlRenderer``): typeset every ``[data-tex]`` node with KaTeX, wait for images to decode
 # and for fonts (only while some are loading), then measure. Resolves to ``{errors, problems,
 # nproblems}``, or ``{timeout: true}`` when images or fonts take longer than ``timeoutMs``.
+# A few JavaScript lines run past 120 characters (the noqa at its end): the text goes verbatim into
+# every saved page, so rewrapping it would change the pages' bytes.
 CHECK_JS = r"""
 async (timeoutMs) => {
   const errors = [];
@@ -108,10 +110,11 @@ async (timeoutMs) => {
   }
   return {errors, problems: problems.slice(0, 20), nproblems: problems.length};
 }
-"""
+"""  # noqa: E501
 
 # Runs in a standalone page (the saved ``html/<id>.html``) once KaTeX has loaded.
-PAGE_SCRIPT = "window.pmReport = null;\n(" + CHECK_JS.strip() + ")(" + str(DEFAULT_TIMEOUT_MS) + ").then((r) => { window.pmReport = r; });\n"
+PAGE_SCRIPT = ("window.pmReport = null;\n(" + CHECK_JS.strip() + ")(" + str(DEFAULT_TIMEOUT_MS)
+               + ").then((r) => { window.pmReport = r; });\n")
 
 # The renderer's reused shell: KaTeX's CSS and script load once; each page then swaps in its own
 # ``<html lang>``, ``<style>``, ``<body class>`` and body (``_SWAP_JS``) and runs ``CHECK_JS``.
@@ -210,8 +213,10 @@ def figure_svg(fig: Figure) -> Markup:
         sky = ("#cfe3f2", "#e9dccb", "#d9e8d2", "#e2e2ea")[h[0] % 4]
         parts = [f'<rect x="0" y="0" width="{w}" height="{ht}" fill="{sky}"/>',
                  f'<circle cx="{120 + h[1] % 360}" cy="{60 + h[2] % 40}" r="{22 + h[3] % 14}" fill="#f7f2d8"/>',
-                 f'<polygon points="0,{ht} {140 + h[4] % 80},{110 + h[5] % 60} {330 + h[6] % 60},{ht}" fill="#8aa39b"/>',
-                 f'<polygon points="220,{ht} {420 + h[7] % 70},{90 + h[8] % 60} {w},{200 + h[9] % 40} {w},{ht}" fill="#6b8579"/>',
+                 (f'<polygon points="0,{ht} {140 + h[4] % 80},{110 + h[5] % 60} {330 + h[6] % 60},{ht}" '
+                  'fill="#8aa39b"/>'),
+                 (f'<polygon points="220,{ht} {420 + h[7] % 70},{90 + h[8] % 60} {w},{200 + h[9] % 40} {w},{ht}" '
+                  'fill="#6b8579"/>'),
                  f'<rect x="0" y="{ht - 40}" width="{w}" height="40" fill="#55705f"/>']
     svg = (f'<svg class="fig" viewBox="0 0 {w} {ht}" xmlns="http://www.w3.org/2000/svg" '
            f'preserveAspectRatio="none" role="img">{"".join(parts)}</svg>')
@@ -257,7 +262,8 @@ def render_html(spec: PageSpec, katex_base: str | None = None) -> str:
         raise RecordError("synth_unknown_layout", f"no template for layout {spec.layout!r}")
     base = katex_base if katex_base is not None else katex_dist().as_uri()
     template = _ENV.get_template(f"{spec.layout}.html.j2")
-    return template.render(spec=spec, columns=_columns(spec), css=Markup(_CSS), katex_base=base, page_script=Markup(PAGE_SCRIPT))
+    return template.render(spec=spec, columns=_columns(spec), css=Markup(_CSS), katex_base=base,
+                           page_script=Markup(PAGE_SCRIPT))
 
 
 @dataclass(frozen=True)
@@ -331,8 +337,8 @@ class HtmlRenderer:
             if report["errors"]:
                 raise RecordError("synth_katex_error", f"{spec.id}: " + "; ".join(report["errors"][:3]))
             if report["nproblems"]:
-                raise RecordError("synth_overflow",
-                                  f"{spec.id}: {report['nproblems']} geometry problems: " + "; ".join(report["problems"][:3]))
+                problems = "; ".join(report["problems"][:3])
+                raise RecordError("synth_overflow", f"{spec.id}: {report['nproblems']} geometry problems: " + problems)
             assert self._cdp is not None
             # Chromium's PNG is only a lossless carrier here (re-encoded below like the corpus), so
             # let it use its fast zlib settings.

@@ -57,7 +57,13 @@ _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _SUPERSUB = re.compile("[\u00b2\u00b3\u00b9\u2070-\u209f]")
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]{4,}")
 _NUMBER = re.compile(r"[+-]?\d[\d,.]*\d%?|\d%")
-_COMMON = frozenset(["about", "above", "after", "again", "against", "because", "before", "being", "below", "between", "could", "during", "every", "first", "found", "further", "however", "little", "might", "other", "should", "since", "their", "there", "these", "those", "through", "under", "until", "where", "which", "while", "would", "years", "water", "often", "usually", "early", "later", "record", "records"])
+_COMMON = frozenset([
+    "about", "above", "after", "again", "against", "because", "before", "being", "below", "between",
+    "could", "during", "every", "first", "found", "further", "however", "little", "might", "other",
+    "should", "since", "their", "there", "these", "those", "through", "under", "until", "where",
+    "which", "while", "would", "years", "water", "often", "usually", "early", "later", "record",
+    "records",
+])
 
 
 def _plain(text: str) -> str:

@@ -44,8 +44,9 @@ def test_page_id_is_stable_and_distinguishes_inputs():
 
 
 def test_row_round_trip_through_parquet(tmp_path):
+    unit_test = {"pdf": "d.pdf", "page": 1, "id": "t1", "type": "present", "text": "Hello"}
     record = page_record(quality={"loop": None, "score": 0.5}, metadata={"url": "u"},
-                         unit_tests=[json.dumps({"pdf": "d.pdf", "page": 1, "id": "t1", "type": "present", "text": "Hello"})])
+                         unit_tests=[json.dumps(unit_test)])
     path = tmp_path / "x.parquet"
     pq.write_table(pa.Table.from_pylist([record.to_row()], schema=PAGE_SCHEMA), path)
     back = PageRecord.from_row(pq.read_table(path).to_pylist()[0])
