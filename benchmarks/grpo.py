@@ -46,7 +46,7 @@ def perturb(text: str, rng: random.Random) -> str:
 
 def corpus_pages(corpus: str, n: int) -> list[dict]:
     try:
-        from model.data import iter_records
+        from model.records import iter_records
 
         rows = list(iter_records(corpus, None, ["id", "source", "domain", "response", "unit_tests", "image",
                                                 "instruction"]))

@@ -55,12 +55,13 @@ def _gpu_peak(device) -> float | None:
 def run_ours(model: str, corpus: str, steps: int, max_length: int, sizes: dict, device: str) -> dict:
     from model.models import build_tiny
     from model.sft import SFTConfig, train_sft
+    from schemas.config import load as load_config
 
     dev = _device(device)
     loaded = build_tiny(model, **sizes)
     loaded.model.to(dev)
-    cfg = SFTConfig.from_dict({"steps": steps, "log_every": 0, "optim": {"lr": 1e-3, "warmup_steps": 1},
-                               "data": {"path": corpus, "max_length": max_length}})
+    cfg = load_config(SFTConfig, {"steps": steps, "log_every": 0, "optim": {"lr": 1e-3, "warmup_steps": 1},
+                                  "data": {"path": corpus, "max_length": max_length}}, "sft")
     out = ROOT / ".cache" / "bench-train-ours"
     history = train_sft(loaded, cfg, out, progress=False)
     timed = history[1:]  # step 1 includes one-off warm-up
@@ -133,7 +134,7 @@ def grow_corpus(src: str, factor: int, dst: Path) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from model.data import shard_files
+    from model.records import shard_files
 
     (dst / "data").mkdir(parents=True, exist_ok=True)
     n = 0
