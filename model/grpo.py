@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> None:
     for key, value in (("steps", args.steps), ("baseline", args.baseline)):
         if value is not None:
             raw[key] = value
-    cfg = load_config(GRPOConfig, raw, args.config or "grpo")
+    cfg = load_config(GRPOConfig, raw, "grpo")
     loaded = load(args.model)
     prompts = load_prompts(args.corpus, loaded.processor, cfg)
     history = train_grpo(loaded, cfg, prompts, args.out)

@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None:
             values[key] = value
     try:
-        cfg = load(RewardConfig, values, args.config or "rewards")
+        cfg = load(RewardConfig, values, "rewards")
         source: IO[str] = open(args.input, encoding="utf-8") if args.input else sys.stdin
         with source:
             items = read_items(source)

@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     raw: dict[str, Any] = (yaml.safe_load(Path(args.config).read_text()) or {}) if args.config else {}
     if args.steps:
         raw["steps"] = args.steps
-    cfg = load_config(SFTConfig, raw, args.config or "sft")
+    cfg = load_config(SFTConfig, raw, "sft")
     train_sft(load(args.model), cfg, args.out, resume_from=args.resume)
 
 

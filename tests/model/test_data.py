@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from model.attention import use_segment_attention
 from model.batches import IGNORE_INDEX, BatchStream, pack, shift_positions, single
 from model.data import DataConfig, SampleSource, eval_samples
+from model.models import build_tiny, rope_index
 from model.records import assigned_split, iter_records
 from model.sampler import DomainSampler, domain_probabilities
 from schemas.config import load
-from model.attention import use_segment_attention
-from model.models import build_tiny, rope_index
 from tests.model.corpus import make_record, page_png, write_corpus
 
 # (domain, source, rows): "docs" has 10x the rows of each other domain, and its sources are 3:1.

@@ -10,7 +10,6 @@ from collections import Counter
 
 import pytest
 import torch
-from tests.model.test_mtp import page, write_corpus
 
 from model.decode import accept_stats, bench_table, format_table, generate
 from model.models import build_tiny, save
@@ -19,6 +18,7 @@ from model.mtp_head import DraftHead, save_head
 from model.processing import Encoded
 from model.speculate import main
 from pipelines.instruct import PROMPTS
+from tests.model.test_mtp import page, write_corpus
 
 MAX_NEW = 10
 
