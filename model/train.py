@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 
@@ -45,8 +45,8 @@ from schemas.config import merge as merge_overrides
 
 log = logging.getLogger("model.train")
 
-PHASES = ("alignment", "robustness", "grpo", "merge", "mtp")
 Phase = Literal["alignment", "robustness", "grpo", "merge", "mtp"]
+PHASES: tuple[str, ...] = get_args(Phase)
 
 
 @dataclass(frozen=True)

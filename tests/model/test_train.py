@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from model.data import assigned_split
+from model.records import assigned_split
 from model.train import TrainRunConfig, run
 from tests.model.corpus import make_record, write_corpus
 
