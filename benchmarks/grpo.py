@@ -46,7 +46,7 @@ def perturb(text: str, rng: random.Random) -> str:
 
 def corpus_pages(corpus: str, n: int) -> list[dict]:
     try:
-        from model.data import iter_records
+        from model.records import iter_records
 
         rows = list(iter_records(corpus, None, ["id", "source", "domain", "response", "unit_tests", "image",
                                                 "instruction"]))
@@ -101,7 +101,8 @@ def bench_teds(n: int = 20) -> None:
     def table(rows: int, cols: int, edit: float) -> str:
         cells = [[f"{rng.choice(['rev', 'cost', 'n/a', 'x'])} {rng.randint(0, 9999)}" for _ in range(cols)]
                  for _ in range(rows)]
-        ref = "<table>" + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells) + "</table>"
+        body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells)
+        ref = "<table>" + body + "</table>"
         cand_cells = [[c if rng.random() > edit else c[::-1] for c in row] for row in cells]
         if rng.random() < 0.5:
             cand_cells.pop(rng.randrange(rows))

@@ -34,7 +34,7 @@ import torch  # noqa: E402
 from model.data import DataConfig, eval_samples  # noqa: E402
 from model.decode import bench_table, format_table, generate  # noqa: E402
 from model.models import load  # noqa: E402
-from model.mtp import FitConfig, fit_for_checkpoint  # noqa: E402
+from model.mtp import MTPConfig, fit_for_checkpoint  # noqa: E402
 
 TRAINED = ("merged", "grpo", "sft-robustness", "sft-alignment")
 
@@ -50,12 +50,13 @@ def find_verifier(args) -> str:
         return str(cached)
     from model.models import build_tiny
     from model.sft import SFTConfig, train_sft
+    from schemas.config import load as load_config
 
     print(f"no trained verifier found: alignment SFT of a tiny-moe model, {args.sft_steps} steps ...", flush=True)
-    cfg = SFTConfig.from_dict({"phase": "alignment", "steps": args.sft_steps, "log_every": 0,
-                               "optim": {"lr": 3e-3, "warmup_steps": 10, "min_lr_ratio": 0.1},
-                               "data": {"path": args.corpus, "pack": True, "max_length": 1024,
-                                        "max_sample_tokens": 1024, "shift_prob": 0.0}})
+    cfg = load_config(SFTConfig, {"phase": "alignment", "steps": args.sft_steps, "log_every": 0,
+                                  "optim": {"lr": 3e-3, "warmup_steps": 10, "min_lr_ratio": 0.1},
+                                  "data": {"path": args.corpus, "pack": True, "max_length": 1024,
+                                           "max_sample_tokens": 1024, "shift_prob": 0.0}}, "sft")
     t = time.perf_counter()
     train_sft(build_tiny("tiny-moe", seed=0), cfg, cached, progress=False)
     print(f"  trained in {time.perf_counter() - t:.0f}s -> {cached}", flush=True)
@@ -79,7 +80,7 @@ def main() -> int:
     source = find_verifier(args)
     loaded = load(source)
     loaded.model.eval()
-    cfg = FitConfig(steps=args.steps, max_new_tokens=args.distill_tokens)
+    cfg = MTPConfig(steps=args.steps, max_new_tokens=args.distill_tokens)
     t = time.perf_counter()
     fit = fit_for_checkpoint(loaded, args.corpus, cfg)
     print(f"verifier {source}\nhead: {fit.trainable} trainable parameters, fitted in "

@@ -55,12 +55,13 @@ def _gpu_peak(device) -> float | None:
 def run_ours(model: str, corpus: str, steps: int, max_length: int, sizes: dict, device: str) -> dict:
     from model.models import build_tiny
     from model.sft import SFTConfig, train_sft
+    from schemas.config import load as load_config
 
     dev = _device(device)
     loaded = build_tiny(model, **sizes)
     loaded.model.to(dev)
-    cfg = SFTConfig.from_dict({"steps": steps, "log_every": 0, "optim": {"lr": 1e-3, "warmup_steps": 1},
-                               "data": {"path": corpus, "max_length": max_length}})
+    cfg = load_config(SFTConfig, {"steps": steps, "log_every": 0, "optim": {"lr": 1e-3, "warmup_steps": 1},
+                                  "data": {"path": corpus, "max_length": max_length}}, "sft")
     out = ROOT / ".cache" / "bench-train-ours"
     history = train_sft(loaded, cfg, out, progress=False)
     timed = history[1:]  # step 1 includes one-off warm-up
@@ -133,7 +134,7 @@ def grow_corpus(src: str, factor: int, dst: Path) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from model.data import shard_files
+    from model.records import shard_files
 
     (dst / "data").mkdir(parents=True, exist_ok=True)
     n = 0
@@ -187,7 +188,8 @@ def main() -> None:
     for name, r in [("pagemill packed alignment SFT", ours), ("TRL SFTTrainer, unpacked, batch 1", trl),
                     ("pagemill packed, corpus x4", ours4)]:
         gpu = f"{r['peak_gpu_mib']:>14.0f}" if r.get("peak_gpu_mib") is not None else f"{'-':>14}"
-        print(f"  {name:<44}{r['tokens']:>8}{r['seconds']:>9.1f}{r['tokens_per_s']:>9.0f}{r['peak_rss_mib']:>14.0f}{gpu}")
+        print(f"  {name:<44}{r['tokens']:>8}{r['seconds']:>9.1f}{r['tokens_per_s']:>9.0f}"
+              f"{r['peak_rss_mib']:>14.0f}{gpu}")
     print(f"  (pagemill's data stream, decode + encode + pack, left out as TRL gets encoded samples: "
           f"{ours['data_seconds']:.1f} s at x1, {ours4['data_seconds']:.1f} s at x4)")
     print(f"speedup packed / TRL: {ours['tokens_per_s'] / trl['tokens_per_s']:.2f}x (target >= 1.5x)")

@@ -1,9 +1,8 @@
-"""Post-training on the corpus shards (Jina-OCR-v1 section 5); see docs/training.md and docs/architecture.md.
+"""The trainer: Jina-OCR-v1's post-training recipe on pagemill's corpus shards (`make train`, `model.train`).
 
-``train`` runs the phases (``python -m model.train``, ``make train``). ``models`` builds or loads the VLM
-and ``processing`` encodes samples; ``data`` streams, samples and packs the shards (``attention``:
-attention kept inside each packed sample). Phases: ``sft`` (with ``optim``, ``regularizers`` and
-``checkpoint``), ``grpo`` with its ``rewards``, ``merge`` (merge search), the FastMTP head
-(``mtp_head``), its fitting (``mtp``) and speculative decoding (``decode``). ``eval`` scores a model on
-the eval split with the unit tests and metrics of ``schemas``; ``errors`` names its failure modes.
+Reading order: `train` (the phases and `TrainRunConfig`, one typed block per phase) -> `sft` with its
+data path `records` -> `sampler` -> `data` -> `batches`, and `optim`, `regularizers`, `checkpoint` ->
+`grpo` with `rewards` -> `merge` -> `errors` -> `mtp_head` (the FastMTP draft head), `mtp` (fitting it),
+`decode` (speculative decoding) and `speculate` (its command line). `models` and `processing` build and
+encode the model; `eval` scores it. Every config loads through `schemas.config`.
 """

@@ -18,21 +18,22 @@ keeps its extra positions in the cache but masked out (``valid``) for good. Posi
 explicit per row, so the holes never shift a row's RoPE. k = 0 is plain greedy decoding through
 the same loop (one verifier pass per token).
 
-``python -m model.decode --bench --checkpoint DIR --head DIR`` prints the Table 8 columns.
+The draft head is `model.mtp_head`'s. ``python -m model.speculate --bench --checkpoint DIR --head DIR``
+prints the Table 8 columns.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from model.data import DataConfig, eval_samples
 from model.models import rope_index
-from model.mtp import DraftHead, HeadCache, image_inputs
-from model.processing import Encoded
+from model.mtp_head import DraftHead, HeadCache
+from model.processing import Encoded, image_kwargs
 
 
 @dataclass
@@ -64,10 +65,10 @@ def _left_pad(model: nn.Module, samples: list[Encoded], pad_token_id: int, devic
         n = s.prompt_len
         row_ids, row_mm = s.input_ids[:n], s.mm_token_type_ids[:n]
         ids[i, P - n:], mm[i, P - n:], valid[i, P - n:] = row_ids, row_mm, True
-        grid = image_inputs(s.pixel_values, s.image_grid_thw, device).get("image_grid_thw")
+        grid = image_kwargs(s.pixel_values, s.image_grid_thw, device).get("image_grid_thw")
         pos[:, i, P - n:] = rope_index(model, row_ids[None].to(device), row_mm[None].to(device), grid)[:, 0].cpu()
     with_image = [s for s in samples if s.image_grid_thw is not None and s.image_grid_thw.numel()]
-    images = image_inputs(torch.cat([s.pixel_values for s in with_image]) if with_image else None,
+    images = image_kwargs(torch.cat([s.pixel_values for s in with_image]) if with_image else None,
                           torch.cat([s.image_grid_thw for s in with_image]) if with_image else None, device)
     return _Prompt(ids.to(device), pos.to(device), mm.to(device), valid.to(device), images)
 
@@ -270,57 +271,8 @@ def format_table(rows: list[BenchRow]) -> str:
 def bench_on_corpus(loaded, head: DraftHead, corpus: str = "out/corpus", limit: int | None = None,
                     max_new_tokens: int = 128, ks=(0, 1, 2, 3)) -> list[BenchRow]:
     """`bench_table` on the corpus's eval split (model.data's held-out pages)."""
-    from model.data import DataConfig, eval_samples
-
     prompts = [s.encoded for s in eval_samples(DataConfig(path=corpus), loaded.processor, limit=limit)]
     if not prompts:
         raise ValueError(f"decode: no eval pages in {corpus}")
     return bench_table(loaded.model, head, prompts, ks, max_new_tokens, loaded.processor.eos_token_id,
                        loaded.processor.tokenizer.pad_token_id)
-
-
-def main(argv: list[str] | None = None) -> None:
-    from model.models import load
-    from model.mtp import load_head
-
-    ap = argparse.ArgumentParser(description="Speculative decoding with a FastMTP head (lossless, greedy).")
-    ap.add_argument("--checkpoint", required=True, help="verifier: local checkpoint folder, 'tiny' or 'tiny-moe'")
-    ap.add_argument("--head", help="head folder written by `python -m model.mtp` (default: fit one first, on the "
-                                   "corpus's train split)")
-    ap.add_argument("--fit-steps", type=int, default=300, help="fitting steps when no --head is given")
-    ap.add_argument("--corpus", default="out/corpus", help="eval pages come from this corpus's eval split")
-    ap.add_argument("--bench", action="store_true", help="print Table 8 (k = 0..K) instead of decoding")
-    ap.add_argument("--k", type=int, default=3, help="drafts per step when decoding")
-    ap.add_argument("--ks", default="0,1,2,3", help="depths for --bench")
-    ap.add_argument("--limit", type=int, help="at most this many eval pages")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
-    args = ap.parse_args(argv)
-    loaded = load(args.checkpoint)
-    loaded.model.eval()
-    if args.head:
-        head = load_head(args.head, loaded.model)
-    else:
-        from model.mtp import FitConfig, fit_for_checkpoint
-
-        fit = fit_for_checkpoint(loaded, args.corpus, FitConfig(steps=args.fit_steps))
-        head = fit.head
-        print(f"no --head: fitted one ({fit.trainable} parameters, {args.fit_steps} steps, {fit.seconds:.0f}s)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.bench:
-        ks = tuple(int(x) for x in args.ks.split(","))
-        print(format_table(bench_on_corpus(loaded, head, args.corpus, args.limit, args.max_new_tokens, ks)))
-        return
-    from model.data import DataConfig, eval_samples
-
-    for s in eval_samples(DataConfig(path=args.corpus), loaded.processor, limit=args.limit or 3):
-        r = generate(loaded.model, [s.encoded], head, args.k, args.max_new_tokens, loaded.processor.eos_token_id,
-                     loaded.processor.tokenizer.pad_token_id)
-        st = accept_stats(r.accepted[0], args.k)
-        print(f"--- {s.id}  tau {st.tau:.2f}, {r.verifier_passes} verifier passes for {len(r.tokens[0])} tokens")
-        print(loaded.processor.decode(r.tokens[0]))
-
-
-if __name__ == "__main__":
-    main()

@@ -16,8 +16,9 @@ One step, for ``prompts_per_step`` pages:
    dynamic sampling, without resampling); their share is logged.
 
 Pure functions (``remax_advantages``, ``group_mean_advantages``, ``dapo_loss``, ``k3_kl``) hold
-the math; ``train_grpo`` is the loop. Trains decoder and projector (``model.optim`` phase
-``grpo``). ``python -m model.grpo --help``.
+the math; ``rollout_phase``, ``reward_phase`` and ``update_phase`` are one step's three phases, and
+``train_grpo`` is the loop over them. ``GRPOConfig`` is the ``grpo`` block of ``configs/train.yaml``.
+Trains decoder and projector (``model.optim`` phase ``grpo``). ``python -m model.grpo --help``.
 """
 
 from __future__ import annotations
@@ -29,21 +30,24 @@ import logging
 import time
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from model.checkpoint import save_checkpoint
-from model.data import RECORD_COLUMNS, DataConfig, Sample, SampleSource, iter_records
+from model.data import DataConfig, Sample, SampleSource
 from model.eval import prompt_inputs
 from model.models import Loaded
 from model.optim import OptimConfig, make_optimizer, trainable
 from model.processing import Encoded
+from model.records import RECORD_COLUMNS, iter_records
 from model.rewards import RewardConfig, RewardItem, RewardPool, RewardResult
 from model.sft import autocast_for
+from schemas.config import load as load_config
+from schemas.config import option
 
 log = logging.getLogger(__name__)
 
@@ -116,26 +120,27 @@ class GRPOConfig:
     ``source`` (or ``domain``) is in ``sources`` and, with ``require_unit_tests``, that carry unit
     tests; ``max_prompts`` caps their number."""
 
-    num_rollouts: int = 8
-    baseline: str = "remax"
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_completion_tokens: int = 512
-    lr: float = 1e-6
-    warmup_steps: int = 0
-    steps: int = 50
-    prompts_per_step: int = 2
-    updates_per_batch: int = 1  # mu: optimizer steps on one batch of rollouts (ratio != 1 from the 2nd)
-    beta_kl: float = 0.0
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    sources: tuple[str, ...] = ("jinaocrsynth",)
-    require_unit_tests: bool = True
-    max_prompts: int | None = None
-    log_every: int = 1
-    reward: RewardConfig = field(default_factory=RewardConfig)
+    num_rollouts: int = option(8, help="G: sampled completions per page")
+    baseline: Literal["remax", "group_mean"] = option(
+        "remax", help="advantage baseline: remax (r - r_greedy) or group_mean (r - mean of the group)")
+    temperature: float = option(1.0, help="sampling temperature of the rollouts (and of the log-probabilities)")
+    top_p: float = option(1.0, help="nucleus sampling of the rollouts")
+    max_completion_tokens: int = option(512, help="completion limit per rollout")
+    lr: float = option(1e-6, help="learning rate, constant after warmup")
+    warmup_steps: int = option(0, help="linear warmup steps")
+    steps: int = option(50, help="GRPO steps")
+    prompts_per_step: int = option(2, help="pages per step")
+    updates_per_batch: int = option(1, help="mu: optimizer steps on one batch of rollouts (ratio != 1 from the 2nd)")
+    beta_kl: float = option(0.0, help="weight of the k3 KL to a frozen reference model (0: no reference)")
+    eps_low: float = option(0.2, help="DAPO lower clip")
+    eps_high: float = option(0.28, help="DAPO upper clip (clip-higher)")
+    max_grad_norm: float = option(1.0, help="gradient clipping norm")
+    seed: int = option(0, help="prompt order and sampling (make train: the run's seed unless set)")
+    sources: tuple[str, ...] = option(("jinaocrsynth",), help="prompts come from records of these sources or domains")
+    require_unit_tests: bool = option(True, help="only records that carry unit tests")
+    max_prompts: int | None = option(None, help="at most this many prompts (unset: all)")
+    log_every: int = option(1, help="log every this many steps (0: never)")
+    reward: RewardConfig = option(default_factory=RewardConfig, help="reward terms, floors and worker pool")
 
     def __post_init__(self) -> None:
         if self.baseline not in BASELINES:
@@ -147,16 +152,6 @@ class GRPOConfig:
         if not 0 <= self.eps_low < 1 or self.eps_high < 0 or self.beta_kl < 0 or self.updates_per_batch < 1:
             raise ValueError("grpo: need 0 <= eps_low < 1, eps_high >= 0, beta_kl >= 0, updates_per_batch >= 1")
         object.__setattr__(self, "sources", tuple(self.sources))
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> GRPOConfig:
-        d = dict(d or {})
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"grpo: unknown config keys {unknown}; known: {sorted(known)}")
-        d["reward"] = RewardConfig.from_dict(d.get("reward") or {})
-        return cls(**d)
 
 
 @dataclass
@@ -326,95 +321,157 @@ def _order(n: int, seed: int) -> Iterable[int]:
         yield from rng.permutation(n).tolist()
 
 
+@dataclass
+class StepRollouts:
+    """Phase 1 of a step: the step's pages, ``num_rollouts`` sampled completions of each, and (ReMax)
+    one greedy completion of each."""
+
+    batch: list[Sample]
+    groups: list[Rollouts]
+    greedy: list[Rollouts]
+
+
+@dataclass
+class StepRewards:
+    """Phase 2: the sampled rollouts' rewards (P, G), the greedy ones (ReMax), the advantages."""
+
+    rewards: torch.Tensor
+    greedy_rewards: torch.Tensor | None
+    advantages: torch.Tensor
+    sampled: list[RewardResult]
+    timeouts: int
+
+
+@dataclass
+class StepUpdate:
+    """Phase 3: what the policy update did (all zero when no page carried signal)."""
+
+    loss: float
+    kl: float | None
+    clip_low: float
+    clip_high: float
+    live: int  # pages with a nonzero advantage, the only ones updated on
+    lr: float  # the learning rate the step used
+
+
+@dataclass
+class Optimization:
+    """The run's optimizer, schedule and (with ``beta_kl``) frozen reference model."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    reference: torch.nn.Module | None
+
+
+def rollout_phase(loaded: Loaded, cfg: GRPOConfig, batch: list[Sample]) -> StepRollouts:
+    loaded.model.eval()
+    groups = [rollout(loaded, s.encoded, cfg.num_rollouts, cfg) for s in batch]
+    greedy = [rollout(loaded, s.encoded, 1, cfg, greedy=True) for s in batch] if cfg.baseline == "remax" else []
+    return StepRollouts(batch, groups, greedy)
+
+
+def reward_phase(pool: RewardPool, cfg: GRPOConfig, rolled: StepRollouts) -> StepRewards:
+    """Score every completion in the pool; advantages against the configured baseline."""
+    batch, g = rolled.batch, cfg.num_rollouts
+    items = [it for s, r in zip(batch, rolled.groups) for it in _items(s, r.texts)]
+    items += [it for s, r in zip(batch, rolled.greedy) for it in _items(s, r.texts)]
+    timeouts_before = pool.timeouts
+    results = pool.score_many(items)
+    sampled = results[: len(batch) * g]
+    rewards = torch.tensor([r.total for r in sampled], dtype=torch.float32).reshape(len(batch), g)
+    if cfg.baseline == "remax":
+        greedy_rewards = torch.tensor([r.total for r in results[len(batch) * g:]], dtype=torch.float32)
+        advantages = remax_advantages(rewards, greedy_rewards)
+    else:
+        greedy_rewards = None
+        advantages = group_mean_advantages(rewards, g)
+    return StepRewards(rewards, greedy_rewards, advantages, sampled, pool.timeouts - timeouts_before)
+
+
+def update_phase(model: torch.nn.Module, cfg: GRPOConfig, opt: Optimization, rolled: StepRollouts,
+                 advantages: torch.Tensor) -> StepUpdate:
+    """``updates_per_batch`` optimizer steps of the DAPO loss (+ k3 KL) on the pages with signal, then
+    one scheduler step."""
+    model.train()
+    batch, groups = rolled.batch, rolled.groups
+    live = [i for i in range(len(batch)) if bool((advantages[i] != 0).any())]
+    loss_value, kl_value, clip_low, clip_high = 0.0, None, 0.0, 0.0
+    if live:
+        masks = _pad_cat([groups[i].mask for i in live], value=False).bool()
+        adv = advantages[live].reshape(-1).to(next(model.parameters()).device)
+        masks = masks.to(adv.device)
+        ref_logp = None
+        if opt.reference is not None:
+            with torch.no_grad():
+                ref_logp = _pad_cat([completion_logprobs(opt.reference, batch[i].encoded, groups[i].tokens,
+                                                         groups[i].mask, cfg.temperature) for i in live])
+        old = None
+        for _ in range(cfg.updates_per_batch):
+            new = _pad_cat([completion_logprobs(model, batch[i].encoded, groups[i].tokens, groups[i].mask,
+                                                cfg.temperature) for i in live])
+            if old is None:
+                old = new.detach()  # rollouts come from the current policy: ratio 1 on the first update
+            loss = dapo_loss(new, old, adv, masks, cfg.eps_low, cfg.eps_high)
+            if ref_logp is not None:
+                kl = (k3_kl(new, ref_logp) * masks).sum() / masks.sum().clamp(min=1)
+                loss = loss + cfg.beta_kl * kl
+                kl_value = float(kl.detach())
+            opt.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
+            opt.optimizer.step()
+            low, high = clip_shares(new.detach(), old, adv, masks, cfg.eps_low, cfg.eps_high)
+            clip_low, clip_high = clip_low + low / cfg.updates_per_batch, clip_high + high / cfg.updates_per_batch
+            loss_value += float(loss.detach()) / cfg.updates_per_batch
+    lr = opt.optimizer.param_groups[0]["lr"]
+    with warnings.catch_warnings():  # a step without an update still advances the schedule
+        warnings.simplefilter("ignore", UserWarning)
+        opt.scheduler.step()
+    return StepUpdate(loss_value, kl_value, clip_low, clip_high, len(live), lr)
+
+
+def _step_log(step: int, rolled: StepRollouts, scored: StepRewards, update: StepUpdate,
+              seconds: dict[str, float]) -> GRPOStepLog:
+    rewards, advantages, groups = scored.rewards, scored.advantages, rolled.groups
+    lengths = [int(m.sum()) for r in groups for m in r.mask]
+    return GRPOStepLog(
+        step=step, loss=update.loss, reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
+        greedy_reward_mean=None if scored.greedy_rewards is None else float(scored.greedy_rewards.mean()),
+        terms=term_means(scored.sampled), advantage_mean=float(advantages.mean()),
+        advantage_std=float(advantages.std()), advantage_min=float(advantages.min()),
+        advantage_max=float(advantages.max()), zero_advantage_share=1 - update.live / len(rolled.batch),
+        clip_low_share=update.clip_low, clip_high_share=update.clip_high, kl=update.kl,
+        completion_tokens_mean=float(np.mean(lengths)),
+        truncated_share=float(np.mean([t for r in groups for t in r.truncated])),
+        reward_timeouts=scored.timeouts, lr=update.lr, seconds={k: round(v, 4) for k, v in seconds.items()})
+
+
+def _timed(seconds: dict[str, float], name: str, fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    seconds[name] = time.perf_counter() - t0
+    return out
+
+
 def _train(loaded: Loaded, cfg: GRPOConfig, prompts: list[Sample], out_dir: str | Path | None,
            pool: RewardPool, progress: bool) -> list[GRPOStepLog]:
     model = loaded.model
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(
         model, "grpo", OptimConfig(lr=cfg.lr, warmup_steps=cfg.warmup_steps, min_lr_ratio=1.0), cfg.steps)
-    reference = None
-    if cfg.beta_kl > 0:
-        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    reference = copy.deepcopy(model).eval().requires_grad_(False) if cfg.beta_kl > 0 else None
+    opt = Optimization(optimizer, scheduler, reference)
     log.info("GRPO: %d trainable parameters, %d prompts, %d steps, baseline %s", trainable(model), len(prompts),
              cfg.steps, cfg.baseline)
     order = _order(len(prompts), cfg.seed)
     history: list[GRPOStepLog] = []
-    g = cfg.num_rollouts
     for step in range(cfg.steps):
         seconds: dict[str, float] = {}
-        t0 = time.perf_counter()
         batch = [prompts[next(order)] for _ in range(cfg.prompts_per_step)]
-        model.eval()
-        groups = [rollout(loaded, s.encoded, g, cfg) for s in batch]
-        greedy = [rollout(loaded, s.encoded, 1, cfg, greedy=True) for s in batch] if cfg.baseline == "remax" else []
-        seconds["rollout"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        items = [it for s, r in zip(batch, groups) for it in _items(s, r.texts)]
-        items += [it for s, r in zip(batch, greedy) for it in _items(s, r.texts)]
-        timeouts_before = pool.timeouts
-        results = pool.score_many(items)
-        sampled_results = results[: len(batch) * g]
-        rewards = torch.tensor([r.total for r in sampled_results], dtype=torch.float32).reshape(len(batch), g)
-        if cfg.baseline == "remax":
-            greedy_rewards = torch.tensor([r.total for r in results[len(batch) * g:]], dtype=torch.float32)
-            advantages = remax_advantages(rewards, greedy_rewards)
-        else:
-            greedy_rewards = None
-            advantages = group_mean_advantages(rewards, g)
-        seconds["reward"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        model.train()
-        live = [i for i in range(len(batch)) if bool((advantages[i] != 0).any())]
-        loss_value, kl_value, clip_low, clip_high = 0.0, None, 0.0, 0.0
-        if live:
-            tokens = [groups[i].tokens for i in live]
-            masks = _pad_cat([groups[i].mask for i in live], value=False).bool()
-            adv = advantages[live].reshape(-1).to(next(model.parameters()).device)
-            masks = masks.to(adv.device)
-            ref_logp = None
-            if reference is not None:
-                with torch.no_grad():
-                    ref_logp = _pad_cat([completion_logprobs(reference, batch[i].encoded, groups[i].tokens,
-                                                             groups[i].mask, cfg.temperature) for i in live])
-            old = None
-            for update in range(cfg.updates_per_batch):
-                new = _pad_cat([completion_logprobs(model, batch[i].encoded, tok, groups[i].mask, cfg.temperature)
-                                for i, tok in zip(live, tokens)])
-                if old is None:
-                    old = new.detach()  # rollouts come from the current policy: ratio 1 on the first update
-                loss = dapo_loss(new, old, adv, masks, cfg.eps_low, cfg.eps_high)
-                if ref_logp is not None:
-                    kl = (k3_kl(new, ref_logp) * masks).sum() / masks.sum().clamp(min=1)
-                    loss = loss + cfg.beta_kl * kl
-                    kl_value = float(kl.detach())
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
-                                               cfg.max_grad_norm)
-                optimizer.step()
-                low, high = clip_shares(new.detach(), old, adv, masks, cfg.eps_low, cfg.eps_high)
-                clip_low, clip_high = clip_low + low / cfg.updates_per_batch, clip_high + high / cfg.updates_per_batch
-                loss_value += float(loss.detach()) / cfg.updates_per_batch
-        lr = optimizer.param_groups[0]["lr"]
-        with warnings.catch_warnings():  # a step without an update still advances the schedule
-            warnings.simplefilter("ignore", UserWarning)
-            scheduler.step()
-        seconds["update"] = time.perf_counter() - t0
-
-        lengths = [int(m.sum()) for r in groups for m in r.mask]
-        entry = GRPOStepLog(
-            step=step + 1, loss=loss_value, reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
-            greedy_reward_mean=None if greedy_rewards is None else float(greedy_rewards.mean()),
-            terms=term_means(sampled_results), advantage_mean=float(advantages.mean()),
-            advantage_std=float(advantages.std()), advantage_min=float(advantages.min()),
-            advantage_max=float(advantages.max()), zero_advantage_share=1 - len(live) / len(batch),
-            clip_low_share=clip_low, clip_high_share=clip_high, kl=kl_value,
-            completion_tokens_mean=float(np.mean(lengths)),
-            truncated_share=float(np.mean([t for r in groups for t in r.truncated])),
-            reward_timeouts=pool.timeouts - timeouts_before, lr=lr,
-            seconds={k: round(v, 4) for k, v in seconds.items()})
+        rolled = _timed(seconds, "rollout", rollout_phase, loaded, cfg, batch)
+        scored = _timed(seconds, "reward", reward_phase, pool, cfg, rolled)
+        update = _timed(seconds, "update", update_phase, model, cfg, opt, rolled, scored.advantages)
+        entry = _step_log(step + 1, rolled, scored, update, seconds)
         history.append(entry)
         if progress or (cfg.log_every and (step + 1) % cfg.log_every == 0):
             log.info("grpo step %d reward %.4f (greedy %s) adv %.4f±%.4f zero-adv %.2f loss %.4f terms %s",
@@ -423,13 +480,16 @@ def _train(loaded: Loaded, cfg: GRPOConfig, prompts: list[Sample], out_dir: str 
                      {k: round(v, 3) for k, v in entry.terms.items()})
     model.eval()
     if out_dir is not None:
-        out = Path(out_dir)
-        save_checkpoint(out, model, loaded.processor, optimizer, scheduler,
-                        {"step": cfg.steps, "phase": "grpo", "config": _jsonable(cfg)})
-        with open(out / "grpo_log.jsonl", "w") as f:
-            for h in history:
-                f.write(json.dumps(asdict(h)) + "\n")
+        _save(Path(out_dir), loaded, cfg, opt, history)
     return history
+
+
+def _save(out: Path, loaded: Loaded, cfg: GRPOConfig, opt: Optimization, history: list[GRPOStepLog]) -> None:
+    save_checkpoint(out, loaded.model, loaded.processor, opt.optimizer, opt.scheduler,
+                    {"step": cfg.steps, "phase": "grpo", "config": _jsonable(cfg)})
+    with open(out / "grpo_log.jsonl", "w") as f:
+        for h in history:
+            f.write(json.dumps(asdict(h)) + "\n")
 
 
 def _jsonable(cfg: GRPOConfig) -> dict[str, Any]:
@@ -455,11 +515,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baseline", choices=BASELINES, help="override the baseline")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    raw: dict[str, Any] = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
+    raw: dict[str, Any] = (yaml.safe_load(Path(args.config).read_text()) or {}) if args.config else {}
     for key, value in (("steps", args.steps), ("baseline", args.baseline)):
         if value is not None:
             raw[key] = value
-    cfg = GRPOConfig.from_dict(raw)
+    cfg = load_config(GRPOConfig, raw, "grpo")
     loaded = load(args.model)
     prompts = load_prompts(args.corpus, loaded.processor, cfg)
     history = train_grpo(loaded, cfg, prompts, args.out)

@@ -32,11 +32,22 @@ from typing import Callable, Sequence
 
 import torch
 
+from schemas.config import option
+
 StateDict = dict[str, torch.Tensor]
 METHODS = ("linear", "task_arithmetic", "ties", "dare")
 PARAMS = {"linear": set(), "task_arithmetic": {"lam"}, "ties": {"density", "lam"},
           "dare": {"p", "seed", "combine", "lam"}}
 MERGE_INFO = "merge.json"
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    """The ``merge`` block of ``configs/train.yaml``: the merge search `make train` runs (5.5)."""
+
+    budget: int = option(6, help="evaluations the search may spend, the initial grid included")
+    workers: int = option(2, help="candidates evaluated in parallel (one model copy per worker thread)")
+    max_new_tokens: int = option(64, help="completion limit when a candidate is scored on the eval split")
 
 
 class MergeError(ValueError):

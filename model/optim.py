@@ -15,25 +15,21 @@ import torch
 from torch import nn
 
 from model.models import projector, vision_tower
+from schemas.config import option
 
 PHASES = ("alignment", "robustness", "grpo")
 
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = 1e-3
-    vision_lr: float = 1e-4  # robustness SFT only
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.95)
-    warmup_steps: int = 10
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    """The ``optim`` block of an SFT phase: AdamW and the warmup + cosine schedule."""
 
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "OptimConfig":
-        d = dict(d or {})
-        if "betas" in d:
-            d["betas"] = tuple(d["betas"])
-        return cls(**d)
+    lr: float = option(1e-3, help="peak learning rate of the decoder, projector and head")
+    vision_lr: float = option(1e-4, help="learning rate of the vision tower (robustness SFT only)")
+    weight_decay: float = option(0.0, help="AdamW weight decay")
+    betas: tuple[float, float] = option((0.9, 0.95), help="AdamW betas")
+    warmup_steps: int = option(10, help="linear warmup steps")
+    min_lr_ratio: float = option(0.1, help="the cosine decays to lr * min_lr_ratio")
 
 
 def param_groups(model: nn.Module, phase: str, cfg: OptimConfig) -> list[dict]:

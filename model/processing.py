@@ -139,10 +139,18 @@ def _read_template(path: Path) -> str:
     return CHATML_TEMPLATE
 
 
+def image_kwargs(pixel_values: torch.Tensor | None, image_grid_thw: torch.Tensor | None, device) -> dict:
+    """``pixel_values``/``image_grid_thw`` model kwargs; none on a text-only prompt (an Encoded without
+    image has zero grid rows), since generate() runs the vision tower on any pixel_values key."""
+    if image_grid_thw is None or image_grid_thw.numel() == 0:
+        return {}
+    return {"pixel_values": pixel_values.to(device), "image_grid_thw": image_grid_thw.to(device)}
+
+
 def to_pil(image_bytes: bytes) -> Image.Image:
     import io
 
     return Image.open(io.BytesIO(image_bytes)).convert("RGB")
 
 
-__all__ = ["PageProcessor", "ProcessorSpec", "Encoded", "CHATML_TEMPLATE", "to_pil", "np"]
+__all__ = ["PageProcessor", "ProcessorSpec", "Encoded", "CHATML_TEMPLATE", "image_kwargs", "to_pil", "np"]

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from schemas.config import option
+
 ROUTER_KINDS = ("softmax", "sigmoid")
 # Families whose router scores are sigmoid(logits) (DeepSeek-V3-style gates).
 SIGMOID_ROUTER_MODELS = ("glm4v_moe", "glm4_moe", "deepseek_v3", "glm4v_moe_text", "glm4_moe_lite")
@@ -182,14 +184,14 @@ class RegularizerConfig:
     (`for_model` reads them from its config); they are only needed when a router term is on.
     """
 
-    balance: float = 0.0
-    entropy: float = 0.0  # positive sharpens routing, negative spreads it
-    z_loss: float = 0.0
-    contrastive: float = 0.0
-    margin: float = 0.5  # SimCTG rho
-    chunk_len: int = 64
-    router_kind: str | None = None
-    top_k: int | None = None
+    balance: float = option(0.0, help="switch-style load-balancing loss on the MoE router")
+    entropy: float = option(0.0, help="gate entropy; positive sharpens routing, negative spreads it")
+    z_loss: float = option(0.0, help="lambda_z of the z-loss on the output logits")
+    contrastive: float = option(0.0, help="SimCTG contrastive loss on hidden states within chunks")
+    margin: float = option(0.5, help="SimCTG margin rho")
+    chunk_len: int = option(64, help="tokens per contrastive chunk (>= 2)")
+    router_kind: str | None = option(None, help=f"gate kind, one of {ROUTER_KINDS} (unset: read from the model)")
+    top_k: int | None = option(None, help="experts per token (unset: read from the model)")
 
     def __post_init__(self) -> None:
         if self.router_kind is not None and self.router_kind not in ROUTER_KINDS:

@@ -45,6 +45,7 @@ from multiprocessing.connection import Connection, wait
 from typing import IO, Any
 
 from pipelines.clean.repeats import RepeatsConfig, find_loop
+from schemas.config import load, option
 from schemas.similarity import METRICS
 from schemas.unit_tests import UnitTest, check_all, unit_test_from_dict, unit_test_from_json
 
@@ -128,13 +129,15 @@ class RewardConfig:
     ``terms_by_dataset`` maps a dataset key (a record's ``source`` or ``domain``) to the terms
     enabled for it; datasets not listed use ``terms``."""
 
-    terms: tuple[str, ...] = tuple(TERMS)
-    floors: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_FLOORS))
-    terms_by_dataset: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    table_signals: tuple[str, ...] = TABLE_SIGNALS
-    timeout_s: float = 10.0  # per (completion, term) call in RewardPool
-    workers: int = 2
-    repeats: RepeatsConfig = field(default_factory=RepeatsConfig)
+    terms: tuple[str, ...] = option(tuple(TERMS), help=f"terms multiplied into the reward; known: {', '.join(TERMS)}")
+    floors: dict[str, float] = option(default_factory=lambda: dict(DEFAULT_FLOORS),
+                                      help="term -> floor in [0, 1] its score is raised to (repetition: never)")
+    terms_by_dataset: dict[str, tuple[str, ...]] = option(
+        {}, help="dataset key (a record's source or domain) -> its terms; datasets not listed use terms")
+    table_signals: tuple[str, ...] = option(TABLE_SIGNALS, help=f"table term signals, a subset of {TABLE_SIGNALS}")
+    timeout_s: float = option(10.0, help="seconds per (completion, term) call in RewardPool")
+    workers: int = option(2, help="RewardPool worker processes")
+    repeats: RepeatsConfig = option(default_factory=RepeatsConfig, help="loop detector of the repetition term")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "terms", tuple(self.terms))
@@ -163,17 +166,6 @@ class RewardConfig:
             if key in self.terms_by_dataset:
                 return tuple(self.terms_by_dataset[key])
         return self.terms
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> RewardConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"rewards: unknown config keys {unknown}; known: {sorted(known)}")
-        values = dict(values)
-        if "repeats" in values and isinstance(values["repeats"], Mapping):
-            values["repeats"] = RepeatsConfig(**values["repeats"])
-        return cls(**values)
 
 
 @dataclass
@@ -502,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None:
             values[key] = value
     try:
-        cfg = RewardConfig.from_dict(values)
+        cfg = load(RewardConfig, values, "rewards")
         source: IO[str] = open(args.input, encoding="utf-8") if args.input else sys.stdin
         with source:
             items = read_items(source)

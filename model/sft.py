@@ -16,42 +16,40 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from model.attention import use_segment_attention
+from model.batches import BatchStream
 from model.checkpoint import load_checkpoint, save_checkpoint
-from model.data import BatchStream, DataConfig
+from model.data import DataConfig
 from model.models import Loaded, load
 from model.optim import OptimConfig, make_optimizer, trainable
 from model.regularizers import RegularizerConfig, regularizer_loss
+from schemas.config import load as load_config
+from schemas.config import option
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class SFTConfig:
-    phase: str = "alignment"  # or "robustness"
-    steps: int = 100
-    grad_accum: int = 1
-    max_grad_norm: float = 1.0
-    log_every: int = 10
-    save_every: int = 0  # 0: only at the end
-    seed: int = 0
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    regularizers: RegularizerConfig = field(default_factory=RegularizerConfig)
+    """One SFT phase: the ``alignment`` and ``robustness`` blocks of ``configs/train.yaml``."""
 
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "SFTConfig":
-        d = dict(d or {})
-        d["optim"] = OptimConfig.from_dict(d.get("optim"))
-        d["data"] = DataConfig.from_dict(d.get("data") or {})
-        d["regularizers"] = RegularizerConfig(**(d.get("regularizers") or {}))
-        return cls(**d)
+    phase: Literal["alignment", "robustness"] = option(
+        "alignment", help="which modules train (model.optim.param_groups); make train: the block's name")
+    steps: int = option(100, help="optimizer steps")
+    grad_accum: int = option(1, help="batches per optimizer step")
+    max_grad_norm: float = option(1.0, help="gradient clipping norm")
+    log_every: int = option(10, help="log every this many steps (0: never)")
+    save_every: int = option(0, help="checkpoint every this many steps (0: only at the end)")
+    seed: int = option(0, help="torch seed (make train: the run's seed unless set)")
+    optim: OptimConfig = option(default_factory=OptimConfig, help="AdamW and its schedule")
+    data: DataConfig = option(default_factory=DataConfig, help="sampling, packing and degradation")
+    regularizers: RegularizerConfig = option(default_factory=RegularizerConfig, help="5.4 regularizer coefficients")
 
 
 @dataclass
@@ -224,10 +222,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, help="override steps")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    raw: dict[str, Any] = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
+    raw: dict[str, Any] = (yaml.safe_load(Path(args.config).read_text()) or {}) if args.config else {}
     if args.steps:
         raw["steps"] = args.steps
-    cfg = SFTConfig.from_dict(raw)
+    cfg = load_config(SFTConfig, raw, "sft")
     train_sft(load(args.model), cfg, args.out, resume_from=args.resume)
 
 

@@ -11,62 +11,109 @@ Phases, each writing a checkpoint folder under ``out`` (default ``out/model/``):
 6. ``mtp-head``: FastMTP draft head fitted on the selected verifier (5.6), with the Table 8
    speculative-decoding table.
 
-Config: ``configs/train.yaml`` (keys mirror the phase configs; defaults in code).
-``python -m model.train --help``.
+Config: ``configs/train.yaml``, a `TrainRunConfig` with one typed block per phase (defaults in code),
+checked in full before any training. ``python -m model.train --help`` lists every key.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
+import threading
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 
 from model.data import DataConfig, eval_samples
+from model.decode import bench_on_corpus, format_table
+from model.errors import analyze, write_report
 from model.eval import compare, evaluate, format_report
+from model.grpo import GRPOConfig, load_prompts, train_grpo
+from model.merge import MergeConfig, make_evaluator, merge_search, write_merged
 from model.models import build_tiny, load
+from model.mtp import MTPConfig, fit_for_checkpoint
 from model.sft import SFTConfig, train_sft
+from schemas.config import ConfigError, describe, option, parse_sets
+from schemas.config import load as load_config
+from schemas.config import merge as merge_overrides
 
 log = logging.getLogger("model.train")
+
+Phase = Literal["alignment", "robustness", "grpo", "merge", "mtp"]
+PHASES: tuple[str, ...] = get_args(Phase)
 
 
 @dataclass(frozen=True)
 class TrainRunConfig:
-    model: str = "tiny-moe"
-    corpus: str = "out/corpus"
-    out: str = "out/model"
-    seed: int = 0
-    eval_limit: int | None = None
-    eval_max_new_tokens: int = 192
-    alignment: dict[str, Any] = field(default_factory=dict)
-    robustness: dict[str, Any] = field(default_factory=dict)
-    grpo: dict[str, Any] = field(default_factory=dict)
-    merge: dict[str, Any] = field(default_factory=dict)
-    mtp: dict[str, Any] = field(default_factory=dict)
-    phases: tuple[str, ...] = ("alignment", "robustness", "grpo", "merge", "mtp")
+    """``configs/train.yaml``: the run and one typed block per phase, all checked before any training.
+
+    Build it with `from_yaml` or `from_mapping`: they fill what a block leaves unset from the run
+    (every phase's ``seed``, the SFT blocks' ``data.path`` and ``data.seed``, their ``phase``)."""
+
+    model: str = option("tiny-moe", help="tiny (Qwen2.5-VL class), tiny-moe (GLM-4V-MoE class) or a checkpoint folder")
+    corpus: str = option("out/corpus", help="corpus folder written by `make corpus` (SFT data.path unless set)")
+    out: str = option("out/model", help="folder for every phase's checkpoint and the summary")
+    seed: int = option(0, help="model init, evaluation split sampling, and every phase's seed unless the block sets it")
+    eval_limit: int | None = option(None, help="evaluate on at most this many eval pages (unset: all)")
+    eval_max_new_tokens: int = option(192, help="completion limit of the evaluations")
+    alignment: SFTConfig = option(default_factory=lambda: SFTConfig(phase="alignment"),
+                                  help="5.1 alignment SFT: packed, vision tower frozen (model.sft.SFTConfig)")
+    robustness: SFTConfig = option(default_factory=lambda: SFTConfig(phase="robustness"),
+                                   help="5.2 robustness SFT: unpacked, degraded pages, vision tower trains")
+    grpo: GRPOConfig = option(default_factory=GRPOConfig, help="5.3 GRPO on pages with unit tests (model.grpo)")
+    merge: MergeConfig = option(default_factory=MergeConfig, help="5.5 merge search over SFT and GRPO checkpoints")
+    mtp: MTPConfig = option(default_factory=MTPConfig, help="5.6 FastMTP head on the selected verifier (model.mtp)")
+    phases: tuple[Phase, ...] = option(PHASES, help="the phases to run, of " + ", ".join(PHASES))
+
+    def __post_init__(self) -> None:
+        for name in ("alignment", "robustness"):
+            if getattr(self, name).phase != name:
+                raise ValueError(f"{name}.phase: must be {name!r} (the block's phase), got "
+                                 f"{getattr(self, name).phase!r}")
 
     @classmethod
-    def from_yaml(cls, path: str | Path | None, **overrides) -> "TrainRunConfig":
-        raw = yaml.safe_load(Path(path).read_text()) if path else {}
-        raw.update({k: v for k, v in overrides.items() if v is not None})
-        if "phases" in raw:
-            raw["phases"] = tuple(raw["phases"])
-        return cls(**raw)
+    def from_mapping(cls, values: Mapping[str, Any], path: str = "train") -> "TrainRunConfig":
+        """Every block loaded and checked (a typo fails here by its full path), run defaults filled in."""
+        return load_config(cls, with_run_defaults(values, path), path)
 
-    def sft(self, phase: str) -> SFTConfig:
-        d = dict(getattr(self, phase))
-        d["phase"] = phase
-        d.setdefault("seed", self.seed)
-        data = dict(d.get("data") or {})
-        data.setdefault("path", self.corpus)
-        data.setdefault("seed", self.seed)
-        d["data"] = data
-        return SFTConfig.from_dict(d)
+    @classmethod
+    def from_yaml(cls, path: str | Path | None, sets: Sequence[str] = (), **overrides) -> "TrainRunConfig":
+        """The YAML file, then ``--set key=value`` overrides, then keyword overrides that are not None."""
+        raw = (yaml.safe_load(Path(path).read_text()) or {}) if path else {}
+        raw = merge_overrides(raw, parse_sets(sets))
+        raw.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_mapping(raw)
+
+
+def with_run_defaults(values: Mapping[str, Any], path: str = "train") -> Mapping[str, Any]:
+    """``values`` with the run's seed (and, for SFT, corpus and phase name) as each phase block's
+    default: a key a block sets itself wins. Anything that is not a mapping is left for `load` to report."""
+    if not isinstance(values, Mapping):
+        return values
+    out = dict(values)
+    seed = out.get("seed", TrainRunConfig.seed)
+    corpus = out.get("corpus", TrainRunConfig.corpus)
+    for name in PHASES:
+        block = out.get(name)
+        block = {} if block is None else block
+        if not isinstance(block, Mapping) or name == "merge":
+            continue
+        block = {"seed": seed, **block}
+        if name in ("alignment", "robustness"):
+            if block.get("phase", name) != name:
+                raise ConfigError(f"{path}.{name}.phase: must be {name!r} (the block's phase), got {block['phase']!r}")
+            block = {"phase": name, **block}
+            data = block.get("data") or {}
+            if isinstance(data, Mapping):
+                block["data"] = {"path": corpus, "seed": seed, **data}
+        out[name] = block
+    return out
 
 
 def _eval(loaded, cfg: TrainRunConfig, title: str, out: Path):
@@ -79,9 +126,7 @@ def _eval(loaded, cfg: TrainRunConfig, title: str, out: Path):
 
 
 def _grpo(loaded, cfg: TrainRunConfig, target: Path) -> dict[str, Any]:
-    from model.grpo import GRPOConfig, load_prompts, train_grpo
-
-    gcfg = GRPOConfig.from_dict({"seed": cfg.seed, **cfg.grpo})
+    gcfg = cfg.grpo
     prompts = load_prompts(cfg.corpus, loaded.processor, gcfg)
     history = train_grpo(loaded, gcfg, prompts, target)
     first, last = history[0], history[-1]
@@ -98,12 +143,7 @@ def _state(path: Path) -> dict:
 
 def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[Path]) -> dict[str, Any]:
     """5.5: merge search over the candidate checkpoints, scored on the eval split."""
-    import copy
-    import threading
-
-    from model.merge import make_evaluator, merge_search, write_merged
-
-    mcfg = {"budget": 6, "workers": 2, "max_new_tokens": 64, **cfg.merge}
+    mcfg = cfg.merge
     base_state = _state(base)
     states = [_state(c) for c in candidates]
     samples = list(eval_samples(DataConfig(path=cfg.corpus, seed=cfg.seed), loaded.processor,
@@ -115,12 +155,12 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
         if not hasattr(local, "loaded"):
             local.loaded = copy.deepcopy(loaded)
         local.loaded.model.load_state_dict(state)
-        s = evaluate(local.loaded, samples, mcfg["max_new_tokens"], progress=False).summary
+        s = evaluate(local.loaded, samples, mcfg.max_new_tokens, progress=False).summary
         rate = s["unit_test_pass_rate"]
         return {"unit_test_pass_rate": 0.0 if rate != rate else rate, "edit_distance": s["edit_distance"]}
 
-    result = merge_search(base_state, states, make_evaluator(base_state, states, score), budget=mcfg["budget"],
-                          workers=mcfg["workers"], seed=cfg.seed, log_path=out / "merge_log.jsonl")
+    result = merge_search(base_state, states, make_evaluator(base_state, states, score), budget=mcfg.budget,
+                          workers=mcfg.workers, seed=cfg.seed, log_path=out / "merge_log.jsonl")
 
     def save_fn(state: dict, path: Path) -> None:
         loaded.model.load_state_dict(state)
@@ -136,8 +176,6 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
 
 
 def _errors(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
-    from model.errors import analyze, write_report
-
     loaded = load(str(verifier))
     samples = eval_samples(DataConfig(path=cfg.corpus, seed=cfg.seed), loaded.processor, limit=cfg.eval_limit)
     report = evaluate(loaded, samples, cfg.eval_max_new_tokens, progress=False)
@@ -152,15 +190,11 @@ def _errors(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]
 
 def _mtp(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
     """5.6: fit the FastMTP head on the frozen selected verifier, then the Table 8 decoding table."""
-    from model.decode import bench_on_corpus, format_table
-    from model.mtp import FitConfig, fit_for_checkpoint
-
-    mcfg = dict(cfg.mtp)
-    bench_tokens = int(mcfg.pop("bench_max_new_tokens", 128))
-    fcfg = FitConfig.from_dict({"seed": cfg.seed, **mcfg})
+    fcfg = cfg.mtp
     loaded = load(str(verifier))
     result = fit_for_checkpoint(loaded, cfg.corpus, fcfg, out=target)
-    rows = bench_on_corpus(loaded, result.head, cfg.corpus, limit=cfg.eval_limit, max_new_tokens=bench_tokens)
+    rows = bench_on_corpus(loaded, result.head, cfg.corpus, limit=cfg.eval_limit,
+                           max_new_tokens=fcfg.bench_max_new_tokens)
     table = format_table(rows)
     (target / "decode_table.txt").write_text(table + "\n")
     print(f"FastMTP head on {verifier.name} (K={fcfg.depths}, {fcfg.steps} steps), speculative decoding on "
@@ -187,11 +221,11 @@ def run(cfg: TrainRunConfig) -> dict[str, Any]:
             continue
         t = time.perf_counter()
         target = out / f"sft-{phase}"
-        history = train_sft(loaded, cfg.sft(phase), target)
+        history = train_sft(loaded, getattr(cfg, phase), target)
         timings[f"sft {phase}"] = time.perf_counter() - t
+        seconds = max(1e-9, sum(h.response_tokens / h.tokens_per_s for h in history))
         print(f"{phase} SFT: {len(history)} steps, loss {history[0].loss:.3f} -> {history[-1].loss:.3f}, "
-              f"{sum(h.response_tokens for h in history) / max(1e-9, sum(h.response_tokens / h.tokens_per_s for h in history)):.0f} "
-              f"response tokens/s", flush=True)
+              f"{sum(h.response_tokens for h in history) / seconds:.0f} response tokens/s", flush=True)
         current = target
     t = time.perf_counter()
     after = _eval(loaded, cfg, f"after SFT ({current.name})", current)
@@ -227,15 +261,20 @@ def run(cfg: TrainRunConfig) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="SFT (alignment, robustness), GRPO, merge search and FastMTP "
-                                             "fitting on the corpus shards; writes out/model/.")
-    ap.add_argument("--config", default="configs/train.yaml")
+    ap = argparse.ArgumentParser(
+        prog="python -m model.train", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="SFT (alignment, robustness), GRPO, merge search and FastMTP fitting on the corpus shards; "
+                    "writes out/model/.",
+        epilog="config keys (configs/train.yaml; --set KEY=VALUE):\n  " + "\n  ".join(describe(TrainRunConfig)))
+    ap.add_argument("--config", default="configs/train.yaml", help="YAML with the keys below")
     ap.add_argument("--corpus", help="override corpus folder")
     ap.add_argument("--out", help="override output folder")
     ap.add_argument("--model", help="'tiny', 'tiny-moe' or a local checkpoint folder")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one config key, e.g. --set grpo.steps=2 (values are YAML)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    cfg = TrainRunConfig.from_yaml(args.config, corpus=args.corpus, out=args.out, model=args.model)
+    cfg = TrainRunConfig.from_yaml(args.config, args.set, corpus=args.corpus, out=args.out, model=args.model)
     run(cfg)
 
 

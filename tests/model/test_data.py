@@ -12,10 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from model.data import (IGNORE_INDEX, BatchStream, DataConfig, DomainSampler, SampleSource, assigned_split,
-                        domain_probabilities, eval_samples, iter_records, pack, shift_positions, single)
 from model.attention import use_segment_attention
+from model.batches import IGNORE_INDEX, BatchStream, pack, shift_positions, single
+from model.data import DataConfig, SampleSource, eval_samples
 from model.models import build_tiny, rope_index
+from model.records import assigned_split, iter_records
+from model.sampler import DomainSampler, domain_probabilities
+from schemas.config import load
 from tests.helpers import corpus_png, corpus_record, write_records
 
 # (domain, source, rows): "docs" has 10x the rows of each other domain, and its sources are 3:1.
@@ -47,7 +50,7 @@ def tiny():
 
 
 def cfg_for(corpus, **kw) -> DataConfig:
-    return DataConfig.from_dict({**CFG, "path": corpus["path"], **kw})
+    return load(DataConfig, {**CFG, "path": corpus["path"], **kw}, "data")
 
 
 def good_samples(corpus, tiny, n: int) -> list:
@@ -340,11 +343,11 @@ def test_degrade_prob_one_changes_the_pixels(corpus, tiny) -> None:
 
 # -- config and eval -------------------------------------------------------------------------
 
-def test_config_from_dict_validates() -> None:
-    cfg = DataConfig.from_dict({"upweight": {"historical-newspaper": 2}, "degrade_prob": 0.25, "pack": False})
+def test_config_load_validates() -> None:
+    cfg = load(DataConfig, {"upweight": {"historical-newspaper": 2}, "degrade_prob": 0.25, "pack": False}, "data")
     assert cfg.upweight == {"historical-newspaper": 2.0} and cfg.max_length == 2048 and cfg.shift_prob == 0.4
     with pytest.raises(ValueError, match="unknown"):
-        DataConfig.from_dict({"max_len": 10})
+        load(DataConfig, {"max_len": 10}, "data")
     with pytest.raises(ValueError):
         DataConfig(max_length=100, max_sample_tokens=200)
     with pytest.raises(ValueError):

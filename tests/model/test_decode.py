@@ -1,6 +1,6 @@
 """model/decode.py: speculative decoding is lossless (eq. 2 greedy verification) on 200+ prompts,
 random text and page images, batch size 1 and batched, with a fitted and an untrained head; the
-Table 8 metrics on hand-computed values; the bench CLI."""
+Table 8 metrics on hand-computed values; the bench CLI (model/speculate.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from collections import Counter
 import pytest
 import torch
 
-from model.decode import accept_stats, bench_table, format_table, generate, main
+from model.decode import accept_stats, bench_table, format_table, generate
 from model.models import build_tiny, save
-from model.mtp import DraftHead, FitConfig, fit_head, save_head, self_distill
+from model.mtp import MTPConfig, fit_head, self_distill
+from model.mtp_head import DraftHead, save_head
 from model.processing import Encoded
+from model.speculate import main
 from schemas.prompts import PROMPTS
 from tests.helpers import text_page, write_text_page_corpus
 
@@ -63,7 +65,7 @@ def setup():
     # often, elsewhere rarely, so both regimes are covered.
     fit_set = prompts[:20] + prompts[-4:]
     fit_data = self_distill(model, fit_set, eos, MAX_NEW + 4)
-    trained = fit_head(model, fit_data, FitConfig(steps=80, batch_size=8, lr=3e-3, warmup_steps=3,
+    trained = fit_head(model, fit_data, MTPConfig(steps=80, batch_size=8, lr=3e-3, warmup_steps=3,
                                                   log_every=0)).head
     return {"loaded": loaded, "model": model, "eos": eos, "prompts": prompts, "refs": refs, "trained": trained,
             "untrained": DraftHead.from_verifier(model), "fit_set": fit_set}

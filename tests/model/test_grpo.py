@@ -31,6 +31,7 @@ from model.grpo import (
 )
 from model.models import build_tiny
 from model.rewards import RewardConfig, RewardPool, score
+from schemas.config import load
 from schemas.page import PAGE_SCHEMA, PageRecord, ProvenanceStep, page_id
 
 # --------------------------------------------------------------------------- pure functions
@@ -96,9 +97,9 @@ def test_config_validation():
         GRPOConfig(baseline="mean")
     with pytest.raises(ValueError, match=">= 2"):
         GRPOConfig(baseline="group_mean", num_rollouts=1)
-    with pytest.raises(ValueError, match="unknown config keys"):
-        GRPOConfig.from_dict({"rollouts": 4})
-    cfg = GRPOConfig.from_dict({"num_rollouts": 4, "reward": {"terms": ["content"], "floors": {}}})
+    with pytest.raises(ValueError, match="grpo.rollouts: unknown key"):
+        load(GRPOConfig, {"rollouts": 4}, "grpo")
+    cfg = load(GRPOConfig, {"num_rollouts": 4, "reward": {"terms": ["content"], "floors": {}}}, "grpo")
     assert cfg.num_rollouts == 4 and cfg.reward.terms == ("content",) and cfg.baseline == "remax"
 
 

@@ -1,5 +1,5 @@
-"""model/mtp.py: the FastMTP head (3.1), its objective on hand-computed values (5.6, eqs. 4-5), the
-state-shift grid of eq. 1 against a literal reference, fitting that leaves the verifier bitwise
+"""model/mtp_head.py, model/mtp.py: the FastMTP head (3.1), its objective on hand-computed values
+(5.6, eqs. 4-5), the state-shift grid of eq. 1 against a literal reference, fitting that leaves the verifier bitwise
 unchanged, and the safetensors export with its DeepSeek/vLLM name mapping."""
 
 from __future__ import annotations
@@ -14,23 +14,18 @@ from safetensors.torch import load_file
 
 from model.models import build_tiny, text_model
 from model.mtp import (
-    DraftHead,
-    FitConfig,
-    HeadCache,
     LossWeights,
+    MTPConfig,
     collate,
     depth_weights,
-    export_serving,
     fit_head,
     grid_forward,
-    load_head,
     main,
     mtp_loss,
-    save_head,
     self_distill,
     trace,
-    vllm_mtp_mapping,
 )
+from model.mtp_head import DraftHead, HeadCache, export_serving, load_head, save_head, vllm_mtp_mapping
 from model.processing import Encoded
 from tests.helpers import TEXT_PAGE_WORDS, text_page, write_text_page_corpus
 
@@ -176,7 +171,7 @@ def test_fit_trains_only_the_head_and_leaves_the_verifier_bitwise_unchanged(kind
     data = self_distill(model, samples(loaded.processor, 4), loaded.processor.eos_token_id, max_new_tokens=12)
     head0 = DraftHead.from_verifier(model)
     init = {k: v.clone() for k, v in head0.state_dict().items()}
-    result = fit_head(model, data, FitConfig(steps=30, batch_size=4, lr=3e-3, warmup_steps=2, log_every=10),
+    result = fit_head(model, data, MTPConfig(steps=30, batch_size=4, lr=3e-3, warmup_steps=2, log_every=10),
                       head=head0)
     after = model.state_dict()
     assert before.keys() == after.keys()

@@ -22,6 +22,7 @@ from model.rewards import (
     format_table,
     score,
 )
+from schemas.config import load
 from schemas.similarity import METRICS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,9 +57,9 @@ def test_config_validation():
         RewardConfig(terms_by_dataset={"synth": ["tedz"]})
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         RewardConfig(floors={"table": 1.5})
-    with pytest.raises(ValueError, match="unknown config keys"):
-        RewardConfig.from_dict({"flors": {}})
-    cfg = RewardConfig.from_dict({"terms": ["content"], "repeats": {"min_length": 64}})
+    with pytest.raises(ValueError, match="reward.flors: unknown key"):
+        load(RewardConfig, {"flors": {}}, "reward")
+    cfg = load(RewardConfig, {"terms": ["content"], "repeats": {"min_length": 64}}, "reward")
     assert cfg.terms == ("content",) and cfg.repeats.min_length == 64
 
 

@@ -12,13 +12,14 @@ from model.checkpoint import load_checkpoint
 from model.models import ModelLoadError, build_tiny, load, projector, save, vision_tower
 from model.optim import OptimConfig, lr_factor, param_groups
 from model.sft import SFTConfig, response_ce, train_sft
+from schemas.config import load as load_config
 
 
 def sft_config(corpus: str, steps: int, **over) -> SFTConfig:
     raw = {"steps": steps, "log_every": 0, "optim": {"lr": 2e-3, "warmup_steps": 2},
            "data": {"path": corpus, "max_length": 256, "max_sample_tokens": 200, "seed": 1}}
     raw.update(over)
-    return SFTConfig.from_dict(raw)
+    return load_config(SFTConfig, raw, "sft")
 
 
 def test_response_ce_matches_hand_computation():

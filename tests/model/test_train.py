@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from model.data import assigned_split
+from model.records import assigned_split
 from model.train import TrainRunConfig, run
 from tests.helpers import corpus_record, write_records
 
@@ -20,7 +20,7 @@ def synth_record(n: int):
 def test_train_runs_every_phase_end_to_end(tmp_path):
     records = [corpus_record("docs-a", "docs", n) for n in range(12)] + [synth_record(n) for n in range(6)]
     corpus = write_records(tmp_path / "corpus", records)
-    cfg = TrainRunConfig(
+    cfg = TrainRunConfig.from_mapping(dict(
         model="tiny-moe", corpus=corpus, out=str(tmp_path / "model"), eval_max_new_tokens=8,
         alignment={"steps": 2, "data": {"max_length": 256, "max_sample_tokens": 200},
                    "regularizers": {"balance": 1e-3}},
@@ -30,7 +30,7 @@ def test_train_runs_every_phase_end_to_end(tmp_path):
               "reward": {"workers": 1}},
         merge={"budget": 2, "workers": 2, "max_new_tokens": 4},
         mtp={"steps": 2, "batch_size": 2, "max_new_tokens": 8, "bench_max_new_tokens": 6},
-    )
+    ))
     results = run(cfg)
     out = Path(cfg.out)
     for name in ("untrained", "sft-alignment", "sft-robustness", "grpo", "merged"):

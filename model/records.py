@@ -1,0 +1,90 @@
+"""Corpus shards as plain rows: where the Parquet files are, which split a row trains in, streaming them.
+
+``iter_records`` streams PageRecord rows from Parquet shards with pyarrow, batch by batch (the
+corpus is never held in memory), and assigns the held-out split: a "train" row becomes "eval" when
+a hash of its id falls under ``eval_fraction`` (``assigned_split``), so every run, worker and shard
+layout agrees on it. Local folders, single files, globs and ``gs://``/``s3://``/``hf://`` URIs (through
+the pipelines' URI layer) all work.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+SPLIT_SALT = "pagemill:eval-split"
+# What a Sample needs; the sampler reads only these columns (provenance, text layer etc. stay on disk).
+RECORD_COLUMNS = ("id", "source", "domain", "language", "task", "image", "instruction", "response",
+                  "unit_tests", "split")
+INDEX_COLUMNS = ["id", "domain", "source", "split"]
+
+
+def assigned_split(record_id: str, split: str, eval_fraction: float) -> str:
+    """The split a row trains in: "train" rows whose id hashes under ``eval_fraction`` become "eval"."""
+    if split != "train":
+        return split
+    digest = hashlib.sha256(f"{SPLIT_SALT}\x1f{record_id}".encode()).digest()
+    return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction else "train"
+
+
+def shard_files(path: str | Path) -> list[str]:
+    """Parquet files of a corpus folder (``data/*.parquet``), a single file, or a glob; sorted."""
+    path = str(path)
+    if "://" in path:  # gs://, s3://, hf://: the pipelines' URI layer (imports Beam, so only here)
+        from pipelines import io
+
+        pattern = path if path.endswith(".parquet") or any(c in path for c in "*?[") \
+            else io.join(path, "data/*.parquet")
+        found = io.match(pattern)
+    elif Path(path).is_dir():
+        found = sorted(glob.glob(str(Path(path) / "data" / "*.parquet"))) or \
+            sorted(glob.glob(str(Path(path) / "*.parquet")))
+    elif Path(path).is_file():
+        found = [path]
+    else:
+        found = sorted(p for p in glob.glob(path, recursive=True) if Path(p).is_file())
+    if not found:
+        raise FileNotFoundError(f"data: no parquet shards at {path!r}")
+    return found
+
+
+def open_parquet(uri: str) -> pq.ParquetFile:
+    if "://" in uri:
+        from pipelines import io
+
+        return pq.ParquetFile(io.open_read(uri))
+    return pq.ParquetFile(uri)
+
+
+def plain_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Arrow row -> plain dict with the image as bytes (the HF Image struct is {bytes, path})."""
+    image = row.get("image")
+    if isinstance(image, dict):
+        row["image"] = image.get("bytes")
+    return row
+
+
+def iter_records(path: str | Path, split: str | None = None, columns: Iterable[str] | None = None,
+                 eval_fraction: float = 0.1, batch_size: int = 32) -> Iterator[dict]:
+    """Rows of the corpus in file order, streamed ``batch_size`` rows at a time.
+
+    ``split``: keep only rows whose ``assigned_split`` is this (None: all rows). Each dict's
+    ``split`` is the assigned one. ``columns``: the keys to yield (None: every column).
+    """
+    wanted = list(columns) if columns is not None else None
+    for uri in shard_files(path):
+        pf = open_parquet(uri)
+        names = pf.schema_arrow.names
+        read = None if wanted is None else [c for c in names if c in set(wanted) | {"id", "split"}]
+        for batch in pf.iter_batches(batch_size=batch_size, columns=read):
+            for row in batch.to_pylist():
+                row["split"] = assigned_split(row["id"], row.get("split") or "train", eval_fraction)
+                if split is not None and row["split"] != split:
+                    continue
+                row = plain_row(row)
+                yield row if wanted is None else {k: row[k] for k in wanted if k in row}

@@ -1,0 +1,111 @@
+"""model/train.py's TrainRunConfig: every phase block is typed and checked when the config is read,
+before any training, with errors naming the key's full path; run-level defaults fill the blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from model.train import TrainRunConfig, main
+from schemas.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN_YAML = REPO / "configs" / "train.yaml"
+
+
+def test_configs_train_yaml_loads_with_every_block_typed():
+    cfg = TrainRunConfig.from_yaml(TRAIN_YAML)
+    assert cfg.alignment.phase == "alignment" and cfg.robustness.phase == "robustness"
+    assert cfg.alignment.steps == 250 and cfg.alignment.optim.lr == 3.0e-3 and cfg.alignment.data.pack
+    assert cfg.alignment.regularizers.balance == 1.0e-3
+    assert cfg.robustness.data.upweight["historical-newspaper"] == 2.0 and not cfg.robustness.data.pack
+    assert cfg.grpo.sources == ("jinaocrsynth",) and cfg.grpo.reward.workers == 1 and cfg.grpo.lr == 1.0e-3
+    assert (cfg.merge.budget, cfg.merge.workers, cfg.merge.max_new_tokens) == (6, 2, 64)
+    assert cfg.mtp.depths == 3 and cfg.mtp.steps == 200 and cfg.mtp.bench_max_new_tokens == 128
+    assert cfg.phases == ("alignment", "robustness", "grpo", "merge", "mtp")
+
+
+@pytest.mark.parametrize("block,path", [
+    ({"alignment": {"stepz": 3}}, "train.alignment.stepz"),
+    ({"robustness": {"grad_acum": 2}}, "train.robustness.grad_acum"),
+    ({"grpo": {"lrr": 1e-3}}, "train.grpo.lrr"),
+    ({"merge": {"budgt": 4}}, "train.merge.budgt"),
+    ({"mtp": {"depth": 2}}, "train.mtp.depth"),
+    ({"alignment": {"optim": {"lrr": 1e-3}}}, "train.alignment.optim.lrr"),
+    ({"robustness": {"data": {"max_len": 10}}}, "train.robustness.data.max_len"),
+    ({"alignment": {"regularizers": {"balanse": 1.0}}}, "train.alignment.regularizers.balanse"),
+    ({"grpo": {"reward": {"workrs": 2}}}, "train.grpo.reward.workrs"),
+    ({"grpo": {"reward": {"repeats": {"min_lenght": 5}}}}, "train.grpo.reward.repeats.min_lenght"),
+    ({"mtp": {"weights": {"cee": 1.0}}}, "train.mtp.weights.cee"),
+    ({"eval_limt": 3}, "train.eval_limt"),
+])
+def test_a_typo_in_any_block_fails_by_its_full_path(block, path):
+    with pytest.raises(ConfigError) as err:
+        TrainRunConfig.from_mapping(block)
+    message = str(err.value)
+    assert message.startswith(f"{path}: unknown key; known keys: "), message
+
+
+def test_unknown_key_lists_the_known_keys_of_its_block():
+    with pytest.raises(ConfigError, match=r"train\.grpo\.lrr: unknown key; known keys: .*\blr\b.*num_rollouts"):
+        TrainRunConfig.from_mapping({"grpo": {"lrr": 1e-3}})
+
+
+@pytest.mark.parametrize("block,message", [
+    ({"grpo": {"steps": "many"}}, "train.grpo.steps: expected int, got str 'many'"),
+    ({"mtp": {"self_distill": "yes"}}, "train.mtp.self_distill: expected bool, got str 'yes'"),
+    ({"merge": {"budget": 2.5}}, "train.merge.budget: expected int, got float 2.5"),
+    ({"alignment": {"optim": {"betas": [0.9]}}}, "train.alignment.optim.betas: expected a list of 2 items, got 1"),
+    ({"robustness": {"data": {"upweight": {"news": "x"}}}}, "train.robustness.data.upweight.news: expected float"),
+    ({"grpo": {"baseline": "mean"}}, "train.grpo.baseline: expected one of 'remax', 'group_mean'"),
+    ({"phases": ["alignment", "sft"]}, "train.phases[1]: expected one of 'alignment'"),
+    ({"grpo": []}, "train.grpo: expected a mapping of GRPOConfig keys"),
+])
+def test_a_wrong_type_names_the_path_and_the_expected_type(block, message):
+    with pytest.raises(ConfigError) as err:
+        TrainRunConfig.from_mapping(block)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_the_mtp_block_fails_at_start_up_before_any_phase_runs(tmp_path):
+    raw = yaml.safe_load(TRAIN_YAML.read_text())
+    raw["mtp"]["stepz"] = 3  # the last phase: read only after minutes of training before
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "model"
+    with pytest.raises(ConfigError, match=r"^train\.mtp\.stepz: unknown key"):
+        main(["--config", str(config), "--out", str(out), "--corpus", str(tmp_path / "no-corpus")])
+    assert not out.exists()  # nothing was built, evaluated or trained
+
+
+def test_run_level_seed_and_corpus_fill_what_a_block_leaves_unset():
+    cfg = TrainRunConfig.from_mapping({"seed": 7, "corpus": "c/", "robustness": {"seed": 1, "data": {"seed": 2}},
+                                       "grpo": {"seed": 3}})
+    assert cfg.alignment.seed == 7 and cfg.alignment.data.seed == 7 and cfg.alignment.data.path == "c/"
+    assert cfg.robustness.seed == 1 and cfg.robustness.data.seed == 2 and cfg.robustness.data.path == "c/"
+    assert cfg.grpo.seed == 3 and cfg.mtp.seed == 7
+    assert cfg.robustness.phase == "robustness"
+    with pytest.raises(ConfigError, match=r"^train\.alignment\.phase: must be 'alignment'"):
+        TrainRunConfig.from_mapping({"alignment": {"phase": "robustness"}})
+
+
+def test_set_overrides_merge_into_the_yaml_and_are_checked_too():
+    cfg = TrainRunConfig.from_yaml(TRAIN_YAML, ["grpo.steps=2", "mtp.weights.ce=0.5", "seed=4"], out="elsewhere")
+    assert cfg.grpo.steps == 2 and cfg.grpo.lr == 1.0e-3  # the rest of the block stays as the YAML has it
+    assert cfg.mtp.weights.ce == 0.5 and cfg.mtp.weights.kl == 0.45
+    assert cfg.seed == 4 and cfg.alignment.data.seed == 4 and cfg.out == "elsewhere"
+    with pytest.raises(ConfigError, match=r"^train\.grpo\.reward\.timeout: unknown key"):
+        TrainRunConfig.from_yaml(TRAIN_YAML, ["grpo.reward.timeout=3"])
+
+
+def test_help_lists_every_phase_key_with_its_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and "--set KEY=VALUE" in out
+    for key in ("alignment.optim.lr", "robustness.data.degrade_prob", "grpo.reward.workers", "merge.budget",
+                "mtp.weights.ce", "mtp.bench_max_new_tokens"):
+        assert f"\n  {key} (" in out, key
+    assert "grpo.lr (float, default 1e-06): learning rate, constant after warmup" in out
