@@ -19,6 +19,7 @@ stdlib dataclasses without wrapping its errors.
 
 from __future__ import annotations
 
+import collections.abc as abc
 import dataclasses
 import enum
 import types
@@ -108,7 +109,7 @@ def convert(value: Any, tp: Any, path: str) -> Any:
         except ValueError:
             choices = ", ".join(repr(m.value) for m in tp)
             raise ConfigError(f"{path}: expected one of {choices}, got {_show(value)}") from None
-    if origin in (tuple, list, typing.Sequence, Iterable) or tp in (tuple, list):
+    if origin in (tuple, list, abc.Sequence, abc.Iterable) or tp in (tuple, list):
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path}: expected a list, got {_show(value)}")
         if origin is tuple and args and args[-1] is not Ellipsis:
@@ -119,7 +120,7 @@ def convert(value: Any, tp: Any, path: str) -> Any:
             item = args[0] if args else Any
             items = [convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
         return list(items) if origin is list or tp is list else tuple(items)
-    if origin in (dict, Mapping, typing.MutableMapping) or tp in (dict, Mapping):
+    if origin in (dict, abc.Mapping, abc.MutableMapping) or tp in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a mapping, got {_show(value)}")
         key_type, value_type = args if args else (Any, Any)

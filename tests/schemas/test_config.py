@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Sequence
 
 import pytest
 
@@ -70,3 +70,17 @@ def test_describe_lists_every_field_with_help_and_round_trips():
     assert any(line.startswith("name (str, default required): required name") for line in lines)
     cfg = load(Outer, {"name": "a", "tags": ["t"]})
     assert load(Outer, to_dict(cfg)) == cfg
+
+
+@dataclass(frozen=True)
+class Abstract:
+    weights: Mapping[str, float] = option(default_factory=dict, help="abstract mapping")
+    names: Sequence[str] = option((), help="abstract sequence")
+
+
+def test_abstract_mapping_and_sequence_annotations_are_checked():
+    assert load(Abstract, {"weights": {"a": 1}, "names": ["x"]}) == Abstract(weights={"a": 1.0}, names=("x",))
+    with pytest.raises(ConfigError, match=r"^cfg.weights.a: expected float, got str 'heavy'$"):
+        load(Abstract, {"weights": {"a": "heavy"}}, "cfg")
+    with pytest.raises(ConfigError, match=r"^cfg.names: expected a list, got str 'x'$"):
+        load(Abstract, {"names": "x"}, "cfg")
