@@ -8,7 +8,7 @@ content        1 - normalized edit distance over the mixed Markdown/LaTeX/HTML t
                (``schemas.similarity.content_similarity``)
 formula        formula string matching (``formula_match``); left out when the reference has no formula
 table          mean of ``RewardConfig.table_signals`` (default TEDS, TEDS-S, table edit similarity);
-               left out when the reference has no table
+               left out when the reference has no table; TEDS under ``RewardConfig.teds_convention``
 structure      brace balance, tag closure, table integrity (``structural_validity``)
 unit_tests     fraction of the page's olmOCR-style tests that pass (``schemas.unit_tests``);
                left out when the page has no tests
@@ -46,7 +46,7 @@ from typing import IO, Any
 
 from pipelines.clean.repeats import RepeatsConfig, find_loop
 from schemas.config import load, option
-from schemas.similarity import METRICS
+from schemas.similarity import DEFAULT_TEDS_CONVENTION, METRICS, TEDS_CONVENTIONS, check_teds_convention, metrics_for
 from schemas.unit_tests import UnitTest, check_all, unit_test_from_dict, unit_test_from_json
 
 # A term: (reference, completion, parsed unit tests, config) -> score in [0, 1], or None when the
@@ -67,7 +67,8 @@ def formula_term(reference: str, completion: str, tests: Sequence[UnitTest], cfg
 def table_term(reference: str, completion: str, tests: Sequence[UnitTest], cfg: RewardConfig) -> float | None:
     """Mean of the configured table signals; None when the reference has no table (they agree on
     that: all parse the reference with ``schemas.tables``)."""
-    scores = [METRICS[name](reference, completion)[0] for name in cfg.table_signals]
+    metrics = metrics_for(cfg.teds_convention)
+    scores = [metrics[name](reference, completion)[0] for name in cfg.table_signals]
     if any(s is None for s in scores):
         return None
     return sum(scores) / len(scores)
@@ -135,6 +136,8 @@ class RewardConfig:
     terms_by_dataset: dict[str, tuple[str, ...]] = option(
         {}, help="dataset key (a record's source or domain) -> its terms; datasets not listed use terms")
     table_signals: tuple[str, ...] = option(TABLE_SIGNALS, help=f"table term signals, a subset of {TABLE_SIGNALS}")
+    teds_convention: str = option(DEFAULT_TEDS_CONVENTION, help=f"TEDS/TEDS-S convention of the table term, one of "
+                                  f"{TEDS_CONVENTIONS} (docs/judging.md)")
     timeout_s: float = option(10.0, help="seconds per (completion, term) call in RewardPool")
     workers: int = option(2, help="RewardPool worker processes")
     repeats: RepeatsConfig = option(default_factory=RepeatsConfig, help="loop detector of the repetition term")
@@ -156,6 +159,10 @@ class RewardConfig:
         bad = [s for s in self.table_signals if s not in TABLE_SIGNALS]
         if bad or not self.table_signals:
             raise ValueError(f"rewards: table_signals must be a non-empty subset of {TABLE_SIGNALS}, got {bad}")
+        try:
+            check_teds_convention(self.teds_convention)
+        except ValueError as exc:
+            raise ValueError(f"rewards: teds_convention: {exc}") from None
         if self.timeout_s <= 0 or self.workers < 1:
             raise ValueError("rewards: timeout_s must be > 0 and workers >= 1")
 

@@ -1,10 +1,13 @@
 """Score a candidate transcription against a reference with every metric of ``schemas.similarity``.
 
     python -m schemas.score --reference ref.md --candidate cand.md [--json]
+        [--teds-convention {omnidocbench,pubtabnet}]
 
 Prints one line per metric (name, score, details); ``--json`` prints one JSON object
 ``{metric: {"score": float | null, "details": {...}}}``. Metrics whose structure the reference
-lacks (no table, no formula) are "n/a" (``null``). Exit status 0, or 2 when a file is unreadable.
+lacks (no table, no formula) are "n/a" (``null``). ``--teds-convention`` picks how TEDS and TEDS-S
+normalise tables (``schemas.table_metrics``; default ``omnidocbench``, see docs/judging.md).
+Exit status 0, or 2 when a file is unreadable.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from schemas.similarity import MetricResult, score_all
+from schemas.similarity import DEFAULT_TEDS_CONVENTION, TEDS_CONVENTIONS, MetricResult, score_all
 
 
 def _summary(details: dict[str, Any], width: int = 100) -> str:
@@ -44,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", required=True, type=Path, help="reference transcription (Markdown/HTML/LaTeX)")
     parser.add_argument("--candidate", required=True, type=Path, help="candidate transcription to score")
     parser.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    parser.add_argument("--teds-convention", choices=TEDS_CONVENTIONS, default=DEFAULT_TEDS_CONVENTION,
+                        help="TEDS/TEDS-S table normalisation: omnidocbench (thead/tbody unwrapped, th labels, "
+                             "whitespace collapsed) or pubtabnet (PubTabNet's metric.py as written); "
+                             f"default {DEFAULT_TEDS_CONVENTION}")
     args = parser.parse_args(argv)
     try:
         reference = args.reference.read_text(encoding="utf-8")
@@ -51,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    results = score_all(reference, candidate)
+    results = score_all(reference, candidate, teds_convention=args.teds_convention)
     if args.json:
         print(json.dumps({name: {"score": score, "details": details} for name, (score, details) in results.items()},
                          ensure_ascii=False, indent=2))

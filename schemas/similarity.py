@@ -8,7 +8,9 @@ structure of that kind (no table for the table metrics, no formula for the formu
 * content: ``text_similarity`` = 1 - normalized edit distance (OmniDocBench convention:
   Levenshtein / max length).
 * formula string matching: ``normalize_formula`` then 1 - normalized edit distance, exact match.
-* tables: TEDS and TEDS-S (PubTabNet), and a table edit distance over canonical HTML.
+* tables: TEDS and TEDS-S (PubTabNet), and a table edit distance over canonical HTML. TEDS has two
+  conventions (``TEDS_CONVENTIONS``): ``METRICS`` uses ``DEFAULT_TEDS_CONVENTION``;
+  ``metrics_for(convention)`` and ``score_all(..., teds_convention=...)`` pick the other.
 * structural validity: brace balance, HTML tag closure, table integrity (rectangular grids).
 * HTML conformance: only allow-listed tags and attributes.
 
@@ -21,6 +23,7 @@ is the registry and the public facade: it re-exports their public names, so
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache, partial
 
 from schemas.edit_distance import (
     MAX_PROBLEMS,
@@ -47,6 +50,10 @@ from schemas.formula_metrics import (
 )
 from schemas.markup_validity import ALLOWED_HTML, VOID_TAGS, brace_balance, html_conformance, tag_closure
 from schemas.table_metrics import (
+    DEFAULT_TEDS_CONVENTION,
+    TEDS_CONVENTIONS,
+    TedsConvention,
+    check_teds_convention,
     table_edit_similarity,
     table_integrity,
     table_node_count,
@@ -59,6 +66,7 @@ from schemas.table_metrics import (
 from schemas.tables import parse_tables
 
 __all__ = [
+    "DEFAULT_TEDS_CONVENTION", "TEDS_CONVENTIONS", "TedsConvention", "check_teds_convention", "metrics_for",
     "ALLOWED_HTML", "FORMULA_ARITY", "FORMULA_DECLARATIVE", "FORMULA_DROPPED", "FORMULA_DROPPED_WITH_ARG",
     "FORMULA_MACROS", "MAX_PROBLEMS", "METRICS", "VOID_TAGS", "Details", "Metric", "MetricResult",
     "brace_balance", "collapse_whitespace", "content_similarity", "extract_formulas", "find_math", "formula_exact",
@@ -76,14 +84,16 @@ def content_similarity(reference: str, candidate: str) -> MetricResult:
     return text_similarity(ref, cand), {"reference_chars": len(ref), "candidate_chars": len(cand)}
 
 
-def _teds_metric(reference: str, candidate: str) -> MetricResult:
+def _teds_metric(reference: str, candidate: str, convention: TedsConvention = DEFAULT_TEDS_CONVENTION
+                 ) -> MetricResult:
     """TEDS (PubTabNet): see ``teds_details``."""
-    return teds_details(candidate, reference)
+    return teds_details(candidate, reference, convention=convention)
 
 
-def _teds_s_metric(reference: str, candidate: str) -> MetricResult:
+def _teds_s_metric(reference: str, candidate: str, convention: TedsConvention = DEFAULT_TEDS_CONVENTION
+                   ) -> MetricResult:
     """TEDS-S: TEDS on structure only (cell contents ignored); see ``teds_details``."""
-    return teds_details(candidate, reference, structure_only=True)
+    return teds_details(candidate, reference, structure_only=True, convention=convention)
 
 
 def _table_integrity_metric(reference: str, candidate: str) -> MetricResult:
@@ -134,10 +144,23 @@ METRICS: dict[str, Metric] = {
 }
 
 
-def score_all(reference: str, candidate: str) -> dict[str, MetricResult]:
-    """Every metric of ``METRICS``; a metric that raises scores 0 with the error as its reason."""
+@lru_cache(maxsize=None)
+def metrics_for(teds_convention: TedsConvention = DEFAULT_TEDS_CONVENTION) -> dict[str, Metric]:
+    """``METRICS`` with ``teds`` and ``teds_s`` computed under ``teds_convention`` (shared; do not
+    modify)."""
+    check_teds_convention(teds_convention)
+    if teds_convention == DEFAULT_TEDS_CONVENTION:
+        return METRICS
+    return {**METRICS, "teds": partial(_teds_metric, convention=teds_convention),
+            "teds_s": partial(_teds_s_metric, convention=teds_convention)}
+
+
+def score_all(reference: str, candidate: str,
+              teds_convention: TedsConvention = DEFAULT_TEDS_CONVENTION) -> dict[str, MetricResult]:
+    """Every metric of ``metrics_for(teds_convention)``; a metric that raises scores 0 with the
+    error as its reason."""
     out: dict[str, MetricResult] = {}
-    for name, fn in METRICS.items():
+    for name, fn in metrics_for(teds_convention).items():
         try:
             score, details = fn(reference, candidate)
         except Exception as exc:  # a reward loop must never die on one odd page

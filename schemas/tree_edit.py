@@ -8,6 +8,9 @@ delete or an insert).
 * ``zhang_shasha(a, b, rename)`` solves any pair of ordered trees (Zhang and Shasha, 1989) in
   pure Python: O(|A| |B| min(depth, leaves)^2). It is the reference the fast path is tested
   against.
+* ``tree_distance(lml_a, lml_b, cost)`` solves any pair of ordered trees given in postorder
+  (Zhang-Shasha with every forest-table row vectorised over all keyroots of the other tree):
+  the PubTabNet TEDS convention, whose trees keep thead/tbody and inline tags, uses it.
 * ``table_tree_distance(rows_a, rows_b, cell_cost)`` solves the trees TEDS builds: a ``table``
   root, ``tr`` children, leaf ``td``/``th`` grandchildren. Because every tree has that shape, the
   Zhang-Shasha forest recursion only ever visits *postorder prefixes* of the row forest and the
@@ -226,3 +229,104 @@ def table_tree_distance(rows_a: Sequence[int], rows_b: Sequence[int], cell_cost:
             prev, cur = cur, prev
         row_ends[i + 1] = prev
     return float(prev[n_b])
+
+
+def postorder_leftmost(root: Node) -> tuple[list[Node], np.ndarray]:
+    """Nodes of ``root``'s tree in postorder and, per node, the index of its leftmost leaf."""
+    nodes, lml = _postorder(root)
+    return nodes, np.asarray(lml, dtype=np.int64)
+
+
+def _keyroot_segments(lml: np.ndarray) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+    """Zhang-Shasha forest tables of every keyroot of B laid side by side in one row.
+
+    Keyroot j owns ``j - l(j) + 2`` consecutive positions: local column 0 (the empty forest) and one
+    column per node ``l(j) .. j``. Returned as a view of all positions, and views per *level*: a
+    keyroot's table reads the subtree distances of nodes off its leftmost path, which the tables of
+    lower keyroots compute in the same row, so levels run in order (level k reads levels < k). Per view:
+    its positions, their local column and segment key, and for its non-empty columns the node of
+    B, whether it is on the keyroot's leftmost path, and the position of column ``l(node) - l(j)``
+    (the forest left of the node's subtree)."""
+    keyroots = _keyroots(lml.tolist())
+    sizes = np.array([j - lml[j] + 2 for j in keyroots], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    seg = np.repeat(np.arange(len(keyroots)), sizes)
+    local = np.arange(int(sizes.sum())) - starts[seg]
+    left = lml[np.asarray(keyroots, dtype=np.int64)][seg]  # l(j) of the segment
+    node = np.where(local > 0, left + local - 1, 0)
+    on_path = lml[node] == left
+    back = starts[seg] + lml[node] - left
+    keyroot_of = {}  # node -> index of the keyroot whose leftmost path holds it
+    for k, j in enumerate(keyroots):
+        for v in range(int(lml[j]), j + 1):
+            if lml[v] == lml[j]:
+                keyroot_of[v] = k
+    level = np.zeros(len(keyroots), dtype=np.int64)
+    for k, j in enumerate(keyroots):  # ascending: lower keyroots come first
+        deps = [level[keyroot_of[v]] + 1 for v in range(int(lml[j]), j + 1) if lml[v] != lml[j]]
+        level[k] = max(deps, default=0)
+
+    def view(pos: np.ndarray) -> dict[str, np.ndarray]:
+        inner = pos[local[pos] > 0]
+        return {"pos": pos, "local": local[pos].astype(np.float64), "key": -seg[pos].astype(np.float64),
+                "inner": np.searchsorted(pos, inner), "node": node[inner], "on_path": on_path[inner],
+                "back": back[inner], "prev": inner - 1, "path_pos": inner[on_path[inner]],
+                "path_node": node[inner][on_path[inner]]}
+
+    levels = [view(np.flatnonzero(level[seg] == lv)) for lv in range(int(level.max()) + 1)]
+    return view(np.arange(len(seg))), levels
+
+
+def _forest_row(view: dict[str, np.ndarray], prev: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
+    """One forest-table row on a view's positions: min(delete, diagonal), then the insertion
+    chain as a cumulative minimum of ``Y[u] - u`` per segment (complex pairs (segment key,
+    value) compare lexicographically, and keys decrease, so no segment leaks into the next)."""
+    row = prev[view["pos"]] + 1.0
+    row[view["inner"]] = np.minimum(row[view["inner"]], diagonal)
+    z = np.empty(len(row), dtype=np.complex128)
+    z.real = view["key"]
+    z.imag = row - view["local"]
+    np.minimum.accumulate(z, out=z)
+    return z.imag + view["local"]
+
+
+def tree_distance(lml_a: np.ndarray, lml_b: np.ndarray, cost: np.ndarray) -> float:
+    """Exact tree edit distance between two ordered trees given in postorder.
+
+    ``lml_x[i]``: postorder index of the leftmost leaf below node i (``postorder_leftmost``);
+    ``cost[i, j]``: rename cost of node i of A onto node j of B; insert and delete cost 1.
+
+    Zhang-Shasha (the recursion of ``zhang_shasha``, same results), with each forest-table row
+    computed for every keyroot of B at once: the keyroots' tables sit side by side in one numpy
+    row, the deletion and diagonal terms are elementwise and the insertion chain is a segmented
+    cumulative minimum (``_forest_row``). Rows of nodes on a keyroot's leftmost path run level by
+    level (``_keyroot_segments``). Work O(|A| |B| depth_A depth_B) in O(|A| depth_A) numpy steps.
+    """
+    lml_a = np.asarray(lml_a, dtype=np.int64)
+    lml_b = np.asarray(lml_b, dtype=np.int64)
+    n_a, n_b = len(lml_a), len(lml_b)
+    cost = np.asarray(cost, dtype=np.float64)
+    if cost.shape != (n_a, n_b):
+        raise ValueError(f"cost has shape {cost.shape}, expected {(n_a, n_b)}")
+    if n_a == 0 or n_b == 0:
+        return float(n_a + n_b)
+    full, levels = _keyroot_segments(lml_b)
+    local = full["local"]
+    width = len(local)
+    td = np.zeros((n_a, n_b))
+    for i in _keyroots(lml_a.tolist()):
+        li = int(lml_a[i])
+        fd = np.empty((i - li + 2, width))
+        fd[0] = local
+        for x in range(1, i - li + 2):
+            ia = li + x - 1
+            prev = fd[x - 1]
+            if lml_a[ia] != li:  # off the keyroot's leftmost path: every td it reads is known
+                fd[x] = _forest_row(full, prev, fd[lml_a[ia] - li][full["back"]] + td[ia, full["node"]])
+                continue
+            for v in levels:  # on the path: subtree(ia) is the whole forest; fills td[ia, ...]
+                diagonal = np.where(v["on_path"], prev[v["prev"]] + cost[ia, v["node"]],
+                                    local[v["back"]] + td[ia, v["node"]])
+                fd[x][v["pos"]] = _forest_row(v, prev, diagonal)
+                td[ia, v["path_node"]] = fd[x][v["path_pos"]]
+    return float(td[-1, -1])
