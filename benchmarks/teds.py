@@ -1,6 +1,6 @@
 """TEDS speed and exactness: ``schemas.similarity.teds`` against an ``apted``-based reference.
 
-    python benchmarks/teds.py [--pairs 200] [--seed 0] [--no-structure]
+    python benchmarks/teds.py [--pairs 200] [--seed 0] [--no-structure] [--convention {omnidocbench,pubtabnet,both}]
 
 Generates ``--pairs`` seeded table pairs from 3x3 to 30x12 cells with row and column spans; the
 candidate is a perturbed copy (edited cell texts, dropped and added rows, changed spans, header
@@ -11,6 +11,12 @@ computes the tree edit distance with the ``apted`` package (APTED, pure Python) 
 max |TEDS difference| (must be <= 1e-6), total times and the speedup (target >= 10x; totals
 include the shared HTML parsing, also shown without it), for TEDS and (unless ``--no-structure``)
 TEDS-S, and exits 1 if a check fails.
+
+With ``--convention pubtabnet`` (or ``both``, the default) the same pairs are also scored under the
+PubTabNet convention (``schemas.teds_pubtabnet``: lxml trees with thead/tbody, tags as written,
+whitespace kept) against ``tests.helpers.pubtabnet_reference_teds`` (apted + PubTabNet's tree
+rules), which must agree to 1e-9; it prints the times and the largest gap between the two
+conventions on the same pair.
 
 ``apted`` is installed into the running interpreter's environment with pip if it is missing; it
 is a benchmark-only dependency, not a project one.
@@ -34,6 +40,7 @@ from rapidfuzz.distance import Levenshtein  # noqa: E402
 
 from schemas.similarity import table_node_count, teds  # noqa: E402
 from schemas.tables import Cell, Table, parse_tables  # noqa: E402
+from tests.helpers import pubtabnet_reference_teds  # noqa: E402
 
 WORDS = ("total", "revenue", "2023", "2024", "n/a", "12.5", "0.031", "Model", "Score", "±0.4", "季度", "収益",
          "mean", "std", "—", "x", "Δ", "95%", "Table", "cost")
@@ -219,11 +226,33 @@ def run(pairs: list[tuple[str, str]], reference_teds, structure_only: bool) -> t
     return worst, ours_s, ref_s
 
 
+def run_pubtabnet(pairs: list[tuple[str, str]], structure_only: bool) -> bool:
+    """The PubTabNet convention against the apted reference; prints one line, True when exact."""
+    ours_s = ref_s = worst = gap = 0.0
+    for pred, ref in pairs:
+        t0 = time.perf_counter()
+        a = teds(pred, ref, structure_only=structure_only, convention="pubtabnet")
+        t1 = time.perf_counter()
+        b = max(0.0, pubtabnet_reference_teds(pred, ref, structure_only))
+        t2 = time.perf_counter()
+        ours_s, ref_s = ours_s + t1 - t0, ref_s + t2 - t1
+        worst = max(worst, abs(a - b))
+        gap = max(gap, abs(a - teds(pred, ref, structure_only=structure_only)))
+    name = "TEDS-S" if structure_only else "TEDS"
+    print(f"{name:<6} pubtabnet max|diff| {worst:.2e}  ours {ours_s:7.3f} s ({1000 * ours_s / len(pairs):6.2f} ms/pair)"
+          f"  apted {ref_s:7.2f} s  speedup {ref_s / max(ours_s, 1e-9):6.1f}x"
+          f"  max|pubtabnet - omnidocbench| {gap:.3f}")
+    if worst > 1e-9:
+        print(f"FAIL: {name} (pubtabnet) differs from the apted reference by {worst:.3g} > 1e-9")
+    return worst <= 1e-9
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-structure", action="store_true", help="skip the TEDS-S run")
+    parser.add_argument("--convention", choices=("omnidocbench", "pubtabnet", "both"), default="both")
     args = parser.parse_args(argv)
 
     reference_teds = reference_teds_factory(_ensure_apted())
@@ -235,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"parsing alone (HTML -> Table, in both totals): {parse_s:.3f} s")
     ok = True
     for structure_only in ([False] if args.no_structure else [False, True]):
+        if args.convention != "omnidocbench":
+            ok = run_pubtabnet(pairs, structure_only) and ok
+        if args.convention == "pubtabnet":
+            continue
         name = "TEDS-S" if structure_only else "TEDS"
         worst, ours_s, ref_s = run(pairs, reference_teds, structure_only)
         speedup = ref_s / ours_s if ours_s else float("inf")

@@ -149,3 +149,80 @@ def sample_config(samples_root: Path, tmp_path: Path, **write) -> Path:
     path = tmp_path / "corpus.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+# --------------------------------------------------------------------------- PubTabNet TEDS reference
+# Written from PubTabNet's src/metric.py (github.com/ibm-aur-nlp/PubTabNet), independently of
+# schemas/teds_pubtabnet.py, for tests/schemas/test_teds_conventions.py and benchmarks/teds.py:
+# lxml.html parsing of <html><body>TABLE</body></html> as PubTabNet's data is given, body/table,
+# every element a node; td a leaf carrying tag/text/tail tokens; APTED with the CustomConfig rule;
+# a plain Levenshtein over token lists; 1 - TED / len(table.xpath('.//*')).
+
+
+def _levenshtein(a: list[str], b: list[str]) -> int:
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+class _RefNode:
+    def __init__(self, tag, colspan=None, rowspan=None, content=None):
+        self.tag, self.colspan, self.rowspan, self.content, self.children = tag, colspan, rowspan, content, []
+
+
+def _ref_config():
+    from apted import Config  # dev extra
+
+    class RefConfig(Config):
+        def rename(self, a, b):
+            if (a.tag, a.colspan, a.rowspan) != (b.tag, b.colspan, b.rowspan):
+                return 1.0
+            if a.tag == "td" and (a.content or b.content):
+                return _levenshtein(a.content, b.content) / max(len(a.content), len(b.content))
+            return 0.0
+
+        def children(self, node):
+            return node.children
+
+    return RefConfig()
+
+
+def _ref_tokens(el, top: bool) -> list[str]:
+    toks = [] if top else ["<%s>" % el.tag]
+    toks += list(el.text or "")
+    for child in el.getchildren():
+        toks += _ref_tokens(child, False)
+    if not top and el.tag != "unk":
+        toks.append("</%s>" % el.tag)
+    if not top and el.tag != "td":
+        toks += list(el.tail or "")
+    return toks
+
+
+def _ref_tree(el, structure_only: bool) -> _RefNode:
+    if el.tag == "td":
+        return _RefNode("td", int(el.get("colspan", "1")), int(el.get("rowspan", "1")),
+                        [] if structure_only else _ref_tokens(el, True))
+    node = _RefNode(el.tag)
+    node.children = [_ref_tree(c, structure_only) for c in el.getchildren()]
+    return node
+
+
+def pubtabnet_reference_teds(pred: str, true: str, structure_only: bool = False) -> float:
+    """PubTabNet's TEDS of two single-table HTML strings, unclamped, via ``apted``."""
+    from apted import APTED  # dev extra
+    from lxml import html as lxml_html
+
+    parser = lxml_html.HTMLParser(remove_comments=True, encoding="utf-8")
+    tables = []
+    for s in (pred, true):
+        root = lxml_html.fromstring("<html><body>" + s + "</body></html>", parser=parser)
+        tables.append(root.xpath("body/table")[0])
+    n = max(len(t.xpath(".//*")) for t in tables)
+    d = APTED(_ref_tree(tables[0], structure_only), _ref_tree(tables[1], structure_only),
+              _ref_config()).compute_edit_distance()
+    return 1.0 - d / n

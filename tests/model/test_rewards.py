@@ -266,3 +266,17 @@ def test_format_table_marks_timeouts_and_left_out():
     r = rewards.RewardResult(0.1, {"content": 1.0, "table": 0.0, "formula": None}, ["formula"], ["table"])
     text = format_table([r])
     assert "0.0000T" in text and text.splitlines()[1].split()[-1] == "-"
+
+
+_THEAD = ("<table><thead><tr><th>a</th><th>b</th></tr></thead>"
+          "<tbody><tr><td>c  d</td><td>e</td></tr></tbody></table>")
+_PLAIN = "<table><tr><th>a</th><th>b</th></tr><tr><td>c d</td><td>e</td></tr></table>"
+
+
+def test_reward_table_term_follows_the_configured_convention():
+    base = score(_THEAD, _PLAIN, cfg=RewardConfig(terms=("table",), table_signals=("teds",))).terms["table"]
+    ptn = score(_THEAD, _PLAIN, cfg=RewardConfig(terms=("table",), table_signals=("teds",),
+                                               teds_convention="pubtabnet")).terms["table"]
+    assert base == 1.0 and ptn == pytest.approx(1 - 2.25 / 8)
+    with pytest.raises(ValueError, match="teds_convention"):
+        RewardConfig(teds_convention="PubTabNet")

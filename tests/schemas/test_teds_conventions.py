@@ -6,81 +6,12 @@ import random
 
 import numpy as np
 import pytest
-from apted import APTED, Config
-from lxml import html as lxml_html
 
-from model.rewards import RewardConfig, score
 from schemas.score import main as score_main
 from schemas.similarity import DEFAULT_TEDS_CONVENTION, METRICS, metrics_for, score_all, teds, teds_details
 from schemas.teds_pubtabnet import parse_document_tables, pubtabnet_teds
 from schemas.tree_edit import Node, postorder_leftmost, tree_distance, zhang_shasha
-
-# --------------------------------------------------------------------------- the reference
-# Written from PubTabNet's src/metric.py description, independently of schemas/teds_pubtabnet.py:
-# lxml.html parsing of <html><body>TABLE</body></html> as PubTabNet's data is given, body/table,
-# every element a node; td a leaf carrying tag/text/tail tokens; APTED with the CustomConfig rule;
-# a plain Levenshtein over token lists; 1 - TED / len(table.xpath('.//*')).
-
-
-def _levenshtein(a: list[str], b: list[str]) -> int:
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i]
-        for j, y in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
-        prev = cur
-    return prev[-1]
-
-
-class _RefNode:
-    def __init__(self, tag, colspan=None, rowspan=None, content=None):
-        self.tag, self.colspan, self.rowspan, self.content, self.children = tag, colspan, rowspan, content, []
-
-
-class _RefConfig(Config):
-    def rename(self, a, b):
-        if (a.tag, a.colspan, a.rowspan) != (b.tag, b.colspan, b.rowspan):
-            return 1.0
-        if a.tag == "td" and (a.content or b.content):
-            return _levenshtein(a.content, b.content) / max(len(a.content), len(b.content))
-        return 0.0
-
-    def children(self, node):
-        return node.children
-
-
-def _ref_tokens(el, top: bool) -> list[str]:
-    toks = [] if top else ["<%s>" % el.tag]
-    toks += list(el.text or "")
-    for child in el.getchildren():
-        toks += _ref_tokens(child, False)
-    if not top and el.tag != "unk":
-        toks.append("</%s>" % el.tag)
-    if not top and el.tag != "td":
-        toks += list(el.tail or "")
-    return toks
-
-
-def _ref_tree(el, structure_only: bool) -> _RefNode:
-    if el.tag == "td":
-        return _RefNode("td", int(el.get("colspan", "1")), int(el.get("rowspan", "1")),
-                        [] if structure_only else _ref_tokens(el, True))
-    node = _RefNode(el.tag)
-    node.children = [_ref_tree(c, structure_only) for c in el.getchildren()]
-    return node
-
-
-def reference_teds(pred: str, true: str, structure_only: bool = False) -> float:
-    parser = lxml_html.HTMLParser(remove_comments=True, encoding="utf-8")
-    tables = []
-    for s in (pred, true):
-        root = lxml_html.fromstring("<html><body>" + s + "</body></html>", parser=parser)
-        tables.append(root.xpath("body/table")[0])
-    n = max(len(t.xpath(".//*")) for t in tables)
-    d = APTED(_ref_tree(tables[0], structure_only), _ref_tree(tables[1], structure_only),
-              _RefConfig()).compute_edit_distance()
-    return 1.0 - d / n
-
+from tests.helpers import pubtabnet_reference_teds as reference_teds
 
 # --------------------------------------------------------------------------- generated pairs
 
@@ -223,7 +154,8 @@ def test_pubtabnet_th_content_is_not_compared_but_inline_tags_are_nodes():
 def test_pubtabnet_page_level_pairing_and_markdown():
     md = "| a | b |\n|---|---|\n| c d | e |"
     # Markdown is written as PubTabNet annotates: header cells as <td> in <thead>, body in <tbody>
-    as_html = "<table><thead><tr><td>a</td><td>b</td></tr></thead><tbody><tr><td>c d</td><td>e</td></tr></tbody></table>"
+    as_html = ("<table><thead><tr><td>a</td><td>b</td></tr></thead>"
+               "<tbody><tr><td>c d</td><td>e</td></tr></tbody></table>")
     assert teds(md, as_html, convention="pubtabnet") == 1.0
     # two tables on a page, one missing: (1 + 0) / 2; a nested table belongs to its outer table
     nested = "<table><tr><td>x<table><tr><td>y</td></tr></table></td></tr></table>"
@@ -243,6 +175,7 @@ def test_omnidocbench_is_the_unchanged_default():
     assert metrics_for("omnidocbench") is METRICS
     for pred, true in PAIRS[:40]:
         assert teds(pred, true) == teds(pred, true, convention="omnidocbench")
+    for pred, true in PAIRS[:8]:
         assert score_all(true, pred)["teds"] == METRICS["teds"](true, pred)
     results = score_all(THEAD, PLAIN, teds_convention="pubtabnet")
     assert results["teds"][0] == pytest.approx(1 - 2.25 / 8) and results["teds_s"][0] == pytest.approx(0.75)
@@ -259,15 +192,6 @@ def test_score_cli_teds_convention(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["teds"]["score"] == pytest.approx(1 - 2.25 / 8)
     with pytest.raises(SystemExit):
         score_main(args + ["--teds-convention", "other"])
-
-
-def test_reward_table_term_follows_the_configured_convention():
-    base = score(THEAD, PLAIN, cfg=RewardConfig(terms=("table",), table_signals=("teds",))).terms["table"]
-    ptn = score(THEAD, PLAIN, cfg=RewardConfig(terms=("table",), table_signals=("teds",),
-                                               teds_convention="pubtabnet")).terms["table"]
-    assert base == 1.0 and ptn == pytest.approx(1 - 2.25 / 8)
-    with pytest.raises(ValueError, match="teds_convention"):
-        RewardConfig(teds_convention="PubTabNet")
 
 
 # --------------------------------------------------------------------------- the general solver
