@@ -9,5 +9,6 @@
 - Judging a transcription (docs/judging.md): ``unit_tests`` (olmOCR-Bench tests), ``text`` (their
   normalisation), ``tables`` (HTML and Markdown table parsing), ``math_render`` and ``browser`` (KaTeX in
   offline Chromium), ``similarity`` (edit distance, TEDS, formula and structure metrics), ``tree_edit``
-  (table tree edit distance), ``bench`` and ``score`` (their command lines).
+  (tree edit distance), ``teds_pubtabnet`` (TEDS as PubTabNet defines it), ``bench`` and ``score``
+  (their command lines).
 """
