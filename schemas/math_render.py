@@ -5,9 +5,10 @@
 1. fast path: the two strings are equal after whitespace normalisation (no rendering);
 2. both are rendered by KaTeX (`displayMode: true`, `throwOnError: true`, 24px, 800x400 viewport)
    in a page that cannot reach the network; a formula KaTeX rejects fails, with KaTeX's message;
-3. pass if the reference's MathML, whitespace and zero-width characters stripped, is a substring of the candidate's (the
-   `<annotation>` holding the TeX source and the outermost `<mrow>` are left out, so a formula
-   embedded in a larger one is found);
+3. pass if the reference's MathML is a substring of the candidate's, both stripped of whitespace
+   and zero-width characters (the `<annotation>` holding the TeX source and the outermost `<mrow>`
+   are left out, so a formula embedded in a larger one is found; olmOCR-Bench keeps that `<mrow>`
+   and finds such formulas by the glyph rule instead);
 4. otherwise pass if every reference glyph (a character of the HTML rendering, with its box) maps
    onto a distinct identical candidate glyph (`Glyph.identity`: same character, font size and
    boldness) such that neighbours agree: for each reference glyph and its nearest glyph up, down,
@@ -25,6 +26,8 @@ Where this differs from olmOCR-Bench (`olmocr/bench/katex/render.py`), on purpos
   around the row or column), never the offsets; so it passes `x^2` for `x_2`. We compare offsets.
 - olmOCR-Bench's KaTeX stylesheet is inlined into an `about:blank` page, so KaTeX's fonts never
   load and glyphs are laid out in the system's fallback fonts; we load KaTeX's own fonts.
+
+`benchmarks/math_parity.py` measures the agreement with olmOCR-Bench's own code (docs/judging.md).
 
 Per-character boxes are read with DOM `Range`s over each text node, which splits multi-character
 spans exactly rather than dividing a span's width evenly.
