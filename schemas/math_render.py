@@ -5,14 +5,29 @@
 1. fast path: the two strings are equal after whitespace normalisation (no rendering);
 2. both are rendered by KaTeX (`displayMode: true`, `throwOnError: true`, 24px, 800x400 viewport)
    in a page that cannot reach the network; a formula KaTeX rejects fails, with KaTeX's message;
-3. pass if the reference's whitespace-stripped MathML is a substring of the candidate's (the
-   `<annotation>` holding the TeX source and the outermost `<mrow>` are left out, so a formula
-   embedded in a larger one is found);
+3. pass if the reference's MathML is a substring of the candidate's, both stripped of whitespace
+   and zero-width characters (the `<annotation>` holding the TeX source and the outermost `<mrow>`
+   are left out, so a formula embedded in a larger one is found; olmOCR-Bench keeps that `<mrow>`
+   and finds such formulas by the glyph rule instead);
 4. otherwise pass if every reference glyph (a character of the HTML rendering, with its box) maps
-   onto a distinct identical candidate glyph (same character, font and size) such that neighbours
-   agree: for each reference glyph and its nearest glyph up, down, left or right, their images
-   stand at the same relative offset (within `TOLERANCE_PX`) and no other candidate glyph in that
-   direction is nearer (within `TOLERANCE_PX`). The mapping is found by backtracking.
+   onto a distinct identical candidate glyph (`Glyph.identity`: same character, font size and
+   boldness) such that neighbours agree: for each reference glyph and its nearest glyph up, down,
+   left or right, their images stand at the same relative offset (within `TOLERANCE_PX`) and no
+   other candidate glyph in that direction is nearer (within `TOLERANCE_PX`). The mapping is found
+   by backtracking.
+
+Where this differs from olmOCR-Bench (`olmocr/bench/katex/render.py`), on purpose:
+
+- olmOCR-Bench identifies glyphs by their character alone. We ignore the typeface too (family and
+  italic/upright: `\\mathcal{I}`, `\\mathrm{d}`, `\\mathbb{R}` match `I`, `d`, `R`, as olmOCR-Bench
+  judges them), but keep the font size (`\\tfrac` is not `\\dfrac`, a script is not full size) and
+  bold (`\\mathbf{x}` is not `x`: bold marks vectors and matrices), which olmOCR-Bench does not.
+- olmOCR-Bench compares only which glyph is each glyph's neighbour (and only within a 5 px band
+  around the row or column), never the offsets; so it passes `x^2` for `x_2`. We compare offsets.
+- olmOCR-Bench's KaTeX stylesheet is inlined into an `about:blank` page, so KaTeX's fonts never
+  load and glyphs are laid out in the system's fallback fonts; we load KaTeX's own fonts.
+
+`benchmarks/math_parity.py` measures the agreement with olmOCR-Bench's own code (docs/judging.md).
 
 Per-character boxes are read with DOM `Range`s over each text node, which splits multi-character
 spans exactly rather than dividing a span's width evenly.
@@ -163,6 +178,29 @@ class Glyph:
     @property
     def cy(self) -> float:
         return self.y + self.h / 2
+
+    @property
+    def identity(self) -> tuple[str, str, bool]:
+        """What must be equal for two glyphs to be the same: character, font size and boldness.
+
+        The family and style are left out: KaTeX sets `\\mathcal{I}`, `\\mathrm{d}`, `\\mathbb{R}` in
+        other faces than `I`, `d`, `R`, and olmOCR-Bench (which compares characters only) counts
+        them equal.
+        """
+        parts = self.font.rsplit("|", 3)
+        if len(parts) != 4:  # not `family|weight|style|size`: the whole font string must match
+            return self.char, self.font, False
+        return self.char, parts[3], _is_bold(parts[1])
+
+
+def _is_bold(weight: str) -> bool:
+    """CSS `font-weight` as `getComputedStyle` reports it ("400", "700", or a keyword)."""
+    if weight in ("bold", "bolder"):
+        return True
+    try:
+        return float(weight) >= 600
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -450,10 +488,10 @@ def map_glyphs(
     n = len(ref.glyphs)
     if n == 0:
         return {}
-    by_identity: dict[tuple[str, str], list[int]] = {}
+    by_identity: dict[tuple[str, str, bool], list[int]] = {}
     for k, g in enumerate(hyp.glyphs):
-        by_identity.setdefault((g.char, g.font), []).append(k)
-    options = [by_identity.get((g.char, g.font), []) for g in ref.glyphs]
+        by_identity.setdefault(g.identity, []).append(k)
+    options = [by_identity.get(g.identity, []) for g in ref.glyphs]
     if any(not o for o in options):
         return None
 
@@ -529,8 +567,12 @@ def _opposite(d: str) -> str:
     return {"up": "down", "down": "up", "left": "right", "right": "left"}[d]
 
 
+# Whitespace and the invisible zero-width characters, as olmOCR-Bench strips them from MathML.
+_INVISIBLE = re.compile(r"[\s\u200a-\u200d\u2060\ufeff]+")
+
+
 def _strip_ws(s: str) -> str:
-    return re.sub(r"\s+", "", s)
+    return _INVISIBLE.sub("", s)
 
 
 def compare_rendered(reference: RenderedFormula, candidate: RenderedFormula) -> tuple[bool, str]:

@@ -18,6 +18,7 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL = REPO / "scripts" / "install_browser_assets.sh"
+OLMOCR_BENCH = REPO / "tests" / "data" / "olmocr_bench"
 
 
 def _assets_present() -> bool:
@@ -108,6 +109,41 @@ def test_different_formulas_fail(renderer) -> None:
     assert not formulas_match(r"\frac{n(n+1)}{2}", r"\frac{n(n-1)}{2}", renderer)[0]
 
 
+def test_typeface_is_ignored_but_size_and_bold_are_not(renderer) -> None:
+    """olmOCR-Bench compares characters only; we ignore the face (calligraphic, upright, blackboard)
+    but keep size and bold."""
+    from schemas.math_render import formulas_match
+
+    same = [(r"\mathcal{I}_{i}", "I_i"), ("I_i", r"\mathcal{I}_i"), (r"\mathrm{d}x", "dx"), (r"\mathbb{R}", "R")]
+    for ref, cand in same:
+        ok, why = formulas_match(ref, cand, renderer)
+        assert ok and "glyphs map" in why, (ref, cand, why)
+    assert not formulas_match(r"\mathcal{I}_{i}", "I^i", renderer)[0]
+    assert not formulas_match(r"\mathcal{I}_{i}", "J_i", renderer)[0]
+    assert not formulas_match("v", r"\boldsymbol{v}", renderer)[0]
+    assert not formulas_match(r"\mathbf{v}", r"\mathrm{v}", renderer)[0]
+
+
+def test_olmocr_bench_sample_math_2503_04086_00(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """olmOCR-Bench's own check passes this sample test on the olmOCR pipeline's transcription
+    (reference `\\mathcal{I}_{i}`, transcription `I_i`); so must ours. Data: tests/data/olmocr_bench/."""
+    from schemas import math_render
+    from schemas.unit_tests import load_tests
+
+    monkeypatch.setenv("PAGEMILL_CACHE", str(tmp_path))
+    monkeypatch.setattr(math_render, "_local", threading.local())
+    [test] = load_tests(OLMOCR_BENCH / "math_2503_04086_00.jsonl")
+    markdown = (OLMOCR_BENCH / "math_2503_04086_pg1_repeat1.md").read_text(encoding="utf-8")
+    assert r"\mathcal{I}_{i}" in test.math and r"\mathcal" not in markdown
+    ok, why = test.check(markdown)
+    assert ok and "glyphs map" in why, why
+    # Not a pass by default: a superscript where the subscript was, or another letter, fails.
+    for wrong in ("Rs = I^i", "Rs = J_i"):
+        ok, why = test.check(markdown.replace("Rs = I_i", wrong))
+        assert not ok and "no match" in why
+    math_render.default_renderer().close()
+
+
 def test_katex_rejected_formula_fails_with_explanation(renderer) -> None:
     from schemas.math_render import formulas_match
 
@@ -151,8 +187,8 @@ def test_default_renderer_uses_pagemill_cache(tmp_path: Path, monkeypatch: pytes
 def test_glyph_mapping_rules_without_a_browser() -> None:
     from schemas.math_render import Glyph, map_glyphs
 
-    def g(c: str, x: float, y: float) -> Glyph:
-        return Glyph(c, x, y, 10, 20, "F")
+    def g(c: str, x: float, y: float, font: str = "KaTeX_Math|400|italic|29.0") -> Glyph:
+        return Glyph(c, x, y, 10, 20, font)
 
     ref = [g("a", 0, 0), g("+", 15, 0), g("b", 30, 0)]
     shifted = [g("c", 100, 50), g("=", 115, 50), g("a", 130, 51), g("+", 145, 50), g("b", 162, 49)]
@@ -160,8 +196,13 @@ def test_glyph_mapping_rules_without_a_browser() -> None:
     assert map_glyphs(ref, [g("b", 0, 0), g("+", 15, 0), g("a", 30, 0)]) is None
     # Beyond the 5px tolerance.
     assert map_glyphs(ref, [g("a", 0, 0), g("+", 15, 0), g("b", 37, 0)]) is None
-    # Same character in another font is another glyph.
-    assert map_glyphs([g("x", 0, 0)], [Glyph("x", 0, 0, 10, 20, "Bold")]) is None
+    # Same character in another face is the same glyph; in bold or at another size it is not.
+    assert map_glyphs([g("x", 0, 0)], [g("x", 0, 0, "KaTeX_Main|400|normal|29.0")]) == {0: 0}
+    assert map_glyphs([g("x", 0, 0)], [g("x", 0, 0, "KaTeX_Main|700|normal|29.0")]) is None
+    assert map_glyphs([g("x", 0, 0)], [g("x", 0, 0, "KaTeX_Math|bold|italic|29.0")]) is None
+    assert map_glyphs([g("x", 0, 0)], [g("x", 0, 0, "KaTeX_Math|400|italic|20.3")]) is None
+    # A font string not in family|weight|style|size form must match as a whole.
+    assert map_glyphs([g("x", 0, 0, "F")], [g("x", 0, 0, "G")]) is None
 
 
 class _CountingServer(ThreadingHTTPServer):
