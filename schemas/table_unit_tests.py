@@ -1,5 +1,7 @@
 """The ``table`` unit test: a cell with given neighbours and headings, in an HTML or Markdown table of
-the transcription (olmOCR-Bench semantics; see ``schemas.unit_tests``).
+the transcription (olmOCR-Bench semantics; see ``schemas.unit_tests``). Tables are read with
+``convention="olmocr"`` and laid out by ``bench_grid``, both as olmOCR-Bench does; the known
+divergences are listed in docs/judging.md.
 """
 
 from __future__ import annotations

@@ -2,9 +2,12 @@
 
 ``parse_tables(text)`` returns every table as a ``Table``: rows of ``Cell`` (text, rowspan,
 colspan, header flag), in document order. Everything that reasons about tables builds on it: the
-``table`` unit test (``Table.grid()``, an occupancy grid that expands spans) and TEDS (the
-table -> row -> cell tree). Parsing never raises: HTML that does not parse yields what could be
-recovered, and ``Table.problems`` lists what was wrong (unclosed tags, ragged rows).
+``table`` unit test and TEDS (the table -> row -> cell tree); ``Table.grid()`` is the occupancy grid
+that expands spans. Two named readings (``convention=``): ``"standard"`` (GFM pipe tables, HTML
+with implied end tags; TEDS) and ``"olmocr"`` (what olmOCR-Bench's table test accepts: pipe-line
+runs without a separator row, BeautifulSoup's tree; the unit test). Parsing never raises: HTML that
+does not parse yields what could be recovered, and ``Table.problems`` lists what was wrong
+(unclosed tags, ragged rows, no separator row).
 """
 
 from __future__ import annotations
