@@ -179,6 +179,9 @@ def _olmocr_span(value) -> int:
 def _olmocr_html_tables(text: str) -> list[Table]:
     # The same library and tree builder olmOCR-Bench uses: it closes no element implicitly, so an
     # unclosed <td> holds the cells after it, and rows of nested tables are rows of the outer one too.
+    start = text.lower().find("<table")
+    if "<" not in text[:start]:
+        text = text[start:]  # plain text before the first table makes no element: same tree, less to build
     soup = BeautifulSoup(text, "html.parser")
     tables: list[Table] = []
     for element in soup.find_all("table"):
