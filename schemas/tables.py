@@ -2,9 +2,12 @@
 
 ``parse_tables(text)`` returns every table as a ``Table``: rows of ``Cell`` (text, rowspan,
 colspan, header flag), in document order. Everything that reasons about tables builds on it: the
-``table`` unit test (``Table.grid()``, an occupancy grid that expands spans) and TEDS (the
-table -> row -> cell tree). Parsing never raises: HTML that does not parse yields what could be
-recovered, and ``Table.problems`` lists what was wrong (unclosed tags, ragged rows).
+``table`` unit test and TEDS (the table -> row -> cell tree); ``Table.grid()`` is the occupancy grid
+that expands spans. Two named readings (``convention=``): ``"standard"`` (GFM pipe tables, HTML
+with implied end tags; TEDS) and ``"olmocr"`` (what olmOCR-Bench's table test accepts: pipe-line
+runs without a separator row, BeautifulSoup's tree; the unit test). Parsing never raises: HTML that
+does not parse yields what could be recovered, and ``Table.problems`` lists what was wrong
+(unclosed tags, ragged rows, no separator row).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from typing import Any
+from typing import Any, Literal, get_args
+
+from bs4 import BeautifulSoup
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,10 @@ class Cell:
     rowspan: int = 1
     colspan: int = 1
     header: bool = False  # <th>, inside <thead>, or (Markdown) the header row
+    # The text as olmOCR-Bench reads it, where that differs from ``text`` only in inner whitespace
+    # (set by the "olmocr" HTML convention: line breaks and <br> kept as "\n", ends trimmed); its
+    # emphasis regexes do not match across a line break, so the difference can decide a test.
+    raw: str | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -148,9 +157,74 @@ def _span(value) -> int:
         return 1
 
 
-def parse_html_tables(text: str) -> list[Table]:
+Convention = Literal["standard", "olmocr"]
+CONVENTIONS: tuple[str, ...] = get_args(Convention)
+
+
+def _check_convention(convention: str) -> None:
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown table convention {convention!r}; expected one of {CONVENTIONS}")
+
+
+def _olmocr_span(value) -> int:
+    """olmOCR-Bench's reading of a span attribute: a Python ``int`` >= 1, else 1; capped like ``_span``
+    so that a runaway ``colspan`` cannot exhaust memory (olmOCR has no cap)."""
+    try:
+        span = int(value)
+    except (TypeError, ValueError):
+        return 1
+    return min(1000, span) if span > 0 else 1
+
+
+def _olmocr_html_tables(text: str) -> list[Table]:
+    # The same library and tree builder olmOCR-Bench uses: it closes no element implicitly, so an
+    # unclosed <td> holds the cells after it, and rows of nested tables are rows of the outer one too.
+    start = text.lower().find("<table")
+    if "<" not in text[:start]:
+        text = text[start:]  # plain text before the first table makes no element: same tree, less to build
+    soup = BeautifulSoup(text, "html.parser")
+    tables: list[Table] = []
+    for element in soup.find_all("table"):
+        trs = element.find_all("tr")
+        rows: list[list[Cell]] = []
+        for r, tr in enumerate(trs):
+            in_head = tr.find_parent("thead") is not None
+            row = []
+            for cell in tr.find_all(["th", "td"], recursive=False):
+                for br in cell.find_all("br"):
+                    br.replace_with("\n")
+                raw = cell.get_text(separator="").strip()
+                rowspan = _olmocr_span(cell.get("rowspan"))
+                if str(cell.get("rowspan", "")).strip() == "0":  # "to the end of the table"
+                    rowspan = max(1, len(trs) - r)
+                row.append(Cell(" ".join(raw.split()), rowspan, _olmocr_span(cell.get("colspan")),
+                                cell.name == "th" or in_head, raw))
+            rows.append(row)
+        if any(rows):
+            table = Table(rows, "html")
+            if not table.is_rectangular:
+                table.problems.append("rows do not form a rectangle")
+            tables.append(table)
+    return tables
+
+
+def parse_html_tables(text: str, convention: Convention = "standard") -> list[Table]:
+    """Every ``<table>``, in document order.
+
+    ``"standard"``: a tolerant reading with HTML's implied end tags (a ``<td>`` or ``<tr>`` closes
+    the open cell or row); a nested table is a table of its own, its text also kept in the outer cell.
+
+    ``"olmocr"`` (olmOCR-Bench's ``table`` test): BeautifulSoup's ``html.parser`` tree, nothing
+    closed implicitly; a table's rows are all ``<tr>`` below it (nested tables included), a row's
+    cells its direct ``<th>``/``<td>`` children; cell text is all text below the cell with ``<br>``
+    as a line break, ends trimmed (``Cell.raw``); a heading is a ``<th>`` or a cell of a row inside
+    a ``<thead>``; ``rowspan="0"`` reaches the last row; tables without any cell are dropped.
+    """
+    _check_convention(convention)
     if "<table" not in text.lower():
         return []
+    if convention == "olmocr":
+        return _olmocr_html_tables(text)
     parser = _TableParser()
     parser.feed(text)
     parser.close()
@@ -170,8 +244,7 @@ def _split_row(line: str) -> list[str]:
     return [" ".join(c.replace("\\|", "|").split()) for c in cells]
 
 
-def parse_markdown_tables(text: str) -> list[Table]:
-    """GitHub-style pipe tables: a header row, a ``---`` separator row, then body rows."""
+def _gfm_tables(text: str) -> list[Table]:
     lines = text.splitlines()
     tables: list[Table] = []
     i = 0
@@ -192,9 +265,80 @@ def parse_markdown_tables(text: str) -> list[Table]:
     return tables
 
 
-def parse_tables(text: str, markdown: bool = True) -> list[Table]:
+_RULE_CHARS = frozenset("- :")  # what a separator row holds once its pipes are gone
+_FORMATTING_CHARS = frozenset("- :|")
+
+
+def _is_separator(line: str) -> bool:
+    rest = line.replace("|", "").strip()
+    return bool(rest) and set(rest) <= _RULE_CHARS
+
+
+def _olmocr_block(block: list[str]) -> Table | None:
+    """One run of pipe lines as olmOCR-Bench reads it (see ``parse_markdown_tables``)."""
+    separator = next((i for i, line in enumerate(block) if _is_separator(line)), None)
+    rows: list[list[Cell]] = []
+    for i, line in enumerate(block):
+        # The second test looks at the line as written: a tab or a CR makes it a row of cells.
+        if i == separator or (line.strip() and set(line) <= _FORMATTING_CHARS):
+            continue
+        texts = [piece.strip() for piece in line.split("|")]
+        if texts and texts[0] == "":
+            texts = texts[1:]
+        if texts and texts[-1] == "":
+            texts = texts[:-1]
+        if texts:
+            rows.append([Cell(t, header=not rows) for t in texts])
+    if not rows:
+        return None
+    table = Table(rows, "markdown")
+    if separator is None:
+        table.problems.append("no separator row")
+    if len({len(r) for r in rows}) > 1:
+        table.problems.append("rows have different numbers of cells")
+    return table
+
+
+def _olmocr_tables(text: str) -> list[Table]:
+    tables: list[Table] = []
+    block: list[str] = []
+    for line in text.strip().split("\n") + [""]:  # the empty sentinel closes the last block
+        if "|" in line:
+            block.append(line)
+            continue
+        if len(block) >= 2 and (table := _olmocr_block(block)) is not None:
+            tables.append(table)
+        block = []
+    return tables
+
+
+def parse_markdown_tables(text: str, convention: Convention = "standard") -> list[Table]:
+    """Markdown pipe tables, read by one of two conventions.
+
+    ``"standard"`` (GitHub Flavored Markdown): a header row, a ``---`` delimiter row right under it,
+    then body rows up to the first line without ``|`` or blank; ``\\|`` escapes a pipe; inner whitespace is collapsed.
+
+    ``"olmocr"`` (olmOCR-Bench's ``table`` test, ``olmocr/bench/table_parsing.py``), meant for OCR
+    output that often drops the delimiter row:
+
+    * the text is stripped at both ends and split at ``\\n`` only (a ``\\r`` stays in its line);
+    * a table is a run of two or more consecutive lines that each contain ``|``; no separator needed;
+    * in a run, the first line that is non-empty and only ``-``, ``:`` and spaces once its pipes
+      are removed and its ends trimmed is the separator and is dropped, wherever it stands; later
+      lines made only of ``-``, ``:``, space and ``|`` are dropped too;
+    * every other line is split at every ``|`` (a backslash does not escape it, nor do code spans
+      or math), each piece trimmed; one empty piece at the start and one at the end (the outer
+      pipes) are removed; a line left with nothing is dropped;
+    * row 0 and column 0 are the headings; rows keep their own lengths (cells left-aligned, the
+      missing positions are holes), so the grid need not be a rectangle.
+    """
+    _check_convention(convention)
+    return _olmocr_tables(text) if convention == "olmocr" else _gfm_tables(text)
+
+
+def parse_tables(text: str, markdown: bool = True, convention: Convention = "standard") -> list[Table]:
     """Every HTML table, then (unless ``markdown=False``) every Markdown pipe table."""
-    tables = parse_html_tables(text)
+    tables = parse_html_tables(text, convention)
     if markdown:
-        tables += parse_markdown_tables(text)
+        tables += parse_markdown_tables(text, convention)
     return tables

@@ -22,8 +22,9 @@ Differences from the reference, all deliberate:
 * ``order`` uses ``schemas.text.find_near_matches`` in place of the ``fuzzysearch`` package; it
   follows the same algorithm for patterns of at least ``3 * (max_diffs + 1)`` characters and can
   differ at match boundaries for shorter ones.
-* Markdown tables are GitHub pipe tables with a delimiter row (``schemas/tables.py``); olmOCR also
-  takes any run of two or more lines containing ``|``.
+* ``table`` reads tables as olmOCR does (``convention="olmocr"`` of ``schemas/tables.py``: any run
+  of two or more lines with ``|`` is a Markdown table, separator row or not); it rejects an empty
+  ``cell`` and caps spans at 1000 (docs/judging.md lists every known divergence).
 * ``first_n``/``last_n`` of 0 and ``page`` < 1 are rejected rather than treated as unset.
 
 The test types live in ``schemas.unit_test_base`` (``UnitTest``), ``schemas.text_unit_tests``,
