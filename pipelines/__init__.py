@@ -7,3 +7,5 @@ stage calls into envelopes and counts; ``transforms`` are the thin Beam DoFns ov
 one per-record stage over a shard (``python -m pipelines.stage NAME``); ``io`` reads and writes local,
 ``s3://``, ``gs://`` and ``hf://`` paths.
 """
+
+from pipelines import quiet as _quiet  # noqa: E402,F401  (drops Beam's import-time apitools notice)

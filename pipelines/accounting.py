@@ -116,7 +116,11 @@ def account_rows(stage: str, source: str, rows: Iterable[Row]) -> Iterator[Envel
         except Exception as exc:  # the reader failed outside any row: account for the unit
             yield from _outcome(stage, source, "<unit>", None, exc)
             break
-        yield from _outcome(stage, source, row.source_id, row.pages, row.error)
+        if row.continues and row.error is None:  # more pages of a record counted in an earlier row
+            yield Envelope(Kind.EVENT, CountEvent(stage, source, "emitted", "", len(row.pages)))
+            yield from (Envelope(Kind.ITEM, page) for page in row.pages)
+        else:
+            yield from _outcome(stage, source, row.source_id, row.pages, row.error)
     yield Envelope(Kind.EVENT, CountEvent(stage, source, "seconds", "", time.perf_counter() - started))
 
 

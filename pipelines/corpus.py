@@ -45,6 +45,7 @@ from pipelines.clean.dedup_stage import (
 )
 from pipelines.clean.registry import build_stage
 from pipelines.config import CleanConfig, CorpusConfig, SourceSettings, load_config
+from pipelines.quiet import quiet_beam_args, quiet_stderr
 from pipelines.render import render_page
 from pipelines.transforms import (
     ApplyStage,
@@ -430,17 +431,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="output folder or gs:// / s3:// URI (overrides run.output)")
     parser.add_argument("--max-dead-letter-rate", type=float,
                         help="fail when dead letters exceed this share of input records")
-    parser.add_argument("--verbose", action="store_true", help="show Beam's INFO logs")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Beam's own log lines (INFO and up, workers included); by default a run prints "
+                             "progress lines and the summary only")
     args, beam_args = parser.parse_known_args(argv)
-    if not args.verbose:
-        logging.getLogger("apache_beam").setLevel(logging.WARNING)
     overrides: dict = {"run": {}}
     if args.output:
         overrides["run"]["output"] = args.output
     if args.max_dead_letter_rate is not None:
         overrides["run"]["max_dead_letter_rate"] = args.max_dead_letter_rate
     cfg = load_config(args.config, overrides)
-    manifest = run(cfg, beam_args)
+    if args.verbose:
+        logging.basicConfig()  # a no-op when Beam's import already configured the root logger
+        logging.getLogger().setLevel(logging.INFO)
+        manifest = run(cfg, beam_args)
+    else:
+        with quiet_stderr():
+            manifest = run(cfg, quiet_beam_args(beam_args))
     print(manifest.summary_table())
     print(f"\nwrote {cfg.run.output}: {len(manifest.shards)} shard(s), manifest.json, "
           f"{len(manifest.dead_letter_files)} dead-letter file(s)")

@@ -4,10 +4,16 @@ pages, and rasterise one page at a longest side (rotation applied, optionally gr
 Shared by ``pipelines.render`` (corpus pages), ``synth.render_latex`` (synthetic pages typeset by
 LaTeX) and ``pipelines.clean.decontam`` (benchmark pages). pdfium is not thread-safe, so every call
 holds one process-wide lock.
+
+The last document opened stays open (``_LastDocument``): a reader counts a PDF's pages and the
+render stage then rasterises them one call each, with the same bytes. Opening a PDF parses its
+cross-reference table and every page load walks its page tree and shared resources again; on
+olmOCR's real multi-page PDFs re-opening per page cost ~1/3 of the render stage's CPU time.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import io
 import logging
@@ -57,13 +63,41 @@ def _classify_unopenable(data: bytes, exc: Exception) -> tuple[str, str]:
     return "corrupt_pdf", f"pdfium cannot open the PDF: {exc}"
 
 
+class _LastDocument:
+    """The PDF most recently opened, kept open while the next call passes the same bytes.
+
+    Same bytes: the same object (pages of one PDF share their reader's payload in a fused stage) or
+    equal content (a copy after pickling). One document at a time, so memory stays one PDF's.
+    Callers hold ``_PDFIUM_LOCK``.
+    """
+
+    def __init__(self):
+        self.data: bytes | None = None
+        self.pdf: pdfium.PdfDocument | None = None
+
+    def open(self, data: bytes) -> pdfium.PdfDocument:
+        cached = self.data
+        if cached is not None and (data is cached or (len(data) == len(cached) and data == cached)):
+            return self.pdf
+        self.close()
+        self.pdf = open_pdf(data)  # raises RecordError for bytes pdfium cannot open: nothing kept
+        self.data = data
+        return self.pdf
+
+    def close(self) -> None:
+        if self.pdf is not None:
+            self.pdf.close()
+        self.data = self.pdf = None
+
+
+_last_document = _LastDocument()
+# closed before pypdfium2's own exit hook (registered earlier, so run later), which warns on open documents
+atexit.register(_last_document.close)
+
+
 def pdf_page_count(data: bytes) -> int:
     with _PDFIUM_LOCK:
-        pdf = open_pdf(data)
-        try:
-            return len(pdf)
-        finally:
-            pdf.close()
+        return len(_last_document.open(data))
 
 
 class _PageRenderer:
@@ -122,11 +156,15 @@ def render_pdf_pixels(data: bytes, index: int, longest_side: int, rotation: int 
     if rotation not in (0, 90, 180, 270):
         raise RecordError("bad_rotation", f"rotation must be 0/90/180/270, got {rotation}")
     with _PDFIUM_LOCK:
-        pdf = open_pdf(data)
+        pdf = _last_document.open(data)
+        if not 0 <= index < len(pdf):
+            raise RecordError("page_out_of_range", f"page index {index} not in PDF of {len(pdf)} pages")
         try:
-            if not 0 <= index < len(pdf):
-                raise RecordError("page_out_of_range", f"page index {index} not in PDF of {len(pdf)} pages")
             page = pdf[index]
+        except pdfium.PdfiumError as exc:
+            _last_document.close()  # a document pdfium failed on is not reused
+            raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
+        try:
             width, height = page.get_size()
             if width <= 0 or height <= 0:
                 raise RecordError("corrupt_pdf", f"page {index} has size {width}x{height}")
@@ -142,9 +180,9 @@ def render_pdf_pixels(data: bytes, index: int, longest_side: int, rotation: int 
                 textpage = page.get_textpage()
                 text = textpage.get_text_bounded()
                 textpage.close()
-            page.close()
             return pixels, grey is not None, text
         except pdfium.PdfiumError as exc:
+            _last_document.close()
             raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
         finally:
-            pdf.close()
+            page.close()

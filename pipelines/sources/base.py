@@ -50,11 +50,16 @@ class SourcePage:
 
 @dataclass
 class Row:
-    """The outcome of reading one input record (or one unreadable input file)."""
+    """The outcome of reading one input record (or one unreadable input file).
+
+    ``continues``: more pages of a record an earlier row already counted (a long PDF read as page
+    ranges, one unit each, so its pages spread over workers); only its pages are counted.
+    """
 
     source_id: str
     pages: list[SourcePage] = field(default_factory=list)
     error: Dropped | RecordError | None = None
+    continues: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,12 @@ descended). ``read(unit)`` yields one ``Row`` per file: a PDF gives one page per
 ``corrupt_pdf`` / ``encrypted_pdf`` / ``zero_page_pdf`` error), an image one page. The folder may be
 local or any URI ``pipelines.io`` understands (``gs://``, ``s3://``, ``hf://``).
 
+A local PDF of more than ``pages_per_unit`` pages is planned as page ranges of that many pages,
+one unit each (the plan counts its pages): a runner hands units to workers, so a 100-page document
+no longer keeps one worker busy while the others wait. The first range's row counts the file; the
+later ranges' rows (``Row.continues``) add pages only, and when the file cannot be read they yield
+nothing, since the first range reports the same failure. Remote folders are planned per file.
+
 Labels: ``<stem>.md`` (response_format ``markdown``) or else ``<stem>.txt`` (``text``) next to the
 file. For a PDF the label holds one part per page separated by form feeds (``\\f``); one trailing
 form feed (as ``pdftotext`` writes) is allowed. A part count that differs from the page count is a
@@ -16,7 +22,8 @@ option ``require_labels: true``).
 ``source_id`` is the file's path relative to the folder, POSIX style. A file (or label) that is a
 symlink resolving outside the folder is refused with ``unsafe_path``.
 
-Options: ``require_labels`` (bool, default false).
+Options: ``require_labels`` (bool, default false), ``pages_per_unit`` (int, default 8; 0: one unit
+per file).
 """
 
 from __future__ import annotations
@@ -40,10 +47,13 @@ LABEL_EXTENSIONS = ((".md", "markdown"), (".txt", "text"))
 
 
 class FolderFile(NamedTuple):
-    """A unit: the folder as configured and one file's POSIX path relative to it."""
+    """A unit: the folder as configured, one file's POSIX path relative to it and, for a PDF, the
+    0-based range of pages to read (``end`` None: to the last page)."""
 
     root: str
     rel: str
+    start: int = 0
+    end: int | None = None
 
 
 def _is_local(uri: str) -> bool:
@@ -70,10 +80,14 @@ class LocalFolderSource:
     @dataclass(frozen=True)
     class Options:
         require_labels: bool = option(False, help="drop files without a .md or .txt label (reason unlabelled)")
+        pages_per_unit: int = option(8, help="plan a local PDF with more pages as page ranges of this many pages, "
+                                             "one unit each, so long documents spread over workers; 0: one unit "
+                                             "per file")
 
     def __init__(self, settings: SourceSettings):
         self.settings = settings
-        self.require_labels = load_options(self.Options, settings).require_labels
+        options = load_options(self.Options, settings)
+        self.require_labels, self.pages_per_unit = options.require_labels, options.pages_per_unit
         self._provenance = ProvenanceStep(f"read:{settings.kind}", VERSION, params_hash(dict(settings.options or {})))
 
     # -- Source protocol ---------------------------------------------------------------------
@@ -92,16 +106,33 @@ class LocalFolderSource:
             rels = (r for r in rels if _wanted(posixpath.basename(r))
                     and not any(p.startswith(".") for p in r.split("/")))
         for rel in sorted(rels):
-            yield FolderFile(root, rel)
+            yield from self._ranges(root, rel)
 
     def read(self, unit: FolderFile) -> Iterator[Row]:
-        root, rel = unit
+        root, rel, start, end = unit
         try:
-            yield Row(source_id=rel, pages=self._pages(root, rel))
+            yield Row(source_id=rel, pages=self._pages(root, rel, start, end), continues=start > 0)
         except (RecordError, Dropped) as exc:
-            yield Row(source_id=rel, error=exc)
+            if start == 0:  # a later range of the same file fails the same way: the first one reports it
+                yield Row(source_id=rel, error=exc)
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _ranges(self, root: str, rel: str) -> Iterator[FolderFile]:
+        """The file's units: page ranges for a long local PDF, else the whole file."""
+        n = self.pages_per_unit
+        if n <= 0 or not _is_local(root) or not rel.lower().endswith(PDF_EXTENSIONS):
+            yield FolderFile(root, rel)
+            return
+        try:
+            pages = pdf_page_count(self._read(root, rel))
+        except RecordError:  # read reports it
+            pages = 0
+        if pages <= n:
+            yield FolderFile(root, rel)
+            return
+        for start in range(0, pages, n):
+            yield FolderFile(root, rel, start, start + n if start + n < pages else None)
 
     def _path(self, root: str, rel: str) -> str:
         """The file's URI, refusing anything that resolves outside ``root``."""
@@ -139,7 +170,7 @@ class LocalFolderSource:
             return label_rel, text.lstrip("\ufeff").replace("\r\n", "\n"), response_format
         return None
 
-    def _pages(self, root: str, rel: str) -> list[SourcePage]:
+    def _pages(self, root: str, rel: str, start: int = 0, end: int | None = None) -> list[SourcePage]:
         data = self._read(root, rel)
         is_pdf = rel.lower().endswith(PDF_EXTENSIONS)
         n_pages = pdf_page_count(data) if is_pdf else 1
@@ -182,5 +213,5 @@ class LocalFolderSource:
                 metadata=dict(metadata),
                 provenance=[self._provenance],
             )
-            for i in range(n_pages)
+            for i in range(start, n_pages if end is None else min(end, n_pages))
         ]

@@ -184,3 +184,29 @@ def test_require_labels_and_pickling(tmp_path):
     (unit,) = pickle.loads(pickle.dumps(list(source.plan(str(tmp_path)))))
     (row,) = pickle.loads(pickle.dumps(source)).read(unit)
     assert row.pages[0].quality == {"unlabelled": True}
+
+
+def test_long_pdf_is_planned_as_page_ranges_counted_once(tmp_path):
+    from pipelines.accounting import Kind, account_rows
+
+    (tmp_path / "long.pdf").write_bytes(pdf(5))
+    (tmp_path / "short.pdf").write_bytes(pdf(2, seed=1))
+    (tmp_path / "bad.pdf").write_bytes(pdf(5, seed=2))
+    (tmp_path / "bad.md").write_text("one\fpart\fshort")  # 3 parts for 5 pages: every range sees it
+    source = LocalFolderSource(settings(pages_per_unit=2))
+    units = list(source.plan(str(tmp_path)))
+    assert [(u.rel, u.start, u.end) for u in units] == [
+        ("bad.pdf", 0, 2), ("bad.pdf", 2, 4), ("bad.pdf", 4, None),
+        ("long.pdf", 0, 2), ("long.pdf", 2, 4), ("long.pdf", 4, None), ("short.pdf", 0, None)]
+    envelopes = [e for unit in units for e in account_rows("read", "local", source.read(unit))]
+    counts: dict[tuple[str, str], int] = {}
+    for kind, event in envelopes:
+        if kind == Kind.EVENT and event.kind != "seconds":
+            counts[(event.kind, event.reason)] = counts.get((event.kind, event.reason), 0) + int(event.value)
+    assert counts == {("in", ""): 3, ("out", ""): 2, ("emitted", ""): 7, ("dead", "label_page_mismatch"): 1}
+    pages = [p for kind, p in envelopes if kind == Kind.ITEM]
+    assert [(p.source_id, p.page_number, p.pdf_page_index) for p in pages] == (
+        [("long.pdf", i + 1, i) for i in range(5)] + [("short.pdf", 1, 0), ("short.pdf", 2, 1)])
+    whole = LocalFolderSource(settings(pages_per_unit=0))
+    assert [(u.rel, u.start, u.end) for u in whole.plan(str(tmp_path))] == [
+        ("bad.pdf", 0, None), ("long.pdf", 0, None), ("short.pdf", 0, None)]

@@ -1,0 +1,117 @@
+"""Real PDFs (olmOCR's public test fixtures) through the ``local_folder`` source: no dead letters, and
+every page's stored pixels equal pdfium's own rendering of it.
+
+The folder is not in the repository (olmOCR's fixtures, not ours to redistribute): it is
+``$PAGEMILL_REAL_PDFS`` or ``shared/real-pdfs/olmocr`` next to the checkout (or one level up).
+The fast test takes a few of its files, with ``pages_per_unit: 2`` so a document is read as page
+ranges; the slow one runs the corpus DAG over the whole folder.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pypdfium2 as pdfium
+import pytest
+from PIL import Image
+
+from pipelines.accounting import Kind, account_rows
+from pipelines.render import RenderConfig, render_page
+from pipelines.sources.base import SourceSettings
+from pipelines.sources.local_folder import LocalFolderSource
+
+REPO = Path(__file__).resolve().parents[2]
+CANDIDATES = [Path(os.environ["PAGEMILL_REAL_PDFS"])] if os.environ.get("PAGEMILL_REAL_PDFS") else []
+CANDIDATES += [REPO.parent / "shared/real-pdfs/olmocr", REPO.parent.parent / "shared/real-pdfs/olmocr"]
+REAL_PDFS = next((p for p in CANDIDATES if p.is_dir()), None)
+FEW = ["tests/gnarly_pdfs/edgar-rotated90.pdf", "tests/gnarly_pdfs/handwriting_bad_ocr.pdf",
+       "tests/gnarly_pdfs/lots_of_sci_tables.pdf", "tests/sample_dataset/empty_document/blanktext.pdf",
+       "tests/gnarly_pdfs/small_page_size.pdf"]
+
+pytestmark = pytest.mark.skipif(REAL_PDFS is None, reason="olmOCR's real PDFs are not on this machine "
+                                                           "(set PAGEMILL_REAL_PDFS)")
+
+
+def pdfium_pixels(path: Path, index: int, longest_side: int = 1288) -> np.ndarray:
+    """pypdfium2's own PdfPage.render of the page (a fresh document), as RGB."""
+    pdf = pdfium.PdfDocument(str(path))
+    try:
+        page = pdf[index]
+        return page.render(scale=longest_side / max(page.get_size())).to_numpy()[:, :, ::-1]
+    finally:
+        pdf.close()
+
+
+def stored_pixels(png: bytes) -> np.ndarray:
+    image = Image.open(io.BytesIO(png))
+    return np.asarray(image.convert("RGB"))
+
+
+def page_count(path: Path) -> int:
+    pdf = pdfium.PdfDocument(str(path))
+    try:
+        return len(pdf)
+    finally:
+        pdf.close()
+
+
+def test_a_few_real_pdfs_read_as_page_ranges_render_as_pdfium_does(tmp_path):
+    for rel in FEW:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REAL_PDFS / rel, tmp_path / rel)
+    source = LocalFolderSource(SourceSettings(name="real", kind="local_folder", paths=(str(tmp_path),),
+                                              options={"pages_per_unit": 2}))
+    units = list(source.plan(str(tmp_path)))
+    assert len(units) > len(FEW)  # the 6-page document is three units
+    envelopes = [e for unit in units for e in account_rows("read", "real", source.read(unit))]
+    counts: dict[str, int] = {}
+    for kind, payload in envelopes:
+        if kind == Kind.EVENT and payload.kind != "seconds":
+            counts[payload.kind] = counts.get(payload.kind, 0) + int(payload.value)
+    pages = [payload for kind, payload in envelopes if kind == Kind.ITEM]
+    expected = {rel: page_count(tmp_path / rel) for rel in FEW}
+    assert not [p for k, p in envelopes if k == Kind.DEAD]
+    assert counts == {"in": len(FEW), "out": len(FEW), "emitted": sum(expected.values())}
+    assert sorted((p.source_id, p.page_number) for p in pages) == sorted(
+        (rel, i + 1) for rel, n in expected.items() for i in range(n))
+    for page in pages:
+        record = render_page(page, RenderConfig())
+        want = pdfium_pixels(tmp_path / page.source_id, page.page_number - 1)
+        got = stored_pixels(record.image)
+        assert got.shape == want.shape and np.array_equal(got, want), (page.source_id, page.page_number)
+
+
+@pytest.mark.slow
+def test_the_whole_real_pdf_folder_ingests_with_pdfiums_pixels(tmp_path):
+    config = tmp_path / "real.yaml"
+    config.write_text(json.dumps({
+        "run": {"output": str(tmp_path / "out"), "progress_every": 0},
+        "clean": {"stages": [], "dedup": {"enabled": False}},
+        "sources": [{"name": "real", "kind": "local_folder", "paths": [str(REAL_PDFS)], "license": "unknown"}],
+    }))
+    done = subprocess.run([sys.executable, "-m", "pipelines.corpus", "--config", str(config)], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    files = sorted(p for p in REAL_PDFS.rglob("*.pdf"))
+    expected = {p.relative_to(REAL_PDFS).as_posix(): page_count(p) for p in files}
+    assert manifest["totals"]["dead_lettered"] == 0 and manifest["dead_letter_files"] == []
+    assert manifest["totals"]["in"] == len(files)
+    assert manifest["totals"]["written"] == sum(expected.values())
+    seen = set()
+    for shard in sorted((tmp_path / "out" / "data").glob("*.parquet")):
+        table = pq.ParquetFile(shard)
+        for batch in table.iter_batches(batch_size=16, columns=["source_id", "page_number", "image"]):
+            for source_id, number, image in zip(*(batch.column(c).to_pylist() for c in batch.schema.names)):
+                want = pdfium_pixels(REAL_PDFS / source_id, number - 1)
+                assert np.array_equal(stored_pixels(image["bytes"]), want), (source_id, number)
+                seen.add((source_id, number))
+    assert seen == {(rel, i + 1) for rel, n in expected.items() for i in range(n)}
