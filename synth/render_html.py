@@ -55,16 +55,21 @@ DEFAULT_TIMEOUT_MS = 15_000
 # every saved page, so rewrapping it would change the pages' bytes.
 CHECK_JS = r"""
 async (timeoutMs) => {
-  const errors = [];
-  for (const el of document.querySelectorAll("[data-tex]")) {
-    try {
-      katex.render(el.dataset.tex, el, {
-        displayMode: el.classList.contains("math-display"), throwOnError: true, output: "html"});
-    } catch (e) {
-      errors.push(`${(e && e.name) || "Error"}: ${(e && e.message) || e} in ${el.dataset.tex}`);
+  const failed = new Map(), typeset = new WeakSet();
+  const tex = (root) => {  // typeset root's formulas (once each); FLOW_JS calls it per block it tries
+    for (const el of root.matches("[data-tex]") ? [root] : root.querySelectorAll("[data-tex]")) {
+      if (typeset.has(el)) continue;
+      typeset.add(el);
+      try {
+        katex.render(el.dataset.tex, el, {
+          displayMode: el.classList.contains("math-display"), throwOnError: true, output: "html"});
+      } catch (e) {
+        failed.set(el, `${(e && e.name) || "Error"}: ${(e && e.message) || e} in ${el.dataset.tex}`);
+      }
     }
-  }
+  };
   const page = document.getElementById("page");
+  if (!window.pmFlow) tex(page);
   page.getBoundingClientRect();  // style and layout now, so that every font the page uses starts loading
   const waits = [...document.images].map((img) => img.decode().catch(() => null));
   if (document.fonts.status !== "loaded") waits.push(document.fonts.ready);
@@ -73,9 +78,10 @@ async (timeoutMs) => {
     const late = new Promise((resolve) => { timer = setTimeout(() => resolve("timeout"), timeoutMs); });
     const done = await Promise.race([Promise.all(waits), late]);
     clearTimeout(timer);
-    if (done === "timeout") return {timeout: true, errors, problems: [], nproblems: 0};
+    if (done === "timeout") return {timeout: true, errors: [], problems: [], nproblems: 0};
   }
-  const flow = window.pmFlow ? window.pmFlow() : null;  // the renderer's page filling (FLOW_JS), if any
+  const flow = window.pmFlow ? window.pmFlow(tex) : null;  // the renderer's page filling (FLOW_JS), if any
+  const errors = [...failed].filter(([el]) => el.isConnected).map(([, e]) => e);
   const tol = 1.5;
   const problems = [];
   const name = (el) => el.localName + (el.className && typeof el.className === "string" ? "." + el.className.split(" ")[0] : "")
@@ -124,7 +130,7 @@ async (timeoutMs) => {
 # removed. Returns what stayed: ``placed`` ([element index, column] in reading order), ``shrunk``
 # ([element index, width %]) and ``missing`` (required elements that fit nowhere).
 FLOW_JS = r"""
-(optional) => {
+(optional, tex) => {
   const page = document.getElementById("page");
   const cols = [...page.querySelectorAll("main > .col")];
   const items = cols.flatMap((c) => [...c.children]);
@@ -145,6 +151,7 @@ FLOW_JS = r"""
   };
   const place = (col, el) => {  // true when el now sits in col
     put(col, el);
+    tex(el);
     if (fits(col, el)) return true;
     if (el.localName === "figure") {
       for (let pct = 90; pct >= 40; pct -= 10) {
@@ -159,10 +166,10 @@ FLOW_JS = r"""
   const done = new Set(), missing = [];
   const gapFillers = (from) => body.slice(from + 1).filter((el) => optional[idx.get(el)] && !done.has(el)
     && (el.localName === "p" || el.localName === "ul" || el.localName === "ol" || el.classList.contains("math-display")));
-  let c = 0;
+  let c = 0, misses = 0;
   for (let k = 0; k < body.length; k++) {
     const el = body[k];
-    if (done.has(el)) continue;
+    if (done.has(el) || (misses >= 4 && optional[idx.get(el)])) continue;  // the last column is full
     done.add(el);
     let ok = false;
     while (!ok && c < n) {
@@ -171,6 +178,7 @@ FLOW_JS = r"""
       for (const filler of gapFillers(k).slice(0, 4)) if (place(cols[c], filler)) done.add(filler);
       c++;
     }
+    if (!ok && c === n - 1) misses++;
     if (ok || optional[idx.get(el)]) continue;
     const victims = [...last.children].filter((v) => !isNote(v) && optional[idx.get(v)]);
     put(last, el);
@@ -233,7 +241,7 @@ _SHELL = """<!DOCTYPE html>
 </html>
 """
 _SWAP_JS = "async ([lang, css, bodyClass, body, timeoutMs, optional]) => {\n" \
-    "  window.pmFlow = optional ? () => (" + FLOW_JS.strip() + ")(optional) : null;\n" \
+    "  window.pmFlow = optional ? (tex) => (" + FLOW_JS.strip() + ")(optional, tex) : null;\n" \
     "  document.documentElement.lang = lang;\n" \
     "  document.getElementById('pm-style').textContent = css;\n" \
     "  document.body.className = bodyClass;\n" \
@@ -436,6 +444,9 @@ class HtmlRenderer:
             self._page = new_offline_page(browser, [self._dist, self._dir], viewport=size)
             self._size = size
             self._page.goto(self._shell.as_uri(), wait_until="load", timeout=self.timeout_ms)
+            # Every KaTeX face loaded up front: FLOW_JS typesets and measures each block as it tries
+            # it, so no font may still be loading then (a page's layout must not depend on history).
+            self._page.evaluate("() => Promise.all([...document.fonts].map((f) => f.load().catch(() => null)))")
             self._cdp = self._page.context.new_cdp_session(self._page)
         elif self._size != size:
             self._page.set_viewport_size({"width": size[0], "height": size[1]})
