@@ -1,4 +1,5 @@
-"""Benchmark of JinaOCRSynth HTML pages: ``python benchmarks/synth.py [--pages 48] [--fresh 6] [--seed 0]``.
+"""Benchmark of JinaOCRSynth HTML pages: ``python benchmarks/synth.py [--pages 48] [--fresh 6] [--seed 0]
+[--language en|zh|mixed]``.
 
 Reports, for HTML pages with tests (spec -> HTML -> Chromium PNG -> reference -> verified tests, one
 worker process with one shared browser):
@@ -32,9 +33,9 @@ sys.path[0] = str(Path(__file__).resolve().parents[1])
 # The repo's packages import only after the sys.path fix above (hence E402).
 from schemas.browser import launch_chromium, shared_browser  # noqa: E402
 from schemas.deadletter import RecordError  # noqa: E402
-from synth.blocks import Table  # noqa: E402
+from synth.blocks import Formula, Table  # noqa: E402
 from synth.pages import page_spec, synthesize_page  # noqa: E402
-from synth.plan import plan  # noqa: E402
+from synth.plan import page_language, plan  # noqa: E402
 from synth.reference import reading_order  # noqa: E402
 from synth.render_html import FILL_JS, HtmlRenderer  # noqa: E402
 
@@ -63,10 +64,11 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=48)
     ap.add_argument("--fresh", type=int, default=6, help="pages rendered with one browser launch each")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--language", choices=("en", "zh", "mixed"), default="en")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="synth-bench-"))
-    jobs = plan(args.pages, args.seed, "all")
-    specs = [page_spec(*job) for job in jobs]
+    jobs = plan(args.pages, args.seed, "all", args.language)
+    specs = [page_spec(*job, page_language(i, args.language)) for i, job in enumerate(jobs)]
     # One Playwright driver per thread at a time: the per-page launches run before the shared browser.
     t0 = time.perf_counter()
     for spec in specs[: args.fresh]:
@@ -85,6 +87,9 @@ def main() -> None:
     formulas: list[int] = []
     dense_table_pages = [0, 0]
     tables_per_page: list[int] = []
+    formula_cats: list[int] = []  # display-formula categories per formula-suite page
+    table_cats: Counter[str] = Counter()  # tables by category over the table-suite pages
+    layout_structure = [0, 0]  # layout-suite pages with a table or a formula
     with HtmlRenderer(work) as r:
         synthesize_page(specs[0], r)  # warm-up: page, KaTeX fonts
         t0, c0 = time.perf_counter(), _cpu_seconds()
@@ -106,10 +111,16 @@ def main() -> None:
             types[spec.suite].update(kinds)
             suite_pages[spec.suite] += 1
             final = getattr(page, "spec", None) or spec
+            blocks = reading_order(final)
             if spec.suite == "formula":
                 formulas.append(kinds["math"])
-            elif spec.suite == "table":
-                tables = [b for b in reading_order(final) if isinstance(b, Table)]
+                formula_cats.append(len({b.category for b in blocks if isinstance(b, Formula)}))
+            elif spec.suite == "layout":
+                layout_structure[0] += any(isinstance(b, (Formula, Table)) for b in blocks)
+                layout_structure[1] += 1
+            if spec.suite == "table":
+                tables = [b for b in blocks if isinstance(b, Table)]
+                table_cats.update(t.category for t in tables)
                 tables_per_page.append(len(tables))
                 cells = max((sum(len(row) for row in t.rows) for t in tables), default=0)
                 dense_table_pages[0] += len(tables) >= 2 or cells >= 30
@@ -131,10 +142,14 @@ def main() -> None:
         "filled_share_median_by_layout": {
             k: round(statistics.median(v), 3) for k, v in sorted(fills_by_layout.items())},
         "math_tests_per_formula_page": {"min": min(formulas, default=0), "median": statistics.median(formulas or [0]),
-                                        "pages_ge_8": f"{sum(f >= 8 for f in formulas)}/{len(formulas)}"},
+                                        "pages_ge_8": f"{sum(f >= 8 for f in formulas)}/{len(formulas)}",
+                                        "pages_with_all_5_categories": f"{sum(c >= 5 for c in formula_cats)}/"
+                                                                       f"{len(formula_cats)}"},
         "tables_per_table_page": {"min": min(tables_per_page, default=0),
                                   "median": statistics.median(tables_per_page or [0]),
-                                  "pages_ge_2_or_ge_30_cells": f"{dense_table_pages[0]}/{dense_table_pages[1]}"},
+                                  "pages_ge_2_or_ge_30_cells": f"{dense_table_pages[0]}/{dense_table_pages[1]}",
+                                  "tables_by_category": dict(sorted(table_cats.items()))},
+        "layout_pages_with_table_or_formula": f"{layout_structure[0]}/{layout_structure[1]}",
         "tests_per_page_by_suite_and_type": {
             s: {k: round(v / suite_pages[s], 2) for k, v in sorted(c.items())} | {
                 "total": round(sum(c.values()) / suite_pages[s], 2)}

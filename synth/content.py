@@ -167,7 +167,8 @@ class ContentSource:
 
     def heading(self, level: int = 2, text: str | None = None) -> Heading:
         if text is None:
-            if self.rng.random() < 0.5 or self.exhausted:
+            # Nothing used yet: the next snippet is the one the page's title names.
+            if self.rng.random() < 0.5 or self.exhausted or not self.used:
                 text = self.rng.choice(_ZH_HEADINGS if self.zh else _SECTION_HEADINGS)
             else:
                 text = self._pool[len(self.used) % len(self._pool)].title
@@ -559,9 +560,25 @@ def _suite_blocks(d: _Draft, layout: str) -> list[tuple[Block, bool]]:
 # can fill the page and trim what does not fit without typesetting much it throws away.
 _BUDGET = {"report": 5600, "paper": 12000, "newspaper": 14000, "invoice": 6400, "form": 6400,
            "slides": 3300, "blog": 5200, "infographic": 4800}
-_FORM_FIELDS = (("Telephone", "电话"), ("Email", "电子邮箱"), ("Postal address", "通讯地址"),
-                ("Supervisor", "负责人"), ("Start date", "开始日期"), ("End date", "结束日期"),
-                ("Budget code", "预算代码"), ("Department", "部门"))
+# Form fields the filler adds: (English label, Chinese label, kind of value).
+_FORM_FIELDS = (("Telephone", "电话", "phone"), ("Email", "电子邮箱", "email"), ("Supervisor", "负责人", "name"),
+                ("Start date", "开始日期", "date"), ("End date", "结束日期", "date"),
+                ("Budget code", "预算代码", "code"), ("Department", "部门", "org"), ("Witness", "见证人", "name"))
+
+
+def _field_value(d: _Draft, kind: str) -> str:
+    rng = d.rng
+    if kind == "phone":
+        return f"+{rng.randint(30, 49)} {rng.randint(100, 999)} {rng.randint(1000, 9999)} {rng.randint(100, 999)}"
+    if kind == "email":
+        return f"{rng.choice(_LAST).lower()}{rng.randint(1, 99)}@example.org"
+    if kind == "name":
+        return d.name()
+    if kind == "date":
+        return d.date()
+    if kind == "code":
+        return f"{rng.choice('ABCDEFGH')}{rng.choice('KLMNPR')}-{rng.randint(1000, 9999)}"
+    return rng.choice(d.orgs)
 
 
 def _fill_section(d: _Draft, layout: str, k: int) -> list[Block]:
@@ -588,9 +605,8 @@ def _fill_section(d: _Draft, layout: str, k: int) -> list[Block]:
         out.append(src.list_block(ordered=False, n=rng.randint(2, 3)))
     elif layout == "form":
         fields = rng.sample(_FORM_FIELDS, 3)
-        out.append(ListBlock(items=tuple(f"{zh if d.zh else en}：{d.name() if i == 0 else d.date()}" if d.zh
-                                         else f"{en}: {d.name() if i == 0 else d.date()}"
-                                         for i, (en, zh) in enumerate(fields)), ordered=False))
+        out.append(ListBlock(items=tuple(f"{zh}：{_field_value(d, kind)}" if d.zh else f"{en}: {_field_value(d, kind)}"
+                                         for en, zh, kind in fields), ordered=False))
         out.append(src.paragraph(fact=False)[0])
     elif layout == "infographic":
         out.append(src.list_block(ordered=rng.random() < 0.3, n=rng.randint(2, 3)) if rng.random() < 0.5
