@@ -6,8 +6,9 @@ numbers and dates. ``make_page_spec(layout, suite, seed, id)`` fills one page:
 
 * layout kinds: ``LAYOUTS`` (report, slides, blog, infographic, newspaper (2-3 columns), form,
   invoice, paper (2 columns));
-* suites: ``layout`` (mixed blocks), ``formula`` (>= 2 display formulas from ``synth.formulas``
-  plus inline math), ``table`` (>= 1 table from ``synth.tables``);
+* suites: ``layout`` (mixed blocks and one table or formula where it fits), ``formula`` (one
+  display formula per ``synth.formulas`` category plus inline math, then more), ``table`` (two
+  tables of different ``synth.tables`` categories, then more), categories round-robin per page;
 * page furniture (running header, footer, page number), never part of the reference.
 
 Conventions the renderers rely on (paragraph, list-item and footnote text):
@@ -17,8 +18,12 @@ Conventions the renderers rely on (paragraph, list-item and footnote text):
   the matching ``Footnote(marker=m)`` block is its note (draw it at the foot of the column/page).
 
 Blocks are in reading order, column by column (``PlacedBlock.column`` never decreases), so
-``synth.reference`` can emit them as they come. The amount of content is modest so that a page
-fits; ``max_blocks`` caps the body and ``density`` (0.5-1.5) scales optional text.
+``synth.reference`` can emit them as they come. Past the required blocks (which always fit) comes
+optional filler (``PlacedBlock.optional``), about 1.3x what the page holds (``_BUDGET``): the HTML
+renderer keeps what fits and returns the spec of the page it drew; ``without_optional`` gives the
+required blocks alone (for a renderer that does not fill). Once the snippets run out, paragraphs are
+generated fact sentences rather than repeats. ``max_blocks`` caps the body, ``density`` (0.5-1.5)
+scales optional text, ``fill=False`` leaves the filler out.
 
 ``language="zh"`` gives a Simplified Chinese page: paragraphs from ``synth/data/snippets_zh.json``
 (CC0, written for pagemill), Chinese names, organisations, headings, captions, furniture and dates

@@ -8,8 +8,10 @@ into the shell, so no file is written and nothing is re-parsed per page. The onl
 may make are ``file://`` under that folder and KaTeX's ``dist`` (``schemas.browser.new_offline_page``
 aborts everything else). The viewport is the spec's page size; formulas are typeset in the page by
 ``katex.render`` (``throwOnError``); after images decode and fonts load (awaited only while some are
-loading), a geometry check in the page reports every element outside the page box or its column and
-every column that scrolls (content clipped by ``overflow: hidden``). The same check (``CHECK_JS``)
+loading), a spec with optional blocks is filled (``FLOW_JS``: what fits is kept, the rest left out,
+a figure may shrink; ``RenderedPage.spec`` is the spec of what the page shows), then a geometry
+check in the page reports every element outside the page box or its column and every column that
+scrolls (content clipped by ``overflow: hidden``). The same check (``CHECK_JS``)
 runs in the standalone document. Such pages raise ``RecordError("synth_overflow")``, KaTeX failures
 ``RecordError("synth_katex_error")``, and a page that does not finish within the timeout
 ``RecordError("synth_timeout")``. The page box is captured by CDP ``Page.captureScreenshot`` (PNG
@@ -49,8 +51,9 @@ DEFAULT_TIMEOUT_MS = 15_000
 
 # The in-page check, shared by the standalone document (``PAGE_SCRIPT``) and the renderer's reused
 # shell (``HtmlRenderer``): typeset every ``[data-tex]`` node with KaTeX, wait for images to decode
-# and for fonts (only while some are loading), then measure. Resolves to ``{errors, problems,
-# nproblems}``, or ``{timeout: true}`` when images or fonts take longer than ``timeoutMs``.
+# and for fonts (only while some are loading), fill the page when the renderer set ``window.pmFlow``
+# (it then typesets each block as it tries it), then measure. Resolves to ``{errors, problems,
+# nproblems, flow}``, or ``{timeout: true}`` when images or fonts take longer than ``timeoutMs``.
 # A few JavaScript lines run past 120 characters (the noqa at its end): the text goes verbatim into
 # every saved page, so rewrapping it would change the pages' bytes.
 CHECK_JS = r"""
