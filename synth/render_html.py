@@ -149,8 +149,10 @@ FLOW_JS = r"""
   const fits = (col, el) => {
     if (col.scrollHeight > col.clientHeight + 1 || col.scrollWidth > col.clientWidth + 1) return false;
     if (el.classList.contains("math-display") && el.scrollWidth > el.clientWidth + 1) return false;
+    // Stricter than the final check (1.5 px): scrollHeight is rounded, boxes are not.
     const r = el.getBoundingClientRect(), C = col.getBoundingClientRect();
-    return r.right <= C.right + 1.5 && r.bottom <= C.bottom + 1.5;
+    const end = col.lastElementChild.getBoundingClientRect();  // a footnote below el, if any
+    return r.right <= C.right + 1 && r.bottom <= C.bottom + 1 && end.bottom <= C.bottom + 1;
   };
   const place = (col, el) => {  // true when el now sits in col
     put(col, el);

@@ -5,8 +5,12 @@ Also the density minimums of the formula and table suites, and determinism."""
 
 from __future__ import annotations
 
-import pytest
+import io
 
+import pytest
+from PIL import Image
+
+from schemas.browser import new_offline_page, shared_browser
 from schemas.deadletter import RecordError
 from schemas.unit_tests import unit_test_to_json
 from synth.blocks import Figure, Formula, Furniture, Heading, PageSpec, Paragraph, PlacedBlock, Table
@@ -14,7 +18,7 @@ from synth.content import make_page_spec, without_optional
 from synth.formulas import CATEGORIES as FORMULA_CATEGORIES
 from synth.pages import page_spec, synthesize_page
 from synth.reference import reading_order, reference_markdown
-from synth.render_html import FILL_JS, HtmlRenderer, render_html
+from synth.render_html import FILL_JS, HtmlRenderer, katex_dist, render_html
 from synth.tables import CATEGORIES as TABLE_CATEGORIES
 
 LONG = "The committee reviewed the proposal and approved funding for the next phase of the survey work. " * 5
@@ -153,3 +157,24 @@ def test_same_seed_same_bytes_on_a_fresh_renderer(renderer: HtmlRenderer, tmp_pa
         cold = synthesize_page(page_spec("paper", "formula", 21, "det-paper"), fresh)
     assert cold.png == warm.png and cold.html == warm.html and cold.reference == warm.reference
     assert [unit_test_to_json(t) for t in cold.tests] == [unit_test_to_json(t) for t in warm.tests]
+
+
+def test_saved_html_of_a_filled_page_is_that_page(renderer: HtmlRenderer, tmp_path) -> None:
+    """The saved HTML (the kept blocks only), loaded on its own, passes its checks and looks like the PNG."""
+    spec = page_spec("newspaper", "formula", 6, "fill-standalone")
+    rendered = renderer.render(spec)
+    assert rendered.spec is not None
+    path = tmp_path / "page.html"
+    path.write_text(rendered.html, encoding="utf-8")
+    size = (spec.width_px, spec.height_px)
+    page = new_offline_page(shared_browser(), [katex_dist(), tmp_path], viewport=size)
+    try:
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_function("window.pmReport !== null", timeout=15_000)
+        report = page.evaluate("window.pmReport")
+        assert report["errors"] == [] and report["nproblems"] == 0 and report["flow"] is None, report
+        shot = page.screenshot(clip={"x": 0, "y": 0, "width": size[0], "height": size[1]}, type="png")
+    finally:
+        page.context.close()
+    standalone = Image.open(io.BytesIO(shot)).convert("RGB")
+    assert standalone.tobytes() == Image.open(io.BytesIO(rendered.png)).convert("RGB").tobytes()
