@@ -437,9 +437,12 @@ def _report(d: _Draft) -> None:
 
 
 def _slides(d: _Draft) -> None:
-    d.add(d.src.list_block(ordered=False, n=3), True)
+    # On a formula or table slide the structure is the point: the bullets and text give way to it
+    # (a 16:9 slide holds little more than the title and one table).
+    text_required = d.suite == "layout"
+    d.add(d.src.list_block(ordered=False, n=3), text_required)
     d.add(d.src.heading(2), False)
-    d.para(fact=False, bold=True)
+    d.add(d.src.paragraph(fact=False, bold=True)[0], text_required)
 
 
 def _blog(d: _Draft) -> None:
@@ -542,12 +545,12 @@ def _suite_blocks(d: _Draft, layout: str) -> list[tuple[Block, bool]]:
     """
     rng = d.rng
     extra: list[tuple[Block, bool]] = []
-    narrow = d.columns > 1 or layout in ("slides", "infographic")
+    required = 1 if layout == "slides" else 2 if d.columns > 1 or layout == "infographic" else 3
     if d.suite == "formula":
         p, _ = d.src.paragraph(inline_math=True, fact=False)
         extra.append((p, True))
         for k in range(len(d.formula_cats)):
-            extra.append((d.formula(), k < (2 if narrow else 3)))
+            extra.append((d.formula(), k < required))
         p, _ = d.src.paragraph(inline_math=True, fact=False)
         extra.append((p, False))
     elif d.suite == "table":
@@ -696,6 +699,22 @@ def without_optional(spec: PageSpec) -> PageSpec:
         return spec
     body = [(pb.block, True) for pb in spec.blocks if not pb.optional]
     return replace(spec, blocks=tuple(_place(body, spec.columns)))
+
+
+def sources_shown(spec: PageSpec) -> tuple[str, ...]:
+    """``spec.sources`` less the snippets none of whose text or title is on the page (a filled page
+    leaves filler out; its provenance names only what it shows)."""
+    parts: list[str] = []
+    for pb in spec.blocks:
+        b = pb.block
+        if isinstance(b, ListBlock):
+            parts.extend(b.items)
+        elif isinstance(b, (Paragraph, Heading)):
+            parts.append(b.text)
+    shown = re.sub(r"\*\*|\[\^[^\]\s]+\]", "", "\n".join(parts))  # bold marks and footnote markers
+    snippets = {f"{s.title} ({s.license}, {s.source})": s for s in load_snippets(spec.language)}
+    return tuple(label for label in spec.sources if label not in snippets or snippets[label].title in shown
+                 or any(sentence in shown for sentence in _sentences(snippets[label].text)))
 
 
 def _weight(block: Block) -> int:

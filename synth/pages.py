@@ -8,7 +8,7 @@ The reference Markdown and the tests come from ``synth.reference.reference_markd
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
@@ -17,7 +17,7 @@ from schemas.unit_tests import UnitTest, unit_test_to_json
 from synth.blocks import (
     PageSpec,
 )
-from synth.content import make_page_spec, without_optional
+from synth.content import make_page_spec, sources_shown, without_optional
 from synth.reference import reading_order, reference_markdown
 from synth.tests_from_blocks import unit_tests_for_page
 
@@ -58,6 +58,7 @@ def synthesize_page(spec: PageSpec, renderer: Renderer) -> SynthPage:
         spec = without_optional(spec)
     rendered = renderer.render(spec)
     shown = getattr(rendered, "spec", None) or spec
+    shown = replace(shown, sources=sources_shown(shown))
     order = reading_order(shown)  # once per page: the reference and the tests both walk it
     reference = reference_markdown(shown, order)
     kept, dropped = unit_tests_for_page(shown, reference, pdf_name(shown), page=1, order=order)
@@ -92,7 +93,8 @@ def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
         provenance=[ProvenanceStep(stage=f"synth:{page.renderer}", version=VERSION, params_hash=params_hash(params))],
         split="train",
         text_layer=None,
-        metadata={"layout": spec.layout, "suite": spec.suite, "seed": spec.seed, "sources": list(spec.sources)},
+        metadata={"layout": spec.layout, "suite": spec.suite, "seed": spec.seed,
+                  "sources": list((page.spec or spec).sources)},
     )
 
 

@@ -89,6 +89,7 @@ def test_page_is_filled_from_what_fits(renderer: HtmlRenderer, layout: str, suit
     assert page.reference == reference_markdown(shown)
     assert page.html == render_html(shown)
     assert page.tests and all(t.check(page.reference)[0] for t in page.tests)
+    assert shown.sources and set(shown.sources) <= set(spec.sources)  # provenance of what is shown
     # Drawing the spec of what the page shows gives the same page, with nothing left to trim.
     again = renderer.render(shown)
     assert again.spec is None and again.png == page.png
