@@ -1,20 +1,31 @@
-"""Benchmark of JinaOCRSynth HTML pages: ``python benchmarks/synth.py [--pages 48] [--fresh 6]``.
+"""Benchmark of JinaOCRSynth HTML pages: ``python benchmarks/synth.py [--pages 48] [--fresh 6] [--seed 0]
+[--language en|zh|mixed]``.
 
-Reports pages per second per worker for HTML pages with tests (spec -> HTML -> Chromium PNG ->
-reference -> verified tests, one worker process with one shared browser; target >= 8), the
-speed-up over launching one browser per page, the share of formula-suite pages with >= 1 ``math``
-test and of table-suite pages with >= 1 ``table`` test, and tests per page by type.
+Reports, for HTML pages with tests (spec -> HTML -> Chromium PNG -> reference -> verified tests, one
+worker process with one shared browser):
+
+* pages per second per worker (target >= 8) and the CPU seconds per page of this process plus its
+  Chromium (what a core pays, whatever the machine's load), and the speed-up over launching one
+  browser per page;
+* the filled share of the text area (median and p10), measured from the DOM boxes of the rendered
+  page: per column, the bottom of its last block over the column's height, averaged over columns;
+* rejections by reason; tests per page by suite and type; formulas (math tests) per formula-suite
+  page and tables (and their cells) per table-suite page, with the shares meeting the density goals
+  (>= 8 formulas; >= 2 tables or one of >= 30 cells).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
+
+import psutil
 
 # Run as a script, this file's folder comes first on sys.path and its name would shadow the package.
 sys.path[0] = str(Path(__file__).resolve().parents[1])
@@ -22,9 +33,30 @@ sys.path[0] = str(Path(__file__).resolve().parents[1])
 # The repo's packages import only after the sys.path fix above (hence E402).
 from schemas.browser import launch_chromium, shared_browser  # noqa: E402
 from schemas.deadletter import RecordError  # noqa: E402
+from synth.blocks import Formula, Table  # noqa: E402
 from synth.pages import page_spec, synthesize_page  # noqa: E402
-from synth.plan import plan  # noqa: E402
-from synth.render_html import HtmlRenderer  # noqa: E402
+from synth.plan import page_language, plan  # noqa: E402
+from synth.reference import reading_order  # noqa: E402
+from synth.render_html import FILL_JS, HtmlRenderer  # noqa: E402
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and all its descendants (Playwright's driver, Chromium)."""
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def main() -> None:
@@ -32,10 +64,11 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=48)
     ap.add_argument("--fresh", type=int, default=6, help="pages rendered with one browser launch each")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--language", choices=("en", "zh", "mixed"), default="en")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="synth-bench-"))
-    jobs = plan(args.pages, args.seed, "all")
-    specs = [page_spec(*job) for job in jobs]
+    jobs = plan(args.pages, args.seed, "all", args.language)
+    specs = [page_spec(*job, page_language(i, args.language)) for i, job in enumerate(jobs)]
     # One Playwright driver per thread at a time: the per-page launches run before the shared browser.
     t0 = time.perf_counter()
     for spec in specs[: args.fresh]:
@@ -46,12 +79,21 @@ def main() -> None:
                 pass
     fresh_s = time.perf_counter() - t0
     shared_browser()  # launch outside the timed loop: one launch per worker process
-    types: Counter[str] = Counter()
-    has = {"formula": [0, 0], "table": [0, 0]}
+    types: dict[str, Counter[str]] = defaultdict(Counter)
+    suite_pages: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
+    fills: list[float] = []
+    fills_by_layout: dict[str, list[float]] = defaultdict(list)
+    formulas: list[int] = []
+    dense_table_pages = [0, 0]
+    tables_per_page: list[int] = []
+    formula_cats: list[int] = []  # display-formula categories per formula-suite page
+    table_cats: Counter[str] = Counter()  # tables by category over the table-suite pages
+    layout_structure = [0, 0]  # layout-suite pages with a table or a formula
     with HtmlRenderer(work) as r:
         synthesize_page(specs[0], r)  # warm-up: page, KaTeX fonts
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_seconds()
+        measure_s = 0.0
         kept = 0
         for spec in specs:
             try:
@@ -59,23 +101,59 @@ def main() -> None:
             except RecordError as exc:
                 rejected[exc.reason] += 1
                 continue
+            m0 = time.perf_counter()
+            fill = r._page.evaluate(FILL_JS)  # the page the renderer just drew is still in the DOM
+            measure_s += time.perf_counter() - m0
             kept += 1
+            fills.append(fill)
+            fills_by_layout[spec.layout].append(fill)
             kinds = Counter(t.type for t in page.tests)
-            types.update(kinds)
-            if spec.suite in has:
-                has[spec.suite][1] += 1
-                has[spec.suite][0] += kinds["math" if spec.suite == "formula" else "table"] > 0
-        shared_s = time.perf_counter() - t0
+            types[spec.suite].update(kinds)
+            suite_pages[spec.suite] += 1
+            final = getattr(page, "spec", None) or spec
+            blocks = reading_order(final)
+            if spec.suite == "formula":
+                formulas.append(kinds["math"])
+                formula_cats.append(len({b.category for b in blocks if isinstance(b, Formula)}))
+            elif spec.suite == "layout":
+                layout_structure[0] += any(isinstance(b, (Formula, Table)) for b in blocks)
+                layout_structure[1] += 1
+            if spec.suite == "table":
+                tables = [b for b in blocks if isinstance(b, Table)]
+                table_cats.update(t.category for t in tables)
+                tables_per_page.append(len(tables))
+                cells = max((sum(len(row) for row in t.rows) for t in tables), default=0)
+                dense_table_pages[0] += len(tables) >= 2 or cells >= 30
+                dense_table_pages[1] += 1
+        shared_s = time.perf_counter() - t0 - measure_s
+        cpu_s = _cpu_seconds() - c0
     shared_rate = len(specs) / shared_s
     fresh_rate = args.fresh / fresh_s
     result = {
         "pages": len(specs), "kept": kept, "rejected": dict(rejected),
+        "load_average_1m": round(psutil.getloadavg()[0], 2), "cpus": psutil.cpu_count(),
         "pages_per_s_per_worker_shared_browser": round(shared_rate, 2),
+        "cpu_s_per_page_incl_chromium": round(cpu_s / len(specs), 3),
+        "pages_per_cpu_s": round(len(specs) / cpu_s, 2),
         "pages_per_s_browser_per_page": round(fresh_rate, 2),
         "speedup_shared_vs_per_page": round(shared_rate / fresh_rate, 1),
-        "formula_pages_with_math_test": f"{has['formula'][0]}/{has['formula'][1]}",
-        "table_pages_with_table_test": f"{has['table'][0]}/{has['table'][1]}",
-        "tests_per_page_by_type": {k: round(v / max(kept, 1), 2) for k, v in sorted(types.items())},
+        "filled_share_median": round(statistics.median(fills), 3) if fills else None,
+        "filled_share_p10": round(_quantile(fills, 0.1), 3),
+        "filled_share_median_by_layout": {
+            k: round(statistics.median(v), 3) for k, v in sorted(fills_by_layout.items())},
+        "math_tests_per_formula_page": {"min": min(formulas, default=0), "median": statistics.median(formulas or [0]),
+                                        "pages_ge_8": f"{sum(f >= 8 for f in formulas)}/{len(formulas)}",
+                                        "pages_with_all_5_categories": f"{sum(c >= 5 for c in formula_cats)}/"
+                                                                       f"{len(formula_cats)}"},
+        "tables_per_table_page": {"min": min(tables_per_page, default=0),
+                                  "median": statistics.median(tables_per_page or [0]),
+                                  "pages_ge_2_or_ge_30_cells": f"{dense_table_pages[0]}/{dense_table_pages[1]}",
+                                  "tables_by_category": dict(sorted(table_cats.items()))},
+        "layout_pages_with_table_or_formula": f"{layout_structure[0]}/{layout_structure[1]}",
+        "tests_per_page_by_suite_and_type": {
+            s: {k: round(v / suite_pages[s], 2) for k, v in sorted(c.items())} | {
+                "total": round(sum(c.values()) / suite_pages[s], 2)}
+            for s, c in sorted(types.items())},
     }
     print(json.dumps(result, indent=2))
 

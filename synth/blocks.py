@@ -65,6 +65,7 @@ class Figure:
     caption: str
     kind: str = "placeholder"  # placeholder | chart
     image_png: bytes | None = None  # a rendered chart, embedded as a data URI by the HTML renderer
+    width_pct: int = 100  # drawn at this share of the column width (a figure shrunk to fit the page)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class Furniture:
 class PlacedBlock:
     block: Block
     column: int = 0
+    # Filler the renderer may leave out (or move to another column) to fill the page without
+    # overflowing it; the spec a renderer returns has only the blocks it kept, none optional.
+    optional: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ numbers and dates. ``make_page_spec(layout, suite, seed, id)`` fills one page:
 
 * layout kinds: ``LAYOUTS`` (report, slides, blog, infographic, newspaper (2-3 columns), form,
   invoice, paper (2 columns));
-* suites: ``layout`` (mixed blocks), ``formula`` (>= 2 display formulas from ``synth.formulas``
-  plus inline math), ``table`` (>= 1 table from ``synth.tables``);
+* suites: ``layout`` (mixed blocks and one table or formula where it fits), ``formula`` (one
+  display formula per ``synth.formulas`` category plus inline math, then more), ``table`` (two
+  tables of different ``synth.tables`` categories, then more), categories round-robin per page;
 * page furniture (running header, footer, page number), never part of the reference.
 
 Conventions the renderers rely on (paragraph, list-item and footnote text):
@@ -17,8 +18,12 @@ Conventions the renderers rely on (paragraph, list-item and footnote text):
   the matching ``Footnote(marker=m)`` block is its note (draw it at the foot of the column/page).
 
 Blocks are in reading order, column by column (``PlacedBlock.column`` never decreases), so
-``synth.reference`` can emit them as they come. The amount of content is modest so that a page
-fits; ``max_blocks`` caps the body and ``density`` (0.5-1.5) scales optional text.
+``synth.reference`` can emit them as they come. Past the required blocks (which always fit) comes
+optional filler (``PlacedBlock.optional``), about 1.3x what the page holds (``_BUDGET``): the HTML
+renderer keeps what fits and returns the spec of the page it drew; ``without_optional`` gives the
+required blocks alone (for a renderer that does not fill). Once the snippets run out, paragraphs are
+generated fact sentences rather than repeats. ``max_blocks`` caps the body, ``density`` (0.5-1.5)
+scales optional text, ``fill=False`` leaves the filler out.
 
 ``language="zh"`` gives a Simplified Chinese page: paragraphs from ``synth/data/snippets_zh.json``
 (CC0, written for pagemill), Chinese names, organisations, headings, captions, furniture and dates
@@ -32,7 +37,7 @@ import json
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -52,7 +57,9 @@ from synth.blocks import (
     Table,
 )
 from synth.charts import chart_png
+from synth.formulas import CATEGORIES as FORMULA_CATEGORIES
 from synth.formulas import generate_formula, inline_formula
+from synth.tables import CATEGORIES as TABLE_CATEGORIES
 from synth.tables import generate_table
 
 LANGUAGES: tuple[str, ...] = ("en", "zh")
@@ -158,9 +165,15 @@ class ContentSource:
         self.used.append(s)
         return s
 
+    @property
+    def exhausted(self) -> bool:
+        """Every snippet is on the page already: new text is generated (facts) rather than repeated."""
+        return len(self.used) >= len(self._pool)
+
     def heading(self, level: int = 2, text: str | None = None) -> Heading:
         if text is None:
-            if self.rng.random() < 0.5:
+            # Nothing used yet: the next snippet is the one the page's title names.
+            if self.rng.random() < 0.5 or self.exhausted or not self.used:
                 text = self.rng.choice(_ZH_HEADINGS if self.zh else _SECTION_HEADINGS)
             else:
                 text = self._pool[len(self.used) % len(self._pool)].title
@@ -168,10 +181,12 @@ class ContentSource:
 
     def paragraph(self, *, bold: bool = False, inline_math: bool = False, fact: bool | None = None,
                   footnote: bool = False) -> tuple[Paragraph, Footnote | None]:
-        s = self.snippet()
-        sentences = _sentences(s.text)
-        keep = max(1, round(len(sentences) * min(1.0, self.density)))
-        sentences = sentences[:keep]
+        if self.exhausted:  # a page longer than the snippet pool: generated sentences, no repeats
+            sentences = [fact_sentence(self.rng, self.language) for _ in range(self.rng.randint(2, 3))]
+        else:
+            sentences = _sentences(self.snippet().text)
+            keep = max(1, round(len(sentences) * min(1.0, self.density)))
+            sentences = sentences[:keep]
         if bold:
             sentences[0] = (_embolden_zh if self.zh else _embolden)(self.rng, sentences[0])
         note: Footnote | None = None
@@ -210,7 +225,7 @@ class ContentSource:
         items = []
         for _ in range(n):
             kind = self.rng.random()
-            if kind < 0.4:
+            if kind < 0.4 and not self.exhausted:
                 items.append(_sentences(self.snippet().text)[0])
             elif self.zh and kind < 0.7:
                 items.append(f"{self.rng.choice(_ZH_HEADINGS)}：{date_text(self.rng, 'zh')}"
@@ -360,6 +375,10 @@ class _Draft:
     columns: int
     body: list[tuple[Block, bool]]
     notes: list[Footnote] = field(default_factory=list)
+    formula_cats: list[str] = field(default_factory=lambda: list(FORMULA_CATEGORIES))  # round-robin order
+    table_cats: list[str] = field(default_factory=lambda: list(TABLE_CATEGORIES))
+    flags: set[str] = field(default_factory=set)  # "figure": the filler has added its one figure
+    drawn: dict[str, int] = field(default_factory=dict)  # formulas/tables drawn so far
 
     @property
     def zh(self) -> bool:
@@ -373,6 +392,22 @@ class _Draft:
     def max_cols(self) -> int:
         """The widest table that fits a column."""
         return 4 if self.columns > 1 else 7
+
+    @property
+    def has_filler_figure(self) -> bool:
+        return "figure" in self.flags
+
+    def formula(self) -> Formula:
+        """The next display formula, categories round-robin in the page's order."""
+        k = self.drawn.get("formula", 0)
+        self.drawn["formula"] = k + 1
+        return generate_formula(self.rng, self.formula_cats[k % len(self.formula_cats)])
+
+    def table(self) -> Table:
+        """The next table, categories round-robin in the page's order (narrow in columns)."""
+        k = self.drawn.get("table", 0)
+        self.drawn["table"] = k + 1
+        return generate_table(self.rng, self.table_cats[k % len(self.table_cats)], max_cols=self.max_cols)
 
     def name(self) -> str:
         return person_name(self.rng, self.language)
@@ -402,9 +437,12 @@ def _report(d: _Draft) -> None:
 
 
 def _slides(d: _Draft) -> None:
-    d.add(d.src.list_block(ordered=False, n=3), True)
+    # On a formula or table slide the structure is the point: the bullets and text give way to it
+    # (a 16:9 slide holds little more than the title and one table).
+    text_required = d.suite == "layout"
+    d.add(d.src.list_block(ordered=False, n=3), text_required)
     d.add(d.src.heading(2), False)
-    d.para(fact=False, bold=True)
+    d.add(d.src.paragraph(fact=False, bold=True)[0], text_required)
 
 
 def _blog(d: _Draft) -> None:
@@ -489,35 +527,140 @@ LAYOUT_BUILDERS: dict[str, Callable[[_Draft], None]] = {
 }
 
 
+def _cycle(rng: random.Random, categories: tuple[str, ...]) -> list[str]:
+    """The categories in a seeded order (a page draws them round-robin, so each appears once before
+    any repeats)."""
+    cats = list(categories)
+    rng.shuffle(cats)
+    return cats
+
+
 def _suite_blocks(d: _Draft, layout: str) -> list[tuple[Block, bool]]:
-    """The suite's structure (formulas, tables), inserted after the page's opening blocks."""
+    """The suite's structure (formulas, tables), inserted after the page's opening blocks; the
+    required part must fit every layout, the optional part is kept where there is room.
+
+    Formula suite: a paragraph with two inline formulas and one display formula per category (five),
+    then another inline paragraph: >= 8 formulas where the page has room, of every category. Table
+    suite: two tables of different categories. Layout suite: one table or formula, kept where it fits.
+    """
     rng = d.rng
     extra: list[tuple[Block, bool]] = []
+    required = 1 if layout == "slides" else 2 if d.columns > 1 or layout == "infographic" else 3
     if d.suite == "formula":
         p, _ = d.src.paragraph(inline_math=True, fact=False)
         extra.append((p, True))
-        for _ in range(rng.choice([2, 2, 3])):
-            extra.append((generate_formula(rng), True))
+        for k in range(len(d.formula_cats)):
+            extra.append((d.formula(), k < required))
+        p, _ = d.src.paragraph(inline_math=True, fact=False)
+        extra.append((p, False))
     elif d.suite == "table":
-        for _ in range(1 if layout in ("slides", "infographic") or d.columns > 1 else rng.choice([1, 1, 2])):
-            extra.append((generate_table(rng, max_cols=d.max_cols), True))
-    elif rng.random() < 0.3:
-        extra.append((generate_formula(rng) if rng.random() < 0.5 else generate_table(rng, max_cols=d.max_cols), False))
+        for k in range(2):
+            extra.append((d.table(), k == 0))
+    elif rng.random() < 0.5:
+        extra.append((d.formula(), False))
+    else:
+        extra.append((d.table(), False))
     return extra
 
 
-def _cut_optional(body: list[tuple[Block, bool]], max_blocks: int | None) -> list[Block]:
-    """The body's blocks, optional ones dropped from the end until at most ``max_blocks`` remain."""
+# How much a page's body is filled up to, in estimated room (``_cost``): about 1.3x what the layout
+# holds (measured: the mean the HTML renderer kept, ``benchmarks/synth.py``), so that the renderer
+# can fill the page and trim what does not fit without typesetting much it throws away.
+_BUDGET = {"report": 5600, "paper": 12000, "newspaper": 14000, "invoice": 6400, "form": 6400,
+           "slides": 3300, "blog": 5200, "infographic": 4800}
+# Form fields the filler adds: (English label, Chinese label, kind of value).
+_FORM_FIELDS = (("Telephone", "电话", "phone"), ("Email", "电子邮箱", "email"), ("Supervisor", "负责人", "name"),
+                ("Start date", "开始日期", "date"), ("End date", "结束日期", "date"),
+                ("Budget code", "预算代码", "code"), ("Department", "部门", "org"), ("Witness", "见证人", "name"))
+
+
+def _field_value(d: _Draft, kind: str) -> str:
+    rng = d.rng
+    if kind == "phone":
+        return f"+{rng.randint(30, 49)} {rng.randint(100, 999)} {rng.randint(1000, 9999)} {rng.randint(100, 999)}"
+    if kind == "email":
+        return f"{rng.choice(_LAST).lower()}{rng.randint(1, 99)}@example.org"
+    if kind == "name":
+        return d.name()
+    if kind == "date":
+        return d.date()
+    if kind == "code":
+        return f"{rng.choice('ABCDEFGH')}{rng.choice('KLMNPR')}-{rng.randint(1000, 9999)}"
+    return rng.choice(d.orgs)
+
+
+def _fill_section(d: _Draft, layout: str, k: int) -> list[Block]:
+    """One section of filler for ``layout`` (text in the layout's manner) plus the suite's structure."""
+    rng, src = d.rng, d.src
+    out: list[Block] = []
+    if layout == "paper" and rng.random() < 0.35:
+        out.append(Heading(f"{k + 2} {rng.choice(_ZH_HEADINGS if d.zh else _SECTION_HEADINGS)}", level=2))
+    elif layout in ("report", "blog", "invoice", "form") and rng.random() < 0.35:
+        out.append(src.heading(2 if layout != "form" else 3))
+    elif layout in ("slides", "infographic") and rng.random() < 0.6:
+        out.append(src.heading(2 if layout == "slides" else 3))
+    elif layout == "newspaper" and rng.random() < 0.2:
+        out.append(src.heading(3))
+    if d.suite == "formula":
+        out.append(src.paragraph(inline_math=rng.random() < 0.6, fact=False)[0])
+        out.append(d.formula())
+        return out
+    if d.suite == "table":
+        out.append(src.paragraph()[0])
+        out.append(d.table())
+        return out
+    if layout == "slides":
+        out.append(src.list_block(ordered=False, n=rng.randint(2, 3)))
+    elif layout == "form":
+        fields = rng.sample(_FORM_FIELDS, 3)
+        out.append(ListBlock(items=tuple(f"{zh}：{_field_value(d, kind)}" if d.zh else f"{en}: {_field_value(d, kind)}"
+                                         for en, zh, kind in fields), ordered=False))
+        out.append(src.paragraph(fact=False)[0])
+    elif layout == "infographic":
+        out.append(src.list_block(ordered=rng.random() < 0.3, n=rng.randint(2, 3)) if rng.random() < 0.5
+                   else src.paragraph(fact=True)[0])
+    else:
+        out.append(src.paragraph()[0])
+        roll = rng.random()
+        if roll < 0.2 and layout != "newspaper":
+            out.append(src.list_block())
+        elif roll < 0.3 and layout == "invoice":
+            out.append(generate_table(rng, "borderless", max_cols=d.max_cols))
+        elif roll < 0.36 and not d.has_filler_figure:
+            out.append(src.figure(2))
+            d.flags.add("figure")
+    return out
+
+
+def _fill(d: _Draft, layout: str) -> None:
+    """Optional filler after the layout's blocks, up to about 1.3x the room the layout has (``_BUDGET``)."""
+    budget = _BUDGET[layout]
+    total = sum(_cost(b, d.zh) for b, _ in d.body)
+    k = 0
+    while total < budget:
+        for block in _fill_section(d, layout, k):
+            d.add(block, False)
+            total += _cost(block, d.zh)
+        k += 1
+
+
+def _cut_optional(body: list[tuple[Block, bool]], max_blocks: int | None) -> list[tuple[Block, bool]]:
+    """The body, optional blocks dropped from the end until at most ``max_blocks`` remain."""
     if max_blocks is not None:
         while len(body) > max_blocks and any(not req for _, req in body):
             del body[max(i for i, (_, req) in enumerate(body) if not req)]
-    return [b for b, _ in body]
+    return body
 
 
 def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
-                   density: float = 1.0, max_blocks: int | None = None, language: str = "en") -> PageSpec:
+                   density: float = 1.0, max_blocks: int | None = None, language: str = "en",
+                   fill: bool = True) -> PageSpec:
     """One page of ``layout`` for ``suite`` in ``language`` (en | zh); the same arguments always give
-    an identical spec."""
+    an identical spec.
+
+    With ``fill`` the body continues with optional filler (``PlacedBlock.optional``) past what the
+    page holds; a filling renderer (``synth.render_html``) keeps what fits and returns that spec.
+    """
     if language not in LANGUAGES:
         raise ValueError(f"unknown language {language!r}; expected one of {list(LANGUAGES)}")
     zh = language == "zh"
@@ -532,19 +675,46 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
     columns = {"newspaper": rng.choice([2, 3]), "paper": 2}.get(layout, 1)
     furniture = _furniture_zh(rng, layout, org) if zh else _furniture(rng, layout, org)
     title = _title_zh(rng, layout, src) if zh else _title(rng, layout, src, org)
-    draft = _Draft(rng, src, language, suite, columns, body=[(Heading(title, level=1), True)])
+    draft = _Draft(rng, src, language, suite, columns, body=[(Heading(title, level=1), True)],
+                   formula_cats=_cycle(rng, FORMULA_CATEGORIES), table_cats=_cycle(rng, TABLE_CATEGORIES))
     LAYOUT_BUILDERS[layout](draft)
     at = min(len(draft.body), 3)
     draft.body[at:at] = _suite_blocks(draft, layout)
-    blocks = _cut_optional(draft.body, max_blocks)
-    # Keep only the notes whose marker survived (paragraphs are required, so all do today).
-    blocks.extend(draft.notes)
+    if fill:
+        _fill(draft, layout)
+    body = _cut_optional(draft.body, max_blocks)
+    # Footnote markers sit in required paragraphs only, so every note's marker is on the page.
     return PageSpec(
         id=id or f"synth-{layout}-{suite}-{seed}",
         layout=layout, suite=suite, language=language, columns=columns,
-        furniture=furniture, blocks=tuple(_place(blocks, columns)), license="cc0-1.0", seed=seed,
-        sources=src.sources(),
+        furniture=furniture, blocks=tuple(_place(body + [(n, True) for n in draft.notes], columns)),
+        license="cc0-1.0", seed=seed, sources=src.sources(),
     )
+
+
+def without_optional(spec: PageSpec) -> PageSpec:
+    """``spec`` with its optional blocks left out and the rest placed again (for a renderer that does
+    not fill pages itself)."""
+    if not any(pb.optional for pb in spec.blocks):
+        return spec
+    body = [(pb.block, True) for pb in spec.blocks if not pb.optional]
+    return replace(spec, blocks=tuple(_place(body, spec.columns)))
+
+
+def sources_shown(spec: PageSpec) -> tuple[str, ...]:
+    """``spec.sources`` less the snippets none of whose text or title is on the page (a filled page
+    leaves filler out; its provenance names only what it shows)."""
+    parts: list[str] = []
+    for pb in spec.blocks:
+        b = pb.block
+        if isinstance(b, ListBlock):
+            parts.extend(b.items)
+        elif isinstance(b, (Paragraph, Heading)):
+            parts.append(b.text)
+    shown = re.sub(r"\*\*|\[\^[^\]\s]+\]", "", "\n".join(parts))  # bold marks and footnote markers
+    snippets = {f"{s.title} ({s.license}, {s.source})": s for s in load_snippets(spec.language)}
+    return tuple(label for label in spec.sources if label not in snippets or snippets[label].title in shown
+                 or any(sentence in shown for sentence in _sentences(snippets[label].text)))
 
 
 def _weight(block: Block) -> int:
@@ -563,19 +733,32 @@ def _weight(block: Block) -> int:
     return len(getattr(block, "text", "")) + 20
 
 
-def _place(blocks: list[Block], columns: int) -> list[PlacedBlock]:
-    """Split the reading order into ``columns`` runs of about equal weight (footnotes go last)."""
+def _cost(block: Block, zh: bool) -> int:
+    """About how much room a block takes, in characters of body text (for the filler's budget)."""
+    if isinstance(block, Figure):
+        return 1500
+    if isinstance(block, Formula):
+        return 250
+    if isinstance(block, Table):
+        return 110 * len(block.rows)
+    return _weight(block) * (2 if zh and not isinstance(block, Heading) else 1)
+
+
+def _place(body: list[tuple[Block, bool]], columns: int) -> list[PlacedBlock]:
+    """Split the reading order into ``columns`` runs of about equal weight (footnotes go last); a
+    block's flag says whether it is required."""
     if columns <= 1:
-        return [PlacedBlock(b, 0) for b in blocks]
-    body = [b for b in blocks if not isinstance(b, Footnote)]
-    notes = [b for b in blocks if isinstance(b, Footnote)]
-    total = sum(_weight(b) for b in body) or 1
-    placed, acc = [], 0
-    for b in body:
+        return [PlacedBlock(b, 0, not req) for b, req in body]
+    main = [(b, req) for b, req in body if not isinstance(b, Footnote)]
+    notes = [b for b, _ in body if isinstance(b, Footnote)]
+    total = sum(_weight(b) for b, _ in main) or 1
+    placed: list[PlacedBlock] = []
+    acc = 0
+    for b, req in main:
         col = min(columns - 1, int(columns * (acc + _weight(b) / 2) / total))
         if placed:
             col = max(col, placed[-1].column)
-        placed.append(PlacedBlock(b, col))
+        placed.append(PlacedBlock(b, col, not req))
         acc += _weight(b)
     last = placed[-1].column if placed else 0
     placed.extend(PlacedBlock(n, last) for n in notes)

@@ -8,7 +8,7 @@ The reference Markdown and the tests come from ``synth.reference.reference_markd
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
@@ -17,7 +17,7 @@ from schemas.unit_tests import UnitTest, unit_test_to_json
 from synth.blocks import (
     PageSpec,
 )
-from synth.content import make_page_spec
+from synth.content import make_page_spec, sources_shown, without_optional
 from synth.reference import reading_order, reference_markdown
 from synth.tests_from_blocks import unit_tests_for_page
 
@@ -40,6 +40,7 @@ class SynthPage:
     width: int = 0
     height: int = 0
     renderer: str = "html"
+    spec: PageSpec | None = None  # the blocks on the page (after filling and trimming)
 
 
 def pdf_name(spec: PageSpec) -> str:
@@ -48,13 +49,21 @@ def pdf_name(spec: PageSpec) -> str:
 
 
 def synthesize_page(spec: PageSpec, renderer: Renderer) -> SynthPage:
-    """Render ``spec`` and derive its reference and tests (raises ``RecordError`` on a rejected page)."""
+    """Render ``spec`` and derive its reference and tests (raises ``RecordError`` on a rejected page).
+
+    A renderer that fills pages (``fills_pages``, the HTML one) gets the spec with its optional
+    filler and returns the spec of what it kept (``RenderedPage.spec``); any other gets the spec
+    without it. The reference and the tests come from the blocks actually on the page."""
+    if not getattr(renderer, "fills_pages", False):
+        spec = without_optional(spec)
     rendered = renderer.render(spec)
-    order = reading_order(spec)  # once per page: the reference and the tests both walk it
-    reference = reference_markdown(spec, order)
-    kept, dropped = unit_tests_for_page(spec, reference, pdf_name(spec), page=1, order=order)
+    shown = getattr(rendered, "spec", None) or spec
+    shown = replace(shown, sources=sources_shown(shown))
+    order = reading_order(shown)  # once per page: the reference and the tests both walk it
+    reference = reference_markdown(shown, order)
+    kept, dropped = unit_tests_for_page(shown, reference, pdf_name(shown), page=1, order=order)
     return SynthPage(spec.id, rendered.png, rendered.html, reference, list(kept), dict(dropped),
-                     rendered.width, rendered.height)
+                     rendered.width, rendered.height, spec=shown)
 
 
 def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
@@ -84,7 +93,8 @@ def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
         provenance=[ProvenanceStep(stage=f"synth:{page.renderer}", version=VERSION, params_hash=params_hash(params))],
         split="train",
         text_layer=None,
-        metadata={"layout": spec.layout, "suite": spec.suite, "seed": spec.seed, "sources": list(spec.sources)},
+        metadata={"layout": spec.layout, "suite": spec.suite, "seed": spec.seed,
+                  "sources": list((page.spec or spec).sources)},
     )
 
 

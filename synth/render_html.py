@@ -8,8 +8,10 @@ into the shell, so no file is written and nothing is re-parsed per page. The onl
 may make are ``file://`` under that folder and KaTeX's ``dist`` (``schemas.browser.new_offline_page``
 aborts everything else). The viewport is the spec's page size; formulas are typeset in the page by
 ``katex.render`` (``throwOnError``); after images decode and fonts load (awaited only while some are
-loading), a geometry check in the page reports every element outside the page box or its column and
-every column that scrolls (content clipped by ``overflow: hidden``). The same check (``CHECK_JS``)
+loading), a spec with optional blocks is filled (``FLOW_JS``: what fits is kept, the rest left out,
+a figure may shrink; ``RenderedPage.spec`` is the spec of what the page shows), then a geometry
+check in the page reports every element outside the page box or its column and every column that
+scrolls (content clipped by ``overflow: hidden``). The same check (``CHECK_JS``)
 runs in the standalone document. Such pages raise ``RecordError("synth_overflow")``, KaTeX failures
 ``RecordError("synth_katex_error")``, and a page that does not finish within the timeout
 ``RecordError("synth_timeout")``. The page box is captured by CDP ``Page.captureScreenshot`` (PNG
@@ -27,7 +29,7 @@ import io
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -41,7 +43,7 @@ from schemas.browser import new_offline_page, shared_browser
 from schemas.deadletter import RecordError
 from schemas.images import ImageEncoding, encode_image
 from schemas.math_render import INSTALL_HINT, KATEX_DIR
-from synth.blocks import LAYOUTS, Figure, PageSpec, PlacedBlock
+from synth.blocks import LAYOUTS, Figure, Footnote, PageSpec, PlacedBlock
 
 VERSION = "1"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
@@ -49,22 +51,28 @@ DEFAULT_TIMEOUT_MS = 15_000
 
 # The in-page check, shared by the standalone document (``PAGE_SCRIPT``) and the renderer's reused
 # shell (``HtmlRenderer``): typeset every ``[data-tex]`` node with KaTeX, wait for images to decode
-# and for fonts (only while some are loading), then measure. Resolves to ``{errors, problems,
-# nproblems}``, or ``{timeout: true}`` when images or fonts take longer than ``timeoutMs``.
+# and for fonts (only while some are loading), fill the page when the renderer set ``window.pmFlow``
+# (it then typesets each block as it tries it), then measure. Resolves to ``{errors, problems,
+# nproblems, flow}``, or ``{timeout: true}`` when images or fonts take longer than ``timeoutMs``.
 # A few JavaScript lines run past 120 characters (the noqa at its end): the text goes verbatim into
 # every saved page, so rewrapping it would change the pages' bytes.
 CHECK_JS = r"""
 async (timeoutMs) => {
-  const errors = [];
-  for (const el of document.querySelectorAll("[data-tex]")) {
-    try {
-      katex.render(el.dataset.tex, el, {
-        displayMode: el.classList.contains("math-display"), throwOnError: true, output: "html"});
-    } catch (e) {
-      errors.push(`${(e && e.name) || "Error"}: ${(e && e.message) || e} in ${el.dataset.tex}`);
+  const failed = new Map(), typeset = new WeakSet();
+  const tex = (root) => {  // typeset root's formulas (once each); FLOW_JS calls it per block it tries
+    for (const el of root.matches("[data-tex]") ? [root] : root.querySelectorAll("[data-tex]")) {
+      if (typeset.has(el)) continue;
+      typeset.add(el);
+      try {
+        katex.render(el.dataset.tex, el, {
+          displayMode: el.classList.contains("math-display"), throwOnError: true, output: "html"});
+      } catch (e) {
+        failed.set(el, `${(e && e.name) || "Error"}: ${(e && e.message) || e} in ${el.dataset.tex}`);
+      }
     }
-  }
+  };
   const page = document.getElementById("page");
+  if (!window.pmFlow) tex(page);
   page.getBoundingClientRect();  // style and layout now, so that every font the page uses starts loading
   const waits = [...document.images].map((img) => img.decode().catch(() => null));
   if (document.fonts.status !== "loaded") waits.push(document.fonts.ready);
@@ -73,8 +81,10 @@ async (timeoutMs) => {
     const late = new Promise((resolve) => { timer = setTimeout(() => resolve("timeout"), timeoutMs); });
     const done = await Promise.race([Promise.all(waits), late]);
     clearTimeout(timer);
-    if (done === "timeout") return {timeout: true, errors, problems: [], nproblems: 0};
+    if (done === "timeout") return {timeout: true, errors: [], problems: [], nproblems: 0};
   }
+  const flow = window.pmFlow ? window.pmFlow(tex) : null;  // the renderer's page filling (FLOW_JS), if any
+  const errors = [...failed].filter(([el]) => el.isConnected).map(([, e]) => e);
   const tol = 1.5;
   const problems = [];
   const name = (el) => el.localName + (el.className && typeof el.className === "string" ? "." + el.className.split(" ")[0] : "")
@@ -108,9 +118,114 @@ async (timeoutMs) => {
   for (const el of page.querySelectorAll(".math-display")) {
     if (el.scrollWidth > el.clientWidth + 1) problems.push(`formula clipped: ${el.dataset.tex.slice(0, 40)}`);
   }
-  return {errors, problems: problems.slice(0, 20), nproblems: problems.length};
+  return {errors, problems: problems.slice(0, 20), nproblems: problems.length, flow};
 }
 """  # noqa: E501
+
+# Fills the page from a body that holds more than fits (``PlacedBlock.optional`` filler): takes every
+# block element out of the columns (one element per block, in ``_columns`` order; ``optional[k]``
+# says whether element ``k`` may be left out), then puts them back in reading order, each in the
+# current column if it fits there (a figure that does not may shrink to 90..40 % of the column
+# width), else in the next column; a block that fits in no column is left out, a required one by
+# evicting optional blocks from the last column first. Before moving on from a column, the next
+# few optional paragraphs, lists and formulas are tried in its gap. Footnotes stay at the end of the
+# last column; optional headings left at the end of a column, or before another heading, are
+# removed. Returns what stayed: ``placed`` ([element index, column] in reading order), ``shrunk``
+# ([element index, width %]) and ``missing`` (required elements that fit nowhere).
+FLOW_JS = r"""
+(optional, tex) => {
+  const page = document.getElementById("page");
+  const cols = [...page.querySelectorAll("main > .col")];
+  const items = cols.flatMap((c) => [...c.children]);
+  if (items.length !== optional.length) return {error: `${items.length} elements for ${optional.length} blocks`};
+  const idx = new Map(items.map((el, i) => [el, i]));
+  const isNote = (el) => el.classList.contains("footnote");
+  const isHeading = (el) => /^h[1-6]$/.test(el.localName);
+  const notes = items.filter(isNote), body = items.filter((el) => !isNote(el));
+  for (const el of items) el.remove();
+  const n = cols.length, last = cols[n - 1];
+  for (const el of notes) last.appendChild(el);
+  const put = (col, el) => col.insertBefore(el, col === last && notes.length ? notes[0] : null);
+  const fits = (col, el) => {
+    if (col.scrollHeight > col.clientHeight + 1 || col.scrollWidth > col.clientWidth + 1) return false;
+    if (el.classList.contains("math-display") && el.scrollWidth > el.clientWidth + 1) return false;
+    // Stricter than the final check (1.5 px): scrollHeight is rounded, boxes are not.
+    const r = el.getBoundingClientRect(), C = col.getBoundingClientRect();
+    const end = col.lastElementChild.getBoundingClientRect();  // a footnote below el, if any
+    return r.right <= C.right + 1 && r.bottom <= C.bottom + 1 && end.bottom <= C.bottom + 1;
+  };
+  const place = (col, el) => {  // true when el now sits in col
+    put(col, el);
+    tex(el);
+    if (fits(col, el)) return true;
+    if (el.localName === "figure") {
+      for (let pct = 90; pct >= 40; pct -= 10) {
+        el.style.cssText = `width: ${pct}%; margin-left: auto; margin-right: auto;`;
+        if (fits(col, el)) return true;
+      }
+      el.removeAttribute("style");
+    }
+    el.remove();
+    return false;
+  };
+  const done = new Set(), missing = [];
+  const gapFillers = (from) => body.slice(from + 1).filter((el) => optional[idx.get(el)] && !done.has(el)
+    && (el.localName === "p" || el.localName === "ul" || el.localName === "ol" || el.classList.contains("math-display")));
+  let c = 0, misses = 0;
+  for (let k = 0; k < body.length; k++) {
+    const el = body[k];
+    if (done.has(el) || (misses >= 4 && optional[idx.get(el)])) continue;  // the last column is full
+    done.add(el);
+    let ok = false;
+    while (!ok && c < n) {
+      ok = place(cols[c], el);
+      if (ok || c === n - 1) break;
+      for (const filler of gapFillers(k).slice(0, 4)) if (place(cols[c], filler)) done.add(filler);
+      c++;
+    }
+    if (!ok && c === n - 1) misses++;
+    if (ok || optional[idx.get(el)]) continue;
+    const victims = [...last.children].filter((v) => !isNote(v) && optional[idx.get(v)]);
+    put(last, el);
+    while (!fits(last, el) && victims.length) victims.pop().remove();
+    if (fits(last, el)) c = n - 1; else { el.remove(); missing.push(idx.get(el)); }
+  }
+  for (const col of cols) {
+    let kids = [...col.children].filter((el) => !isNote(el));
+    for (let j = kids.length - 1; j >= 0; j--) {
+      const el = kids[j];
+      if (isHeading(el) && optional[idx.get(el)] && (j === kids.length - 1 || isHeading(kids[j + 1]))) {
+        el.remove();
+        kids.splice(j, 1);
+      }
+    }
+  }
+  const placed = cols.flatMap((col, k) => [...col.children].filter((el) => !isNote(el)).map((el) => [idx.get(el), k]));
+  const shrunk = [...page.querySelectorAll("main > .col > figure[style]")].map(
+    (el) => [idx.get(el), parseInt(el.style.width, 10)]);
+  return {placed, shrunk, missing};
+}
+"""  # noqa: E501
+
+# The filled share of the text area, from the DOM boxes: per ``.col``, the bottom of its last
+# non-empty block over the column's height, averaged over the columns (benchmarks/synth.py).
+FILL_JS = r"""
+() => {
+  const cols = [...document.querySelectorAll("#page main .col")];
+  if (!cols.length) return 0;
+  let sum = 0;
+  for (const col of cols) {
+    const C = col.getBoundingClientRect();
+    let bottom = C.top;
+    for (const el of col.children) {
+      const r = el.getBoundingClientRect();
+      if (r.height > 0) bottom = Math.max(bottom, r.bottom);
+    }
+    sum += Math.min(1, Math.max(0, (bottom - C.top) / Math.max(1, C.height)));
+  }
+  return sum / cols.length;
+}
+"""
 
 # Runs in a standalone page (the saved ``html/<id>.html``) once KaTeX has loaded.
 PAGE_SCRIPT = ("window.pmReport = null;\n(" + CHECK_JS.strip() + ")(" + str(DEFAULT_TIMEOUT_MS)
@@ -130,7 +245,8 @@ _SHELL = """<!DOCTYPE html>
 <body></body>
 </html>
 """
-_SWAP_JS = "async ([lang, css, bodyClass, body, timeoutMs]) => {\n" \
+_SWAP_JS = "async ([lang, css, bodyClass, body, timeoutMs, optional]) => {\n" \
+    "  window.pmFlow = optional ? (tex) => (" + FLOW_JS.strip() + ")(optional, tex) : null;\n" \
     "  document.documentElement.lang = lang;\n" \
     "  document.getElementById('pm-style').textContent = css;\n" \
     "  document.body.className = bodyClass;\n" \
@@ -248,12 +364,35 @@ def katex_dist(katex_dir: Path = KATEX_DIR) -> Path:
     return dist
 
 
-def _columns(spec: PageSpec) -> list[list[PlacedBlock]]:
+def _column_order(spec: PageSpec) -> list[list[int]]:
+    """Indexes into ``spec.blocks`` per column, in the order the template draws them."""
     n = max(1, spec.columns)
-    cols: list[list[PlacedBlock]] = [[] for _ in range(n)]
-    for pb in spec.blocks:
-        cols[min(max(pb.column, 0), n - 1)].append(pb)
+    cols: list[list[int]] = [[] for _ in range(n)]
+    for i, pb in enumerate(spec.blocks):
+        cols[min(max(pb.column, 0), n - 1)].append(i)
     return cols
+
+
+def _columns(spec: PageSpec) -> list[list[PlacedBlock]]:
+    return [[spec.blocks[i] for i in col] for col in _column_order(spec)]
+
+
+def filled_spec(spec: PageSpec, flow: dict) -> PageSpec:
+    """The spec of what ``FLOW_JS`` kept on the page: its ``placed`` blocks in reading order, in their
+    columns, figures at their ``shrunk`` width, then the footnotes; none optional any more (the page
+    is full, so drawing it again needs no filling and gives the same DOM)."""
+    order = [i for col in _column_order(spec) for i in col]
+    shrunk = {order[k]: pct for k, pct in flow["shrunk"]}
+    n = max(1, spec.columns)
+    blocks: list[PlacedBlock] = []
+    for k, column in flow["placed"]:
+        i = order[k]
+        block = spec.blocks[i].block
+        if i in shrunk and isinstance(block, Figure):
+            block = replace(block, width_pct=shrunk[i])
+        blocks.append(PlacedBlock(block, column))
+    blocks.extend(PlacedBlock(pb.block, n - 1) for pb in spec.blocks if isinstance(pb.block, Footnote))
+    return replace(spec, blocks=tuple(blocks))
 
 
 def render_html(spec: PageSpec, katex_base: str | None = None) -> str:
@@ -272,6 +411,7 @@ class RenderedPage:
     html: str
     width: int
     height: int
+    spec: PageSpec | None = None  # what the page shows, when the renderer left optional blocks out
 
 
 class HtmlRenderer:
@@ -309,6 +449,9 @@ class HtmlRenderer:
             self._page = new_offline_page(browser, [self._dist, self._dir], viewport=size)
             self._size = size
             self._page.goto(self._shell.as_uri(), wait_until="load", timeout=self.timeout_ms)
+            # Every KaTeX face loaded up front: FLOW_JS typesets and measures each block as it tries
+            # it, so no font may still be loading then (a page's layout must not depend on history).
+            self._page.evaluate("() => Promise.all([...document.fonts].map((f) => f.load().catch(() => null)))")
             self._cdp = self._page.context.new_cdp_session(self._page)
         elif self._size != size:
             self._page.set_viewport_size({"width": size[0], "height": size[1]})
@@ -325,17 +468,34 @@ class HtmlRenderer:
             self._cdp = None
             self._size = None
 
+    # ``synth.pages`` hands this renderer specs with optional filler: it fills the page itself.
+    fills_pages = True
+
     def render(self, spec: PageSpec) -> RenderedPage:
+        """The page of ``spec``; with optional blocks, the page filled from them (``FLOW_JS``) and the
+        spec of what it shows in ``RenderedPage.spec``, whose ``render_html`` is ``RenderedPage.html``."""
         html = render_html(spec, self._dist.as_uri())
         lang, css, body_class, body = html_parts(html)
         size = (spec.width_px, spec.height_px)
+        optional = [spec.blocks[i].optional for col in _column_order(spec) for i in col]
+        final: PageSpec | None = None
         try:
             page = self._get_page(size)
-            report = page.evaluate(_SWAP_JS, [lang, css, body_class, body, self.timeout_ms])
+            report = page.evaluate(_SWAP_JS, [lang, css, body_class, body, self.timeout_ms,
+                                              optional if any(optional) else None])
             if report.get("timeout"):
                 raise PlaywrightTimeout(f"images or fonts not ready in {self.timeout_ms} ms")
             if report["errors"]:
                 raise RecordError("synth_katex_error", f"{spec.id}: " + "; ".join(report["errors"][:3]))
+            flow = report.get("flow")
+            if flow is not None:
+                if "error" in flow:
+                    raise RecordError("synth_fill_error", f"{spec.id}: {flow['error']}")
+                if flow["missing"]:
+                    raise RecordError("synth_overflow", f"{spec.id}: {len(flow['missing'])} required blocks "
+                                      "fit in no column")
+                final = filled_spec(spec, flow)
+                html = render_html(final, self._dist.as_uri())
             if report["nproblems"]:
                 problems = "; ".join(report["problems"][:3])
                 raise RecordError("synth_overflow", f"{spec.id}: {report['nproblems']} geometry problems: " + problems)
@@ -356,7 +516,8 @@ class HtmlRenderer:
             raise RecordError("synth_bad_size", f"{spec.id}: screenshot {image.size} != {size}")
         if image.mode != "RGB":
             image = image.convert("RGB")
-        return RenderedPage(png=encode_image(image, self._encode_cfg), html=html, width=size[0], height=size[1])
+        return RenderedPage(png=encode_image(image, self._encode_cfg), html=html, width=size[0], height=size[1],
+                            spec=final)
 
     def close(self) -> None:
         self._drop_page()
