@@ -30,15 +30,13 @@ edges, so shard sizes are within one plan bucket (1/65,536 of a split) of ``shar
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
 import hashlib
 import io as _io
 import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -125,9 +123,11 @@ class ShardPlan:
     last_bucket: int
     plan_buckets: int
     files: tuple[tuple[str, tuple[int, ...]], ...]  # (spill file, its index: the bucket of each batch)
-    rows: int  # before ``exclude``
+    rows: int  # planned: spilled minus excluded
     approx_bytes: int
-    exclude: tuple[str, ...] = ()  # ids in range that a grouping stage (dedup) dropped
+    # Spill files (with their indexes) of rows whose ids a grouping stage (dedup) drops: the shard
+    # reads the ids of its own range from them and leaves those records out.
+    exclude_files: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def name(self) -> str:
@@ -229,8 +229,11 @@ def _read_index(spill_path: str) -> tuple[int, ...]:
     return tuple(json.loads(io.read_bytes(_index_path(spill_path))))
 
 
+_Kept = TypeVar("_Kept")
+
+
 def _spill_batches(path: str, index: tuple[int, ...], buckets: range,
-                   keep: Callable[[pa.RecordBatch], pa.RecordBatch]) -> list[pa.RecordBatch]:
+                   keep: Callable[[pa.RecordBatch], _Kept]) -> list[_Kept]:
     """``keep(batch)`` for each record batch of one spill file that holds one of ``buckets``
     (``index``: the file's bucket of each batch, read once by the planner); the others are never
     read (only their footer entries). Local files are memory-mapped. The file is closed on return,
@@ -245,22 +248,41 @@ def _spill_batches(path: str, index: tuple[int, ...], buckets: range,
 
 
 def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Iterable[tuple[str, str]],
-                cfg: WriteConfig, exclude: Iterable[str] = ()) -> list[ShardPlan]:
+                cfg: WriteConfig, excluded: Iterable[tuple[tuple[str, int], SpillStat]] = (),
+                exclude_files: Iterable[tuple[str, str]] = ()) -> list[ShardPlan]:
     """Cut each split's id space into shards of about ``cfg.shard_bytes``.
 
     ``stats``: ((split, plan bucket), SpillStat), one per key (``merge_spill_stats`` already applied);
-    ``files``: (split, path) of every committed spill file. Records whose id is in ``exclude`` stay in
-    the spill files; each plan lists the excluded ids of its range for ``write_shard`` to skip.
+    ``files``: (split, path) of every committed spill file. Records a grouping stage (dedup) drops
+    stay in the spill files: ``excluded`` sums their rows and bytes per (split, plan bucket) like
+    ``stats`` (shards are sized by what they will hold), and ``exclude_files`` are the (split, path)
+    spill files of their ids (any table with an ``id`` column, spilled with ``cfg.buckets``); each
+    plan lists those of its id range's buckets for ``write_shard`` to read. So the planner's input
+    is aggregates and file names, never a list of ids.
     """
+    minus: dict[tuple[str, int], SpillStat] = dict(excluded)
     by_split: dict[str, list[tuple[int, SpillStat]]] = {}
     for (split, bucket), stat in stats:
+        gone = minus.pop((split, bucket), None)
+        if gone is not None:
+            if gone.rows > stat.rows:
+                raise ValueError(f"{gone.rows} rows excluded from ({split!r}, plan bucket {bucket}), "
+                                 f"which holds {stat.rows}")
+            stat = SpillStat(stat.rows - gone.rows, stat.bytes - gone.bytes, stat.sources)
         by_split.setdefault(split, []).append((bucket, stat))
+    if minus:
+        key = min(minus)
+        raise ValueError(f"rows excluded from ({key[0]!r}, plan bucket {key[1]}), where none were spilled")
     indexes = _spill_indexes(files)
     files_by_bucket: dict[tuple[str, int], list[str]] = {}
     for (split, path), index in indexes.items():
         for bucket in sorted(set(index)):
             files_by_bucket.setdefault((split, bucket), []).append(path)
-    excluded = sorted(set(exclude))
+    exclude_indexes = {path: index for (_, path), index in _spill_indexes(exclude_files).items()}
+    exclude_by_bucket: dict[int, list[str]] = {}
+    for path, index in sorted(exclude_indexes.items()):
+        for bucket in sorted(set(index)):
+            exclude_by_bucket.setdefault(bucket, []).append(path)
     per_coarse = cfg.plan_buckets // cfg.buckets
     plans: list[ShardPlan] = []
     for split in sorted(by_split):
@@ -268,7 +290,7 @@ def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Itera
         rows = nbytes = 0
         for bucket, stat in sorted(by_split[split], key=lambda kv: kv[0]):
             rows, nbytes = rows + stat.rows, nbytes + stat.bytes
-            if nbytes >= cfg.shard_bytes:
+            if rows and nbytes >= cfg.shard_bytes:
                 cuts.append((bucket, rows, nbytes))
                 rows = nbytes = 0
         if rows:
@@ -278,14 +300,12 @@ def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Itera
             # last (empty buckets between hold no record) to its own last, the final one to the end.
             lo = cuts[index - 1][0] + 1 if index else 0
             hi = cfg.plan_buckets - 1 if index == len(cuts) - 1 else cuts[index][0]
-            touched = sorted({path for coarse in range(lo // per_coarse, hi // per_coarse + 1)
-                              for path in files_by_bucket.get((split, coarse), ())})
-            touched_indexes = tuple((path, indexes[split, path]) for path in touched)
-            plan = ShardPlan(split, index, len(cuts), lo, hi, cfg.plan_buckets, touched_indexes, rows, nbytes)
-            low, high = plan.id_bounds()  # 8-character prefixes: id >= low iff id[:8] >= low
-            gone = excluded[bisect.bisect_left(excluded, low):
-                            len(excluded) if high is None else bisect.bisect_left(excluded, high)]
-            plans.append(dataclasses.replace(plan, exclude=tuple(gone)) if gone else plan)
+            coarse = range(lo // per_coarse, hi // per_coarse + 1)
+            touched = sorted({path for c in coarse for path in files_by_bucket.get((split, c), ())})
+            gone = sorted({path for c in coarse for path in exclude_by_bucket.get(c, ())})
+            plans.append(ShardPlan(split, index, len(cuts), lo, hi, cfg.plan_buckets,
+                                   tuple((path, indexes[split, path]) for path in touched), rows, nbytes,
+                                   tuple((path, exclude_indexes[path]) for path in gone)))
     return plans
 
 
@@ -318,22 +338,28 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     a moment) plus one row group: rows are sorted by index and taken one row group at a time, and
     bytes stream to the destination (a temporary name, then renamed).
     """
-    excluded = pa.array(plan.exclude, pa.string())
     low, high = plan.id_bounds()
+
+    def in_range(ids: pa.Array) -> pa.Array:
+        prefixes = pc.utf8_slice_codeunits(ids, 0, 8)
+        mask = pc.greater_equal(prefixes, low)
+        return mask if high is None else pc.and_(mask, pc.less(prefixes, high))
+
+    per_coarse = plan.plan_buckets // cfg.buckets
+    buckets = range(plan.first_bucket // per_coarse, plan.last_bucket // per_coarse + 1)
+    # the excluded ids of this shard's range alone (at most its own rows), from their spill files
+    excluded = pa.concat_arrays([pa.array([], pa.string())] + [
+        ids.filter(in_range(ids)) for path, index in plan.exclude_files
+        for ids in _spill_batches(path, index, buckets, lambda batch: batch.column("id"))])
 
     def in_shard(batch: pa.RecordBatch) -> pa.RecordBatch:
         ids = batch.column("id")
-        prefixes = pc.utf8_slice_codeunits(ids, 0, 8)
-        mask = pc.greater_equal(prefixes, low)
-        if high is not None:
-            mask = pc.and_(mask, pc.less(prefixes, high))
-        if plan.exclude:
+        mask = in_range(ids)
+        if len(excluded):
             mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=excluded)))
         return batch if pc.all(mask).as_py() else batch.filter(mask)  # wholly in range: no copy
 
     # flush by flush, keeping only this shard's rows: never a whole spill file in memory
-    per_coarse = plan.plan_buckets // cfg.buckets
-    buckets = range(plan.first_bucket // per_coarse, plan.last_bucket // per_coarse + 1)
     batches = [kept for path, index in plan.files for kept in _spill_batches(path, index, buckets, in_shard)
                if kept.num_rows]
     # One contiguous copy: take() on many small chunks is ~30x slower per row than on one.
