@@ -139,6 +139,18 @@ class ShardPlan:
         return _prefix_at(self.first_bucket, self.plan_buckets), (
             _prefix_at(self.last_bucket + 1, self.plan_buckets) if self.last_bucket + 1 < self.plan_buckets else None)
 
+    def in_range(self, ids: pa.Array) -> pa.Array:
+        """A boolean mask: which of ``ids`` (hex ids) fall in the shard's range."""
+        low, high = self.id_bounds()  # 8-character prefixes: id >= low iff id[:8] >= low
+        prefixes = pc.utf8_slice_codeunits(ids, 0, 8)
+        mask = pc.greater_equal(prefixes, low)
+        return mask if high is None else pc.and_(mask, pc.less(prefixes, high))
+
+    def spill_buckets(self, cfg: WriteConfig) -> range:
+        """The spill buckets (``cfg.buckets``) the shard's range overlaps."""
+        per_coarse = self.plan_buckets // cfg.buckets
+        return range(self.first_bucket // per_coarse, self.last_bucket // per_coarse + 1)
+
 
 def _prefix_at(bucket: int, buckets: int) -> str:
     """The smallest 8-hex-digit id prefix in ``bucket`` of ``buckets`` (inverse of ``bucket_of``)."""
@@ -330,6 +342,15 @@ def total_spills(spilled: Iterable[Spilled]) -> tuple[dict[tuple[str, int], Spil
     return stats, files
 
 
+def excluded_ids(plan: ShardPlan, cfg: WriteConfig) -> pa.Array:
+    """The ids of the plan's range that a grouping stage dropped, read from ``plan.exclude_files``
+    (only the batches of the range's spill buckets): at most as many as the shard's own records."""
+    buckets = plan.spill_buckets(cfg)
+    return pa.concat_arrays([pa.array([], pa.string())] + [
+        ids.filter(plan.in_range(ids)) for path, index in plan.exclude_files
+        for ids in _spill_batches(path, index, buckets, lambda batch: batch.column("id"))])
+
+
 def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTable = PAGES) -> dict:
     """Write one shard of ``table`` under ``output``: the rows of its plan buckets, in the table's
     order, as ``<output>/<table.folder>/<plan.name>``; atomic rename.
@@ -338,23 +359,12 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     a moment) plus one row group: rows are sorted by index and taken one row group at a time, and
     bytes stream to the destination (a temporary name, then renamed).
     """
-    low, high = plan.id_bounds()
-
-    def in_range(ids: pa.Array) -> pa.Array:
-        prefixes = pc.utf8_slice_codeunits(ids, 0, 8)
-        mask = pc.greater_equal(prefixes, low)
-        return mask if high is None else pc.and_(mask, pc.less(prefixes, high))
-
-    per_coarse = plan.plan_buckets // cfg.buckets
-    buckets = range(plan.first_bucket // per_coarse, plan.last_bucket // per_coarse + 1)
-    # the excluded ids of this shard's range alone (at most its own rows), from their spill files
-    excluded = pa.concat_arrays([pa.array([], pa.string())] + [
-        ids.filter(in_range(ids)) for path, index in plan.exclude_files
-        for ids in _spill_batches(path, index, buckets, lambda batch: batch.column("id"))])
+    buckets = plan.spill_buckets(cfg)
+    excluded = excluded_ids(plan, cfg)
 
     def in_shard(batch: pa.RecordBatch) -> pa.RecordBatch:
         ids = batch.column("id")
-        mask = in_range(ids)
+        mask = plan.in_range(ids)
         if len(excluded):
             mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=excluded)))
         return batch if pc.all(mask).as_py() else batch.filter(mask)  # wholly in range: no copy
