@@ -1,5 +1,6 @@
-"""Sharded Parquet output with Hub naming: the pages (``data/``) and the dead letters
-(``dead_letter/``, one "split" per stage), both through the same two-phase writer, and samples of
+"""Sharded Parquet output with Hub naming: the pages (``data/``), the dead letters
+(``dead_letter/``, one "split" per stage) and dedup's dropped duplicates (``dropped/dedup-duplicates-*``,
+``pipelines.clean.dedup_stage.DUPLICATES``), all through the same two-phase writer, and samples of
 dropped records.
 
 Writing is two-phase so that shard contents are a function of the records alone (not of bundle
@@ -22,10 +23,18 @@ boundaries or worker count) while memory stays bounded:
    from the spill files of its range, only the batches of the range's buckets (with an id filter),
    sorts the rows by id and writes ``data/<split>-NNNNN-of-MMMMM.parquet`` atomically (write then rename).
 
+Records that a grouping stage (dedup) drops after they were spilled stay in the spill files and are
+left out when shards are written, bounded the same way: their ids are spilled too (by the dedup
+step, one file per bundle, bucketed by id), the planner gets their rows and bytes summed per
+(split, plan bucket) (subtracted from the spill sums, so shards are sized by what they keep) and
+the names of those spill files, and each shard reads the dropped ids of its own id range alone
+(``excluded_ids``).
+
 So a worker holds at most one shard (~256 MB by default, twice that while sorting it) in memory,
-and the one planning step holds at most ``plan_buckets`` aggregates per split plus one name and
-index per spill file, however many records the corpus has. Shard boundaries fall on plan-bucket
-edges, so shard sizes are within one plan bucket (1/65,536 of a split) of ``shard_bytes``.
+and the one planning step holds at most ``plan_buckets`` aggregates (and as many exclusion sums) per
+split plus one name and index per spill file, however many records the corpus has or dedup drops.
+Shard boundaries fall on plan-bucket edges, so shard sizes are within one plan bucket (1/65,536 of a
+split) of ``shard_bytes``.
 """
 
 from __future__ import annotations

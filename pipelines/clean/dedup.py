@@ -18,8 +18,8 @@ and small runs, exactly as the DAG does):
    ``Member`` (id, source, rank, 256-bit pHash, 112-byte b-bit MinHash sketch, and the split and
    bytes its record was written with) stays small
    however large the page or label, and ``pairs()`` sends each kind only the fields its groups
-   verify with: pickled with a 32-character id, about 120 bytes per ``px`` pair, 150 per ``ph``
-   pair and 230 per ``mh`` pair, so about 6 KB per record for all 31 keys.
+   verify with: pickled with a 32-character id, about 130 bytes per ``px`` pair, 160 per ``ph``
+   pair and 240 per ``mh`` pair (split and size add 9), so about 6 KB per record for all 31 keys.
 2. **Group by key** (Beam ``GroupByKey``), then ``group_edges(key, members, cfg)`` per group with
    more than one member: O(n) edges per group, each member joined to one better-ranked member.
 3. **Connected components** per key kind (``px``, ``ph``, ``mh``; ``key_kind``) over the edges

@@ -231,8 +231,10 @@ def recording_planner(items, cfg, dedup_on: bool):
     import uuid
 
     items = list(items)
-    seen = [[str(kind), type(payload).__name__, type(getattr(payload, "stat", None)).__name__] for kind, payload in items]
-    (Path(os.environ["PAGEMILL_TEST_PLANNER_LOG"]) / f"{'dedup' if dedup_on else 'plain'}-{uuid.uuid4().hex}.json").write_text(json.dumps(seen))
+    seen = [[str(kind), type(payload).__name__, type(getattr(payload, "stat", None)).__name__]
+            for kind, payload in items]
+    log = Path(os.environ["PAGEMILL_TEST_PLANNER_LOG"]) / f"{'dedup' if dedup_on else 'plain'}-{uuid.uuid4().hex}.json"
+    log.write_text(json.dumps(seen))
     yield from _PLAN_AND_COUNT(items, cfg, dedup_on)
 
 
