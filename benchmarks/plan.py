@@ -40,10 +40,12 @@ def main() -> None:
     stats = [(("train", bucket), SpillStat(rows, rows * page_bytes, (("corpus", rows),)))
              for bucket, rows in rows_in.items() if rows]
     dropped: dict[int, int] = {}
-    while sum(dropped.values()) < min(args.exclusions, args.pages):  # random ids, never more than a bucket holds
+    left = min(args.exclusions, args.pages)
+    while left:  # the plan buckets of random ids, never more than a bucket holds
         bucket = bucket_of(f"{rng.getrandbits(128):032x}", cfg.plan_buckets)
         if dropped.get(bucket, 0) < rows_in[bucket]:
             dropped[bucket] = dropped.get(bucket, 0) + 1
+            left -= 1
     excluded = [(("train", bucket), SpillStat(n, n * page_bytes, (("corpus", n),))) for bucket, n in dropped.items()]
     tracemalloc.start()
     started = time.perf_counter()
