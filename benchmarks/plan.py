@@ -4,10 +4,12 @@
 
 The planner is the one step of a corpus run that sees the whole corpus at once. It gets per-(split,
 plan bucket) sums, never one item per record, so its input is at most ``write.plan_buckets``
-(65,536) aggregates per split however many pages there are. This builds those sums for a corpus of
-``--pages`` pages of ``--page-kb`` KB spread evenly over the id space (as hashed ids are) with
-``--exclusions`` dedup drops, and prints the shards planned, the seconds and the planner's peak
-Python memory (tracemalloc). Spill files are left out: their names and indexes are one per bundle.
+(65,536) aggregates per split however many pages there are; dedup's drops reach it the same way,
+as rows and bytes summed per (split, plan bucket), never as ids. This builds those sums for a corpus
+of ``--pages`` pages of ``--page-kb`` KB spread evenly over the id space (as hashed ids are) with
+``--exclusions`` dedup drops at random ids, and prints the shards planned, the seconds and the
+planner's peak Python memory (tracemalloc). Spill files are left out: their names and indexes are
+one per bundle.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.write import SpillStat, WriteConfig, plan_shards  # noqa: E402
+from pipelines.write import SpillStat, WriteConfig, bucket_of, plan_shards  # noqa: E402
 
 
 def main() -> None:
@@ -33,15 +35,21 @@ def main() -> None:
     cfg = WriteConfig()
     rng = random.Random(0)
     per_bucket, extra = divmod(args.pages, cfg.plan_buckets)
-    stats = []
-    for bucket in range(cfg.plan_buckets):
-        rows = per_bucket + (bucket < extra)
-        if rows:
-            stats.append((("train", bucket), SpillStat(rows, rows * args.page_kb * 1000, (("corpus", rows),))))
-    excluded = [f"{rng.getrandbits(128):032x}" for _ in range(args.exclusions)]
+    rows_in = {bucket: per_bucket + (bucket < extra) for bucket in range(cfg.plan_buckets)}
+    page_bytes = args.page_kb * 1000
+    stats = [(("train", bucket), SpillStat(rows, rows * page_bytes, (("corpus", rows),)))
+             for bucket, rows in rows_in.items() if rows]
+    dropped: dict[int, int] = {}
+    left = min(args.exclusions, args.pages)
+    while left:  # the plan buckets of random ids, never more than a bucket holds
+        bucket = bucket_of(f"{rng.getrandbits(128):032x}", cfg.plan_buckets)
+        if dropped.get(bucket, 0) < rows_in[bucket]:
+            dropped[bucket] = dropped.get(bucket, 0) + 1
+            left -= 1
+    excluded = [(("train", bucket), SpillStat(n, n * page_bytes, (("corpus", n),))) for bucket, n in dropped.items()]
     tracemalloc.start()
     started = time.perf_counter()
-    plans = plan_shards(stats, [], cfg, exclude=excluded)
+    plans = plan_shards(stats, [], cfg, excluded)
     seconds = time.perf_counter() - started
     _, peak = tracemalloc.get_traced_memory()
     sizes = [p.approx_bytes / 2**20 for p in plans[:-1]] or [plans[-1].approx_bytes / 2**20]

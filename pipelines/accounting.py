@@ -31,15 +31,17 @@ class Kind(str, enum.Enum):
     SAMPLE = "sample"  # a DroppedSample, kept with ``keep_dropped``
     SPILL = "spill"  # a pipelines.write.Spilled: where the write stage spilled one record
     DEDUP_KEY = "dedup_key"  # (key, member): one of a record's small dedup grouping keys
-    LOSER = "loser"  # a pipelines.clean.dedup_stage.Loser: a record dedup drops
+    LOSER = "loser"  # a pipelines.write.Spilled: where dedup spilled one dropped record's duplicates row
     STAT = "stat"  # a SpillTotal, summed over the run
     FILE = "file"  # (split, path) of a committed spill file
+    EXCLUDED = "excluded"  # a SpillTotal: the page rows and bytes dedup drops from one (split, plan bucket)
+    LOSER_FILE = "loser_file"  # (split, path) of a committed spill file of dedup losers (ids to leave out)
     PLAN = "plan"  # a pipelines.write.ShardPlan
     COUNT = "count"  # a CountEvent summed over the run (or the dedup stage's own count)
     SHARD = "shard"  # write_shard's result for a page shard
     DEAD_FILE = "dead_file"  # write_shard's result for a dead-letter shard
     SAMPLE_FILE = "sample_file"  # dropped/<stage>-<reason>.parquet, relative to the output
-    DEDUP_FILE = "dedup_file"  # dropped/dedup-duplicates.parquet, relative to the output
+    DEDUP_FILE = "dedup_file"  # write_shard's result for a shard of dropped/dedup-duplicates-*.parquet
 
     def __str__(self) -> str:
         return self.value
@@ -59,7 +61,8 @@ class DroppedSample(NamedTuple):
 
 
 class SpillTotal(NamedTuple):
-    """Rows and bytes spilled into one (split, plan bucket) over the whole run."""
+    """Rows and bytes spilled into (or, as ``EXCLUDED``, dropped from) one (split, plan bucket) over
+    the whole run."""
 
     key: tuple[str, int]
     stat: SpillStat

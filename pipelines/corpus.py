@@ -35,13 +35,14 @@ from pipelines import io
 from pipelines.accounting import DroppedSample, Envelope, Kind, SpillTotal, by_kind
 from pipelines.clean.dedup import DedupConfig, Edge, Member
 from pipelines.clean.dedup_stage import (
+    DUPLICATES,
     Loser,
     dedup_config,
     dedup_edges,
     dedup_key_members,
     dedup_losers,
-    merge_losers,
-    write_duplicates,
+    excluded_stat,
+    strongest_loser,
 )
 from pipelines.clean.registry import build_stage
 from pipelines.config import CleanConfig, CorpusConfig, SourceSettings, load_config
@@ -53,6 +54,7 @@ from pipelines.transforms import (
     ReadUnits,
     Spill,
     SpillDeadLetters,
+    SpillLosers,
     of_kind,
     payloads,
     plan_units,
@@ -132,37 +134,46 @@ def kind_losers(group: tuple[str, Iterable[Edge]], cfg: DedupConfig) -> list[Los
     return dedup_losers(cfg, kind, edges)
 
 
+def keyed_loser(loser: Loser) -> tuple[str, Loser]:
+    return loser.id, loser
+
+
+def excluded_total(key: tuple[str, int], stat: SpillStat) -> Envelope:
+    return Envelope(Kind.EXCLUDED, SpillTotal(key, stat))
+
+
+def dropped_event(loser: Loser) -> Envelope:
+    return Envelope(Kind.EVENT, CountEvent("dedup", loser.source, "dropped", loser.reason, 1))
+
+
+def new_loser_file(spilled: Spilled) -> list[Envelope]:
+    return [Envelope(Kind.LOSER_FILE, spilled.new_file)] if spilled.new_file else []
+
+
 def plan_and_count(items: Iterable[Envelope], cfg: CorpusConfig, dedup_on: bool) -> Iterator[Envelope]:
-    """Shard plans from the run's spill totals and files minus dedup losers; the dedup stage's
-    counts and duplicates file."""
-    routed = by_kind(items, Kind.STAT, Kind.FILE, Kind.LOSER)
-    losers = merge_losers(routed[Kind.LOSER])
-    for plan in plan_shards(routed[Kind.STAT], routed[Kind.FILE], cfg.write, exclude=losers):
+    """Shard plans from the run's spill totals and files, less what dedup drops (summed per
+    (split, plan bucket), and the names of the spill files holding the dropped ids); with dedup,
+    the dedup stage's in/out counts. Every input is an aggregate or a file name: none is per record."""
+    routed = by_kind(items, Kind.STAT, Kind.FILE, Kind.EXCLUDED, Kind.LOSER_FILE)
+    excluded = routed[Kind.EXCLUDED]
+    for plan in plan_shards(routed[Kind.STAT], routed[Kind.FILE], cfg.write, excluded, routed[Kind.LOSER_FILE]):
         yield Envelope(Kind.PLAN, plan)
     if dedup_on:
-        yield from dedup_results(routed[Kind.STAT], losers, cfg.run.output)
+        yield from dedup_counts(routed[Kind.STAT], excluded)
 
 
-def dedup_results(totals: list[SpillTotal], losers: dict[str, Loser], output: str) -> Iterator[Envelope]:
-    """The dedup stage's counts per source (what was written in, what its losers leave out) and,
-    when it dropped any, ``dropped/dedup-duplicates.parquet``."""
+def dedup_counts(totals: list[SpillTotal], excluded: list[SpillTotal]) -> Iterator[Envelope]:
+    """The dedup stage's counts per source: what was written in, and what its losers leave out.
+    (Its ``dropped`` counts by reason are summed from one event per loser, like any stage's.)"""
     per_source = dict(merge_spill_stats(total.stat for total in totals).sources)
-    dropped: dict[tuple[str, str], int] = {}
-    for loser in losers.values():
-        dropped[(loser.source, loser.reason)] = dropped.get((loser.source, loser.reason), 0) + 1
+    gone = dict(merge_spill_stats(total.stat for total in excluded).sources)
     for source, n in per_source.items():
-        gone = sum(v for (src, _), v in dropped.items() if src == source)
-        for count, value in (("in", n), ("out", n - gone), ("emitted", n - gone)):
+        for count, value in (("in", n), ("out", n - gone.get(source, 0)), ("emitted", n - gone.get(source, 0))):
             yield Envelope(Kind.COUNT, CountEvent("dedup", source, count, "", value))
-    for (source, reason), n in dropped.items():
-        yield Envelope(Kind.COUNT, CountEvent("dedup", source, "dropped", reason, n))
-    if losers:
-        ordered = sorted(losers.values(), key=lambda x: x.id)
-        yield Envelope(Kind.DEDUP_FILE, write_duplicates(ordered, io.join(output, "dropped")))
 
 
 def is_planner_result(envelope: Envelope) -> bool:
-    """What the planner yields besides shard plans: the dedup stage's counts and file."""
+    """What the planner yields besides shard plans: the dedup stage's counts."""
     return envelope.kind != Kind.PLAN
 
 
@@ -184,7 +195,7 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
     routed = by_kind(items, Kind.COUNT, Kind.SHARD, Kind.DEAD_FILE, Kind.SAMPLE_FILE, Kind.DEDUP_FILE)
     shards = sorted(routed[Kind.SHARD], key=lambda s: s["file"])
     dead_files = sorted(routed[Kind.DEAD_FILE], key=lambda d: d["file"])
-    sample_files = routed[Kind.SAMPLE_FILE] + routed[Kind.DEDUP_FILE]
+    sample_files = routed[Kind.SAMPLE_FILE] + [d["file"] for d in routed[Kind.DEDUP_FILE]]
     manifest = RunManifest.from_events(
         routed[Kind.COUNT],
         stage_order(cfg),
@@ -262,13 +273,15 @@ class SpillPages(beam.PTransform):
 
 
 class Dedup(beam.PTransform):
-    """Adds a ``LOSER`` envelope per duplicate to drop (none when ``cfg`` is None). Duplicates are
-    found on small keys, never by moving records: group members by key, edges from each group,
-    components over the edges alone, one keeper per component."""
+    """Finds the duplicates to drop (nothing when ``cfg`` is None) on small keys, never by moving
+    records: group members by key, edges from each group, components over the edges alone, one
+    keeper per component, one loser per dropped record. Each loser is spilled like a page (a
+    ``LOSER`` envelope: its ``Spilled``), summed into its page's (split, plan bucket) (``EXCLUDED``)
+    and counted (an ``EVENT``), so no later step needs the losers in one place."""
 
-    def __init__(self, cfg: DedupConfig | None):
+    def __init__(self, cfg: DedupConfig | None, spill_dir: str = "", write: WriteConfig = WriteConfig()):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.spill_dir, self.write = cfg, spill_dir, write
 
     def expand(self, envelopes):
         if self.cfg is None:
@@ -280,9 +293,23 @@ class Dedup(beam.PTransform):
             | "Edges" >> beam.FlatMap(key_edges, self.cfg)
             | "EdgesByKind" >> beam.GroupByKey()
             | "Components" >> beam.FlatMap(kind_losers, self.cfg)
-            | "TagLosers" >> tagged(Kind.LOSER)
+            | "KeyLosers" >> beam.Map(keyed_loser)
+            | "OnePerRecord" >> beam.CombinePerKey(strongest_loser)
+            | "Losers" >> beam.Values()
         )
-        return (envelopes, losers) | "WithLosers" >> beam.Flatten()
+        spilled = (
+            losers
+            | "SpillLosers" >> beam.ParDo(SpillLosers(io.join(self.spill_dir, "losers"), self.write))
+            | "TagSpilled" >> tagged(Kind.LOSER)
+        )
+        excluded = (
+            losers
+            | "KeyExcluded" >> beam.Map(excluded_stat, self.write.plan_buckets)
+            | "SumExcluded" >> beam.CombinePerKey(merge_spill_stats)
+            | "TagExcluded" >> beam.MapTuple(excluded_total)
+        )
+        dropped = losers | "DroppedEvents" >> beam.Map(dropped_event)
+        return (envelopes, spilled, excluded, dropped) | "WithLosers" >> beam.Flatten()
 
 
 class SumCounts(beam.PTransform):
@@ -299,12 +326,13 @@ class SumCounts(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """``SPILL`` envelopes (and with ``dedup_on`` the ``LOSER``s) -> ``table``'s shards, one
-    ``result`` envelope each, plus the dedup stage's counts and duplicates file.
+    """``SPILL`` envelopes (and with ``dedup_on`` the ``EXCLUDED`` sums and ``LOSER`` spills) ->
+    ``table``'s shards, one ``result`` envelope each, plus the dedup stage's in/out counts.
 
-    What is planned from is never a list of every record: the spill stats summed per (split, plan
-    bucket), one entry per spill file, and the losers; one step plans, the shards are written in
-    parallel."""
+    What is planned from is never a list of records or of ids: the spill stats summed per (split,
+    plan bucket), the same sums of what dedup drops, and one entry per spill file (the pages' and
+    the losers'); one step plans, the shards are written in parallel, each reading the dropped ids
+    of its own id range."""
 
     def __init__(self, table: ShardedTable, result: Kind, cfg: CorpusConfig, dedup_on: bool = False):
         super().__init__()
@@ -320,7 +348,8 @@ class WriteShards(beam.PTransform):
         )
         to_plan = [stats, spilled | "SpillFiles" >> beam.FlatMap(new_spill_file)]
         if self.dedup_on:
-            to_plan.append(envelopes | "Losers" >> of_kind(Kind.LOSER))
+            to_plan.append(envelopes | "Excluded" >> of_kind(Kind.EXCLUDED))
+            to_plan.append(envelopes | "Losers" >> payloads(Kind.LOSER) | "LoserFiles" >> beam.FlatMap(new_loser_file))
         planned = (
             to_plan
             | "ToPlan" >> beam.Flatten()
@@ -350,6 +379,23 @@ class WriteDeadLetters(beam.PTransform):
             | "Spill" >> beam.ParDo(SpillDeadLetters(io.join(self.spill_dir, "dead"), self.cfg.write))
             | "TagSpilled" >> tagged(Kind.SPILL)
             | "WriteShards" >> WriteShards(DEAD_LETTERS, Kind.DEAD_FILE, self.cfg)
+        )
+
+
+class WriteDuplicates(beam.PTransform):
+    """Every record dedup dropped, with the id it kept: ``dropped/dedup-duplicates-NNNNN-of-MMMMM.parquet``,
+    written from the losers' spill files by the sharded writer (a run may drop millions)."""
+
+    def __init__(self, cfg: CorpusConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, envelopes):
+        return (
+            envelopes
+            | "Losers" >> payloads(Kind.LOSER)
+            | "TagSpilled" >> tagged(Kind.SPILL)
+            | "WriteShards" >> WriteShards(DUPLICATES, Kind.DEDUP_FILE, self.cfg)
         )
 
 
@@ -398,12 +444,13 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
         | "ReadRenderValidate" >> ReadRenderValidate(cfg)
         | "Clean" >> Clean(cfg.clean)
         | "SpillPages" >> SpillPages(spill_dir, cfg.write, dedup)
-        | "Dedup" >> Dedup(dedup)
+        | "Dedup" >> Dedup(dedup, spill_dir, cfg.write)
     )
     results = (
         envelopes | "SumCounts" >> SumCounts(),
         envelopes | "WritePages" >> WriteShards(PAGES, Kind.SHARD, cfg, dedup_on=dedup is not None),
         envelopes | "WriteDeadLetters" >> WriteDeadLetters(spill_dir, cfg),
+        envelopes | "WriteDuplicates" >> WriteDuplicates(cfg),
         envelopes | "WriteDroppedSamples" >> WriteDroppedSamples(cfg),
     )
     results | "WriteManifest" >> WriteManifest(cfg, started, beam_args)

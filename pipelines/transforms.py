@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 import apache_beam as beam
 
 from pipelines.accounting import Envelope, Kind, account_rows, apply_stage
+from pipelines.clean.dedup_stage import DUPLICATES, Loser, spill_loser
 from pipelines.write import DEAD_LETTERS, SpillWriter, WriteConfig
 from schemas.deadletter import DeadLetter
 from schemas.manifest import CountEvent
@@ -132,6 +133,25 @@ class SpillDeadLetters(beam.DoFn):
         self.writer.close()
 
 
+class SpillLosers(beam.DoFn):
+    """Dedup losers -> per-bundle spill files of the duplicates table
+    (``pipelines.clean.dedup_stage.DUPLICATES``), bucketed by id like pages, so that no step holds
+    every loser. Yields a ``Spilled`` per loser."""
+
+    def __init__(self, spill_dir: str, cfg: WriteConfig):
+        self.spill_dir = spill_dir
+        self.cfg = cfg
+
+    def start_bundle(self):
+        self.writer = SpillWriter(self.spill_dir, self.cfg, DUPLICATES)
+
+    def process(self, loser: Loser) -> Iterator:
+        yield spill_loser(self.writer, loser)
+
+    def finish_bundle(self):
+        self.writer.close()
+
+
 def _raise(exc: Exception) -> Callable[[Any], list]:
     def fail(_record):
         raise exc
@@ -179,5 +199,5 @@ def _one_key(element: Any) -> tuple[None, Any]:
     return None, element
 
 
-__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "SpillDeadLetters", "of_kind", "payloads", "tagged",
-           "GatherAll"]
+__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "SpillDeadLetters", "SpillLosers", "of_kind", "payloads",
+           "tagged", "GatherAll"]

@@ -1,5 +1,6 @@
-"""Sharded Parquet output with Hub naming: the pages (``data/``) and the dead letters
-(``dead_letter/``, one "split" per stage), both through the same two-phase writer, and samples of
+"""Sharded Parquet output with Hub naming: the pages (``data/``), the dead letters
+(``dead_letter/``, one "split" per stage) and dedup's dropped duplicates (``dropped/dedup-duplicates-*``,
+``pipelines.clean.dedup_stage.DUPLICATES``), all through the same two-phase writer, and samples of
 dropped records.
 
 Writing is two-phase so that shard contents are a function of the records alone (not of bundle
@@ -22,23 +23,29 @@ boundaries or worker count) while memory stays bounded:
    from the spill files of its range, only the batches of the range's buckets (with an id filter),
    sorts the rows by id and writes ``data/<split>-NNNNN-of-MMMMM.parquet`` atomically (write then rename).
 
+Records that a grouping stage (dedup) drops after they were spilled stay in the spill files and are
+left out when shards are written, bounded the same way: their ids are spilled too (by the dedup
+step, one file per bundle, bucketed by id), the planner gets their rows and bytes summed per
+(split, plan bucket) (subtracted from the spill sums, so shards are sized by what they keep) and
+the names of those spill files, and each shard reads the dropped ids of its own id range alone
+(``excluded_ids``).
+
 So a worker holds at most one shard (~256 MB by default, twice that while sorting it) in memory,
-and the one planning step holds at most ``plan_buckets`` aggregates per split plus one name and
-index per spill file, however many records the corpus has. Shard boundaries fall on plan-bucket
-edges, so shard sizes are within one plan bucket (1/65,536 of a split) of ``shard_bytes``.
+and the one planning step holds at most ``plan_buckets`` aggregates (and as many exclusion sums) per
+split plus one name and index per spill file, however many records the corpus has or dedup drops.
+Shard boundaries fall on plan-bucket edges, so shard sizes are within one plan bucket (1/65,536 of a
+split) of ``shard_bytes``.
 """
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
 import hashlib
 import io as _io
 import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -125,9 +132,11 @@ class ShardPlan:
     last_bucket: int
     plan_buckets: int
     files: tuple[tuple[str, tuple[int, ...]], ...]  # (spill file, its index: the bucket of each batch)
-    rows: int  # before ``exclude``
+    rows: int  # planned: spilled minus excluded
     approx_bytes: int
-    exclude: tuple[str, ...] = ()  # ids in range that a grouping stage (dedup) dropped
+    # Spill files (with their indexes) of rows whose ids a grouping stage (dedup) drops: the shard
+    # reads the ids of its own range from them and leaves those records out.
+    exclude_files: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def name(self) -> str:
@@ -138,6 +147,18 @@ class ShardPlan:
         """The shard's ids as a range of 8-hex-digit id prefixes: [low, high), high None at the end."""
         return _prefix_at(self.first_bucket, self.plan_buckets), (
             _prefix_at(self.last_bucket + 1, self.plan_buckets) if self.last_bucket + 1 < self.plan_buckets else None)
+
+    def in_range(self, ids: pa.Array) -> pa.Array:
+        """A boolean mask: which of ``ids`` (hex ids) fall in the shard's range."""
+        low, high = self.id_bounds()  # 8-character prefixes: id >= low iff id[:8] >= low
+        prefixes = pc.utf8_slice_codeunits(ids, 0, 8)
+        mask = pc.greater_equal(prefixes, low)
+        return mask if high is None else pc.and_(mask, pc.less(prefixes, high))
+
+    def spill_buckets(self, cfg: WriteConfig) -> range:
+        """The spill buckets (``cfg.buckets``) the shard's range overlaps."""
+        per_coarse = self.plan_buckets // cfg.buckets
+        return range(self.first_bucket // per_coarse, self.last_bucket // per_coarse + 1)
 
 
 def _prefix_at(bucket: int, buckets: int) -> str:
@@ -229,8 +250,11 @@ def _read_index(spill_path: str) -> tuple[int, ...]:
     return tuple(json.loads(io.read_bytes(_index_path(spill_path))))
 
 
+_Kept = TypeVar("_Kept")
+
+
 def _spill_batches(path: str, index: tuple[int, ...], buckets: range,
-                   keep: Callable[[pa.RecordBatch], pa.RecordBatch]) -> list[pa.RecordBatch]:
+                   keep: Callable[[pa.RecordBatch], _Kept]) -> list[_Kept]:
     """``keep(batch)`` for each record batch of one spill file that holds one of ``buckets``
     (``index``: the file's bucket of each batch, read once by the planner); the others are never
     read (only their footer entries). Local files are memory-mapped. The file is closed on return,
@@ -245,22 +269,41 @@ def _spill_batches(path: str, index: tuple[int, ...], buckets: range,
 
 
 def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Iterable[tuple[str, str]],
-                cfg: WriteConfig, exclude: Iterable[str] = ()) -> list[ShardPlan]:
+                cfg: WriteConfig, excluded: Iterable[tuple[tuple[str, int], SpillStat]] = (),
+                exclude_files: Iterable[tuple[str, str]] = ()) -> list[ShardPlan]:
     """Cut each split's id space into shards of about ``cfg.shard_bytes``.
 
     ``stats``: ((split, plan bucket), SpillStat), one per key (``merge_spill_stats`` already applied);
-    ``files``: (split, path) of every committed spill file. Records whose id is in ``exclude`` stay in
-    the spill files; each plan lists the excluded ids of its range for ``write_shard`` to skip.
+    ``files``: (split, path) of every committed spill file. Records a grouping stage (dedup) drops
+    stay in the spill files: ``excluded`` sums their rows and bytes per (split, plan bucket) like
+    ``stats`` (shards are sized by what they will hold), and ``exclude_files`` are the (split, path)
+    spill files of their ids (any table with an ``id`` column, spilled with ``cfg.buckets``); each
+    plan lists those of its id range's buckets for ``write_shard`` to read. So the planner's input
+    is aggregates and file names, never a list of ids.
     """
+    minus: dict[tuple[str, int], SpillStat] = dict(excluded)
     by_split: dict[str, list[tuple[int, SpillStat]]] = {}
     for (split, bucket), stat in stats:
+        gone = minus.pop((split, bucket), None)
+        if gone is not None:
+            if gone.rows > stat.rows:
+                raise ValueError(f"{gone.rows} rows excluded from ({split!r}, plan bucket {bucket}), "
+                                 f"which holds {stat.rows}")
+            stat = SpillStat(stat.rows - gone.rows, stat.bytes - gone.bytes, stat.sources)
         by_split.setdefault(split, []).append((bucket, stat))
+    if minus:
+        key = min(minus)
+        raise ValueError(f"rows excluded from ({key[0]!r}, plan bucket {key[1]}), where none were spilled")
     indexes = _spill_indexes(files)
     files_by_bucket: dict[tuple[str, int], list[str]] = {}
     for (split, path), index in indexes.items():
         for bucket in sorted(set(index)):
             files_by_bucket.setdefault((split, bucket), []).append(path)
-    excluded = sorted(set(exclude))
+    exclude_indexes = {path: index for (_, path), index in _spill_indexes(exclude_files).items()}
+    exclude_by_bucket: dict[int, list[str]] = {}
+    for path, index in sorted(exclude_indexes.items()):
+        for bucket in sorted(set(index)):
+            exclude_by_bucket.setdefault(bucket, []).append(path)
     per_coarse = cfg.plan_buckets // cfg.buckets
     plans: list[ShardPlan] = []
     for split in sorted(by_split):
@@ -268,7 +311,7 @@ def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Itera
         rows = nbytes = 0
         for bucket, stat in sorted(by_split[split], key=lambda kv: kv[0]):
             rows, nbytes = rows + stat.rows, nbytes + stat.bytes
-            if nbytes >= cfg.shard_bytes:
+            if rows and nbytes >= cfg.shard_bytes:
                 cuts.append((bucket, rows, nbytes))
                 rows = nbytes = 0
         if rows:
@@ -278,14 +321,12 @@ def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Itera
             # last (empty buckets between hold no record) to its own last, the final one to the end.
             lo = cuts[index - 1][0] + 1 if index else 0
             hi = cfg.plan_buckets - 1 if index == len(cuts) - 1 else cuts[index][0]
-            touched = sorted({path for coarse in range(lo // per_coarse, hi // per_coarse + 1)
-                              for path in files_by_bucket.get((split, coarse), ())})
-            touched_indexes = tuple((path, indexes[split, path]) for path in touched)
-            plan = ShardPlan(split, index, len(cuts), lo, hi, cfg.plan_buckets, touched_indexes, rows, nbytes)
-            low, high = plan.id_bounds()  # 8-character prefixes: id >= low iff id[:8] >= low
-            gone = excluded[bisect.bisect_left(excluded, low):
-                            len(excluded) if high is None else bisect.bisect_left(excluded, high)]
-            plans.append(dataclasses.replace(plan, exclude=tuple(gone)) if gone else plan)
+            coarse = range(lo // per_coarse, hi // per_coarse + 1)
+            touched = sorted({path for c in coarse for path in files_by_bucket.get((split, c), ())})
+            gone = sorted({path for c in coarse for path in exclude_by_bucket.get(c, ())})
+            plans.append(ShardPlan(split, index, len(cuts), lo, hi, cfg.plan_buckets,
+                                   tuple((path, indexes[split, path]) for path in touched), rows, nbytes,
+                                   tuple((path, exclude_indexes[path]) for path in gone)))
     return plans
 
 
@@ -310,6 +351,15 @@ def total_spills(spilled: Iterable[Spilled]) -> tuple[dict[tuple[str, int], Spil
     return stats, files
 
 
+def excluded_ids(plan: ShardPlan, cfg: WriteConfig) -> pa.Array:
+    """The ids of the plan's range that a grouping stage dropped, read from ``plan.exclude_files``
+    (only the batches of the range's spill buckets): at most as many as the shard's own records."""
+    buckets = plan.spill_buckets(cfg)
+    return pa.concat_arrays([pa.array([], pa.string())] + [
+        ids.filter(plan.in_range(ids)) for path, index in plan.exclude_files
+        for ids in _spill_batches(path, index, buckets, lambda batch: batch.column("id"))])
+
+
 def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTable = PAGES) -> dict:
     """Write one shard of ``table`` under ``output``: the rows of its plan buckets, in the table's
     order, as ``<output>/<table.folder>/<plan.name>``; atomic rename.
@@ -318,22 +368,17 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     a moment) plus one row group: rows are sorted by index and taken one row group at a time, and
     bytes stream to the destination (a temporary name, then renamed).
     """
-    excluded = pa.array(plan.exclude, pa.string())
-    low, high = plan.id_bounds()
+    buckets = plan.spill_buckets(cfg)
+    excluded = excluded_ids(plan, cfg)
 
     def in_shard(batch: pa.RecordBatch) -> pa.RecordBatch:
         ids = batch.column("id")
-        prefixes = pc.utf8_slice_codeunits(ids, 0, 8)
-        mask = pc.greater_equal(prefixes, low)
-        if high is not None:
-            mask = pc.and_(mask, pc.less(prefixes, high))
-        if plan.exclude:
+        mask = plan.in_range(ids)
+        if len(excluded):
             mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=excluded)))
         return batch if pc.all(mask).as_py() else batch.filter(mask)  # wholly in range: no copy
 
     # flush by flush, keeping only this shard's rows: never a whole spill file in memory
-    per_coarse = plan.plan_buckets // cfg.buckets
-    buckets = range(plan.first_bucket // per_coarse, plan.last_bucket // per_coarse + 1)
     batches = [kept for path, index in plan.files for kept in _spill_batches(path, index, buckets, in_shard)
                if kept.num_rows]
     # One contiguous copy: take() on many small chunks is ~30x slower per row than on one.

@@ -15,10 +15,11 @@ and small runs, exactly as the DAG does):
    - ``mh:<band>:<digest>``: near text, one key per MinHash LSH band of the response
      (``minhash_signature``, ``band_keys``).
 
-   ``Member`` (id, source, rank, 256-bit pHash, 112-byte b-bit MinHash sketch) stays small
+   ``Member`` (id, source, rank, 256-bit pHash, 112-byte b-bit MinHash sketch, and the split and
+   bytes its record was written with) stays small
    however large the page or label, and ``pairs()`` sends each kind only the fields its groups
-   verify with: pickled with a 32-character id, about 120 bytes per ``px`` pair, 150 per ``ph``
-   pair and 230 per ``mh`` pair, so about 6 KB per record for all 31 keys.
+   verify with: pickled with a 32-character id, about 130 bytes per ``px`` pair, 160 per ``ph``
+   pair and 240 per ``mh`` pair (split and size add 9), so about 6 KB per record for all 31 keys.
 2. **Group by key** (Beam ``GroupByKey``), then ``group_edges(key, members, cfg)`` per group with
    more than one member: O(n) edges per group, each member joined to one better-ranked member.
 3. **Connected components** per key kind (``px``, ``ph``, ``mh``; ``key_kind``) over the edges
@@ -96,6 +97,10 @@ class Member:
     rank: float = field(default=0.0, compare=False)
     phash: int | None = field(default=None, compare=False)
     sketch: bytes | None = field(default=None, compare=False, repr=False)
+    # Where the record was written, for the writer that drops it (``pipelines.clean.dedup_stage``):
+    # its split and spilled bytes. Not used by any decision.
+    split: str = field(default="train", compare=False)
+    size: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.rank):
@@ -103,7 +108,7 @@ class Member:
 
     def __reduce__(self) -> tuple:
         # positional state: no field names in every shuffled pair
-        return (Member, (self.id, self.source, self.rank, self.phash, self.sketch))
+        return (Member, (self.id, self.source, self.rank, self.phash, self.sketch, self.split, self.size))
 
 
 Edge = tuple[Member, Member]
@@ -119,9 +124,9 @@ class DedupKeys(NamedTuple):
         """``(key, member)`` per key; each kind's member carries only what its groups verify."""
         m = self.member
         slim = {
-            "px": Member(m.id, m.source, m.rank),
-            "ph": Member(m.id, m.source, m.rank, phash=m.phash),
-            "mh": Member(m.id, m.source, m.rank, sketch=m.sketch),
+            "px": Member(m.id, m.source, m.rank, split=m.split, size=m.size),
+            "ph": Member(m.id, m.source, m.rank, phash=m.phash, split=m.split, size=m.size),
+            "mh": Member(m.id, m.source, m.rank, sketch=m.sketch, split=m.split, size=m.size),
         }
         return [(key, slim[key_kind(key)]) for key in self.keys]
 
@@ -160,7 +165,7 @@ def extract_keys(record: PageRecord, cfg: DedupConfig = DedupConfig(), rank: flo
         keys.extend(text_keys)
     record.quality[STAGE] = info
     member = Member(record.id, record.source, cfg.rank(record.source) if rank is None else float(rank),
-                    phash, text_sketch)
+                    phash, text_sketch, record.split)
     return DedupKeys(keys, member)
 
 

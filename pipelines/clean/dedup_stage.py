@@ -3,20 +3,26 @@
 Per record (in the write stage, before spilling): ``dedup_key_members`` gives ``(key, member)``
 pairs. Per key group: ``dedup_edges`` gives ``(kind, edge)`` pairs. Per kind (``px`` exact image,
 ``ph`` near image, ``mh`` near text), over that kind's edges only: ``dedup_losers`` runs connected
-components and returns the records to drop. The decisions themselves live in
+components and returns the records to drop. Per dropped record (keyed by id): ``strongest_loser``
+keeps one ``Loser`` when several kinds drop it. The decisions themselves live in
 ``pipelines/clean/dedup.py``; nothing here holds more than one group or one kind's edges.
+
+The losers never meet in one place either. Each is spilled, like a page, to the ``DUPLICATES``
+table (``spill_loser``; one Arrow IPC file per bundle, a record batch per id-range bucket) and
+summed into its page's (split, plan bucket) (``excluded_stat``): the shard planner gets only those
+sums and the spill files' names, each page shard reads the loser ids of its own id range from the
+spill files, and ``dropped/dedup-duplicates-NNNNN-of-MMMMM.parquet`` is written from the same
+spill files by the sharded writer (``pipelines.write``).
 """
 
 from __future__ import annotations
 
-import io as _io
-from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping
+import dataclasses
+import functools
+from typing import Any, Iterable, Mapping, NamedTuple
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pipelines import io
 from pipelines.clean.dedup import (
     Edge,
     Member,
@@ -28,8 +34,14 @@ from pipelines.clean.dedup import (
     resolve,
 )
 from pipelines.clean.dedup_config import DedupConfig
+from pipelines.write import ShardedTable, Spilled, SpillStat, SpillWriter, bucket_of, record_bytes
 from schemas.config import load
 from schemas.page import PageRecord
+
+DUPLICATES_SCHEMA = pa.schema([(n, pa.string()) for n in ("id", "source", "reason", "kept")])
+# Every dropped duplicate with the record it duplicates, sharded by id under dropped/.
+DUPLICATES = ShardedTable("dropped", DUPLICATES_SCHEMA, ("id",))
+DUPLICATES_SPLIT = "dedup-duplicates"  # the table's one "split": its shards' file-name prefix
 
 
 def dedup_config(options: DedupConfig | Mapping[str, Any]) -> DedupConfig:
@@ -37,17 +49,24 @@ def dedup_config(options: DedupConfig | Mapping[str, Any]) -> DedupConfig:
     return load(DedupConfig, options, "clean.dedup")
 
 
-@dataclass(frozen=True)
-class Loser:
+class Loser(NamedTuple):
+    """A record dedup drops: why, the id its component keeps, and where the record was written
+    (its split and spilled bytes, ``pipelines.write.record_bytes``), so the planner can take it out
+    of its shard's size."""
+
     id: str
     source: str
     reason: str
     kept: str  # the id of the record its component keeps
+    split: str = "train"
+    size: int = 0
 
 
 def dedup_key_members(cfg: DedupConfig, record: PageRecord) -> list[tuple[str, Member]]:
     """The record's grouping keys, each paired with its (small) member; fills ``quality["dedup"]``."""
-    return extract_keys(record, cfg).pairs()
+    keys = extract_keys(record, cfg)
+    member = dataclasses.replace(keys.member, split=record.split, size=record_bytes(record))
+    return keys._replace(member=member).pairs()
 
 
 def dedup_edges(cfg: DedupConfig, key: str, members: list[Member]) -> list[tuple[str, Edge]]:
@@ -59,27 +78,36 @@ def dedup_edges(cfg: DedupConfig, key: str, members: list[Member]) -> list[tuple
 def dedup_losers(cfg: DedupConfig, kind: str, edges: Iterable[Edge]) -> list[Loser]:
     components = connected_components(edges)
     kept = {m.id: min(c, key=lambda x: (-x.rank, x.id)).id for c in components for m in c}
-    return [Loser(m.id, m.source, reason, kept[m.id]) for m, reason in resolve(components, kind)]
+    return [Loser(m.id, m.source, reason, kept[m.id], m.split, m.size) for m, reason in resolve(components, kind)]
+
+
+def _stronger(a: Loser, b: Loser) -> Loser:
+    """Of two losers of one record, the one with the stronger reason (``merge_reason``); ties go to
+    the smaller kept id, so the choice does not depend on arrival order."""
+    if a.reason != b.reason:
+        return a if merge_reason(a.reason, b.reason) == a.reason else b
+    return min(a, b, key=lambda x: x.kept)
+
+
+def strongest_loser(losers: Iterable[Loser]) -> Loser:
+    """One record's losers (from several kinds) -> one: a Beam combine, associative and commutative."""
+    return functools.reduce(_stronger, losers)
 
 
 def merge_losers(losers: Iterable[Loser]) -> dict[str, Loser]:
-    """One loser per record id; a record dropped by several kinds keeps the strongest reason."""
+    """One loser per record id, in memory (tests, small runs): what the DAG's per-id combine gives."""
     merged: dict[str, Loser] = {}
     for loser in losers:
-        if loser.id in merged:
-            reason = merge_reason(merged[loser.id].reason, loser.reason)
-            if reason != merged[loser.id].reason:
-                merged[loser.id] = loser
-        else:
-            merged[loser.id] = loser
+        merged[loser.id] = _stronger(merged[loser.id], loser) if loser.id in merged else loser
     return merged
 
 
-def write_duplicates(losers: list[Loser], dropped_dir: str) -> str:
-    """Every dropped duplicate with the record it duplicates: ``dropped/dedup-duplicates.parquet``."""
-    rows = [asdict(x) for x in sorted(losers, key=lambda x: x.id)]
-    schema = pa.schema([(n, pa.string()) for n in ("id", "source", "reason", "kept")])
-    buf = _io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buf, compression="zstd")
-    io.write_bytes_atomic(io.join(dropped_dir, "dedup-duplicates.parquet"), buf.getvalue())
-    return "dropped/dedup-duplicates.parquet"
+def spill_loser(writer: SpillWriter, loser: Loser) -> Spilled:
+    """Buffer one loser's ``DUPLICATES`` row (``writer.table`` is ``DUPLICATES``)."""
+    row = {"id": loser.id, "source": loser.source, "reason": loser.reason, "kept": loser.kept}
+    return writer.add_row(DUPLICATES_SPLIT, loser.id, row, sum(map(len, row.values())) + 64, loser.source)
+
+
+def excluded_stat(loser: Loser, plan_buckets: int) -> tuple[tuple[str, int], SpillStat]:
+    """The page rows and bytes the loser takes out of its (split, plan bucket), for the planner."""
+    return (loser.split, bucket_of(loser.id, plan_buckets)), SpillStat(1, loser.size, ((loser.source, 1),))

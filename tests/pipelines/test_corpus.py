@@ -152,7 +152,7 @@ def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
     p.visit(steps)
     assert [s for s in steps.labels if s and "/" not in s] == [
         "ReadRenderValidate", "Clean", "SpillPages", "Dedup", "SumCounts", "WritePages", "WriteDeadLetters",
-        "WriteDroppedSamples", "WriteManifest"]
+        "WriteDuplicates", "WriteDroppedSamples", "WriteManifest"]
     assert [s for s in steps.labels if s.count("/") == 1 and s.startswith("Clean/")] == [
         "Clean/conventions", "Clean/repeats", "Clean/short"]
 
@@ -176,7 +176,7 @@ def test_finalize_refuses_an_unknown_envelope_kind_and_writes_nothing(tmp_path):
 
 def test_shard_planner_refuses_an_unknown_envelope_kind():
     cfg = load_config(None, {})
-    with pytest.raises(ValueError, match="unexpected envelope kind 'dead'.*stat, file, loser"):
+    with pytest.raises(ValueError, match="unexpected envelope kind 'dead'.*stat, file, excluded, loser_file"):
         list(corpus.plan_and_count([Envelope(Kind.DEAD, None)], cfg, dedup_on=True))
 
 
@@ -195,7 +195,8 @@ def test_cleaning_stages_and_dedup_are_in_the_manifest(direct_run):
     assert manifest.totals("conventions").counters == {"split_formulas": 1, "inline_delimiters": 1, "bold": 1}
     # samples/make/olmocr.py plants one page twice (olmOCR-mix-1025 and -0225): exactly one goes
     assert manifest.totals("dedup").dropped == {"duplicate_image": 1}
-    dups = pq.read_table(out / "dropped" / "dedup-duplicates.parquet").to_pylist()
+    assert "dropped/dedup-duplicates-00000-of-00001.parquet" in manifest.dropped_sample_files
+    dups = pq.read_table(out / "dropped" / "dedup-duplicates-00000-of-00001.parquet").to_pylist()
     assert len(dups) == 1 and dups[0]["reason"] == "duplicate_image" and dups[0]["kept"] != dups[0]["id"]
     written = set(pq.read_table(out / "data", columns=["id"]).column("id").to_pylist())
     assert dups[0]["kept"] in written and dups[0]["id"] not in written
@@ -215,3 +216,134 @@ def test_synthetic_pages_carry_unit_tests_that_pass_on_their_response(direct_run
         for line in row["unit_tests"]:
             passed, why = unit_test_from_json(line).check(row["response"])
             assert passed, (row["source_id"], why)
+
+
+# --- a corpus of mostly duplicates: the losers are counted, written and excluded, never gathered --
+
+
+_PLAN_AND_COUNT = corpus.plan_and_count
+
+
+def recording_planner(items, cfg, dedup_on: bool):
+    """``corpus.plan_and_count``, first writing what it was handed (each input's kind and payload
+    type) under ``$PAGEMILL_TEST_PLANNER_LOG`` (the in-memory runner runs it in this process)."""
+    import os
+    import uuid
+
+    items = list(items)
+    seen = [[str(kind), type(payload).__name__, type(getattr(payload, "stat", None)).__name__]
+            for kind, payload in items]
+    log = Path(os.environ["PAGEMILL_TEST_PLANNER_LOG"]) / f"{'dedup' if dedup_on else 'plain'}-{uuid.uuid4().hex}.json"
+    log.write_text(json.dumps(seen))
+    yield from _PLAN_AND_COUNT(items, cfg, dedup_on)
+
+
+def duplicate_folder(root: Path, groups: int = 4, copies: int = 12, text_only: int = 3) -> dict[str, list[str]]:
+    """``groups`` distinct pages (image and label) written ``copies`` times each under different
+    names, plus ``text_only`` distinct images labelled like group 0; the file stems of each group."""
+    import io
+    import random
+
+    from PIL import Image, ImageDraw
+
+    def image(seed: int) -> bytes:
+        rng = random.Random(seed)
+        page = Image.new("L", (160, 200), 255)
+        draw = ImageDraw.Draw(page)
+        for _ in range(40):
+            x, y = rng.randrange(150), rng.randrange(190)
+            draw.rectangle((x, y, x + rng.randrange(4, 40), y + rng.randrange(2, 12)), fill=rng.randrange(0, 160))
+        buf = io.BytesIO()
+        page.save(buf, format="PNG")
+        return buf.getvalue()
+
+    def label(seed: int) -> str:
+        rng = random.Random(1000 + seed)
+        return " ".join(f"w{rng.randrange(10_000)}" for _ in range(80)) + "\n"
+
+    root.mkdir(parents=True)
+    stems: dict[str, list[str]] = {}
+    for g in range(groups):
+        png, text = image(g), label(g)
+        for c in range(copies):
+            stem = f"g{g}-copy{c:02d}"
+            (root / f"{stem}.png").write_bytes(png)
+            (root / f"{stem}.md").write_text(text)
+            stems.setdefault(f"image{g}", []).append(stem)
+    for t in range(text_only):
+        stem = f"t{t}"
+        (root / f"{stem}.png").write_bytes(image(100 + t))
+        (root / f"{stem}.md").write_text(label(0))
+        stems.setdefault("text_only", []).append(stem)
+    return stems
+
+
+def test_a_corpus_of_mostly_duplicates_drops_them_without_gathering_the_losers(tmp_path, monkeypatch):
+    from schemas.page import page_id
+
+    stems = duplicate_folder(tmp_path / "pages")
+    raw = {
+        "run": {"output": str(tmp_path / "out")},
+        "clean": {"stages": [], "dedup": {"enabled": True}},
+        # tiny plan buckets and shards: the losers spread over several buckets and page shards
+        "write": {"shard_bytes": 2_000, "row_group_bytes": 10_000, "buckets": 4, "plan_buckets": 16,
+                  "spill_buffer_bytes": 4_000},
+        "sources": [{"name": "pages", "kind": "local_folder", "paths": [str(tmp_path / "pages")],
+                     "license": "cc0-1.0", "domain": "documents"}],
+    }
+    (tmp_path / "corpus.yaml").write_text(json.dumps(raw))  # JSON is YAML
+    cfg = load_config(tmp_path / "corpus.yaml")
+    log_dir = tmp_path / "planner"
+    log_dir.mkdir()
+    monkeypatch.setenv("PAGEMILL_TEST_PLANNER_LOG", str(log_dir))
+    monkeypatch.setattr(corpus, "plan_and_count", recording_planner)
+    manifest = corpus.run(cfg, IN_MEMORY)
+
+    # what should go, worked out from the groups alone: one keeper per group (smallest id, equal
+    # ranks); the text-only pages share group 0's label, so that text component keeps one of all
+    ids = {stem: page_id("pages", f"{stem}.png", 1) for group in stems.values() for stem in group}
+    image_groups = [[ids[s] for s in group] for name, group in stems.items() if name.startswith("image")]
+    text_group = [ids[s] for s in stems["image0"] + stems["text_only"]]
+    expected: dict[str, tuple[str, str]] = {}
+    for group in image_groups:
+        expected.update({i: ("duplicate_image", min(group)) for i in group if i != min(group)})
+    for i in text_group:
+        if i != min(text_group) and i not in expected:
+            expected[i] = ("near_duplicate_text", min(text_group))
+    total = len(ids)
+    assert total == 51 and len(expected) >= 44
+
+    assert manifest.imbalances() == []
+    dedup = manifest.stages["dedup"]["pages"]
+    assert dedup.inputs == total and dedup.out == total - len(expected) == manifest.records_written
+    assert dedup.dropped == {reason: sum(1 for r, _ in expected.values() if r == reason)
+                             for reason in {r for r, _ in expected.values()}}
+    out = Path(cfg.run.output)
+    written = pq.read_table(out / "data", columns=["id"]).column("id").to_pylist()
+    assert sorted(written) == sorted(set(ids.values()) - set(expected))
+    assert len(manifest.shards) > 1  # several page shards, each leaving out the losers of its range
+    assert len([f for f in manifest.dropped_sample_files if "dedup-duplicates" in f]) > 1
+    dup_files = sorted(f for f in manifest.dropped_sample_files if f.startswith("dropped/dedup-duplicates-"))
+    assert dup_files == [f"dropped/dedup-duplicates-{i:05d}-of-{len(dup_files):05d}.parquet"
+                         for i in range(len(dup_files))]
+    rows = [row for f in dup_files for row in pq.read_table(out / f).to_pylist()]
+    assert [r["id"] for r in rows] == sorted(expected)
+    assert {r["id"]: (r["reason"], r["kept"]) for r in rows} == expected
+    assert {r["source"] for r in rows} == {"pages"}
+
+    # the planners were handed sums and file names only: no loser, no id, and fewer "excluded"
+    # sums than losers (one per (split, plan bucket) holding any)
+    logs = {p.name.split("-")[0]: json.loads(p.read_text()) for p in log_dir.glob("*.json")}
+    # the pages' planner and the duplicates table's (no dead letters: that one never runs)
+    assert len(list(log_dir.glob("*.json"))) == 2 and set(logs) == {"dedup", "plain"}
+    assert {kind for kind, _, _ in logs["plain"]} == {"stat", "file"}
+    pages_planner = logs["dedup"]
+    kinds = {kind for kind, _, _ in pages_planner}
+    assert kinds == {"stat", "file", "excluded", "loser_file"}
+    for kind, payload, stat in pages_planner:
+        if kind in ("stat", "excluded"):
+            assert (payload, stat) == ("SpillTotal", "SpillStat")
+        else:
+            assert payload == "tuple"  # (split, path) of a spill file
+    n_excluded = sum(1 for kind, _, _ in pages_planner if kind == "excluded")
+    assert n_excluded <= cfg.write.plan_buckets < len(expected)

@@ -9,13 +9,17 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.clean.dedup_stage import DUPLICATES, Loser, excluded_stat, spill_loser
 from pipelines.write import (
+    SpillStat,
     SpillWriter,
     WriteConfig,
     _spill_batches,
     bucket_of,
+    excluded_ids,
     merge_spill_stats,
     plan_shards,
+    record_bytes,
     total_spills,
     write_shard,
 )
@@ -48,6 +52,21 @@ def spill_bundles(records: list[PageRecord], spill_dir: Path, cfg: WriteConfig, 
     return total_spills(spilled)
 
 
+def spill_losers(records: list[PageRecord], spill_dir: Path, cfg: WriteConfig, bundles: int):
+    """Drop ``records`` as dedup does: their duplicates rows spilled from ``bundles`` writers, and
+    their rows and bytes summed per (split, plan bucket); (excluded sums, loser spill files)."""
+    losers = [Loser(r.id, r.source, "duplicate_image", "kept-id", r.split, record_bytes(r)) for r in records]
+    spilled = []
+    for bundle in range(bundles):
+        writer = SpillWriter(str(spill_dir), cfg, DUPLICATES)
+        spilled += [spill_loser(writer, loser) for loser in losers[bundle::bundles]]
+        writer.close()
+    excluded: dict[tuple[str, int], SpillStat] = {}
+    for key, stat in (excluded_stat(loser, cfg.plan_buckets) for loser in losers):
+        excluded[key] = merge_spill_stats([excluded[key], stat]) if key in excluded else stat
+    return excluded, total_spills(spilled)[1]
+
+
 def test_shards_hold_every_record_once_in_id_order_across_bundles(tmp_path):
     rng = random.Random(0)
     records = [record(i, rng) for i in range(300)]
@@ -57,11 +76,13 @@ def test_shards_hold_every_record_once_in_id_order_across_bundles(tmp_path):
     assert len(files) == 5 and sum(s.rows for s in stats.values()) == 300
     assert dict(merge_spill_stats(stats.values()).sources) == {"src": 300}
     dropped = {records[7].id, records[100].id}
-    plans = plan_shards(stats.items(), files, cfg, exclude=dropped)
+    excluded, loser_files = spill_losers([records[7], records[100]], tmp_path / "losers", cfg, 2)
+    plans = plan_shards(stats.items(), files, cfg, excluded.items(), loser_files)
     assert len(plans) > 3
     assert [(p.first_bucket, p.last_bucket) for p in plans][0][0] == 0 and plans[-1].last_bucket == cfg.plan_buckets - 1
     assert all(a.last_bucket + 1 == b.first_bucket for a, b in zip(plans, plans[1:]))  # they tile the id space
-    assert sorted(i for p in plans for i in p.exclude) == sorted(dropped)
+    assert sorted(i for p in plans for i in excluded_ids(p, cfg).to_pylist()) == sorted(dropped)
+    assert sum(p.rows for p in plans) == 298
     spills = sorted(p.name for p in (tmp_path / "spill").iterdir())
     assert len([n for n in spills if n.endswith(".arrow")]) == 5  # one file per bundle, not per bucket
     assert len([n for n in spills if n.endswith(".arrow.buckets.json")]) == 5
@@ -151,3 +172,47 @@ def test_dead_letters_are_sharded_per_stage_like_pages(tmp_path):
         rows = [row for r in mine for row in pq.read_table(tmp_path / r["file"]).to_pylist()]
         assert sorted(r["source_id"] for r in rows) == sorted(f"doc-{i}" for i in range(300))
         assert [r["id"] for r in rows] == sorted(r["id"] for r in rows) and {r["stage"] for r in rows} == {stage}
+
+
+def test_most_records_dropped_each_shard_reads_only_its_own_dropped_ids(tmp_path):
+    """Dedup drops two thirds of the records: the planner gets per-(split, plan bucket) sums of them
+    and the losers' spill files (never their ids), sizes shards by what they keep, and each shard
+    reads the dropped ids of its own range only."""
+    rng = random.Random(3)
+    records = [record(i, rng) for i in range(300)]
+    cfg = WriteConfig(shard_bytes=100_000, buckets=4, plan_buckets=64, spill_buffer_bytes=40_000)
+    stats, files = spill_bundles(records, tmp_path / "spill", cfg, 3)
+    gone = [r for i, r in enumerate(records) if i % 3]
+    excluded, loser_files = spill_losers(gone, tmp_path / "losers", cfg, 4)
+    assert len(loser_files) == 4 and len(excluded) <= cfg.plan_buckets < len(gone)
+    assert all(isinstance(stat, SpillStat) for stat in excluded.values())
+    plans = plan_shards(stats.items(), files, cfg, excluded.items(), loser_files)
+    kept = [r for i, r in enumerate(records) if i % 3 == 0]
+    assert sum(p.rows for p in plans) == len(kept)
+    assert sum(p.approx_bytes for p in plans) == sum(record_bytes(r) for r in kept)
+    for plan in plans[:-1]:  # sized by the kept bytes: 100 records of ~6 KB each give ~5 shards, not ~16
+        assert plan.approx_bytes >= cfg.shard_bytes
+    assert 3 <= len(plans) <= 7
+    seen = []
+    for plan in plans:
+        ids = excluded_ids(plan, cfg).to_pylist()
+        assert plan.in_range(ids).to_pylist() == [True] * len(ids)
+        seen += ids
+    assert sorted(seen) == sorted(r.id for r in gone)
+    results = [write_shard(plan, str(tmp_path), cfg) for plan in plans]
+    assert [r["rows"] for r in results] == [p.rows for p in plans]
+    written = [i for r in results for i in pq.read_table(tmp_path / r["file"], columns=["id"]).column("id").to_pylist()]
+    assert written == sorted(r.id for r in kept)
+
+
+def test_the_planner_refuses_exclusions_that_were_never_spilled(tmp_path):
+    rng = random.Random(4)
+    records = [record(i, rng) for i in range(5)]
+    cfg = WriteConfig(buckets=4, plan_buckets=64)
+    stats, files = spill_bundles(records, tmp_path / "spill", cfg, 1)
+    key = next(iter(stats))
+    with pytest.raises(ValueError, match="rows excluded from"):
+        plan_shards(stats.items(), files, cfg, [(key, SpillStat(stats[key].rows + 1, 0, ()))])
+    empty = next(b for b in range(cfg.plan_buckets) if ("train", b) not in stats)
+    with pytest.raises(ValueError, match=f"plan bucket {empty}.*none were spilled"):
+        plan_shards(stats.items(), files, cfg, [(("train", empty), SpillStat(1, 10, ()))])

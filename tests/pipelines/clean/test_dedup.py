@@ -375,6 +375,66 @@ def test_records_end_to_end(page):
         max(ids["png"], ids["webp"]): "duplicate_image"}
 
 
+def test_the_dags_steps_give_one_loser_per_record_whatever_the_order(page):
+    """What the corpus DAG runs, step by step in plain Python: keys per record (carrying the split and
+    bytes the record was written with), edges per key group, losers per kind, then one loser per
+    record id from a combine, which must not depend on the order the kinds' losers arrive in."""
+    from collections import defaultdict
+
+    from pipelines.clean.dedup_stage import (
+        Loser,
+        dedup_edges,
+        dedup_key_members,
+        dedup_losers,
+        excluded_stat,
+        merge_losers,
+        strongest_loser,
+    )
+    from pipelines.write import bucket_of, record_bytes
+
+    rng = random.Random(10)
+    label = text(rng, 200)
+    records = [record(f"copy{i}", encode(page, "PNG"), label) for i in range(4)]  # px, ph and mh all agree
+    records.append(record("near", encode(page.resize((500, 640)), "JPEG", quality=70), text(rng, 200)))
+    records[1].split = "eval"
+    cfg = DedupConfig()
+    groups = defaultdict(list)
+    for r in records:
+        pairs = dedup_key_members(cfg, r)
+        assert {(m.split, m.size) for _, m in pairs} == {(r.split, record_bytes(r))}
+        for key, member in pairs:
+            groups[key].append(member)
+    edges = defaultdict(list)
+    for key, members in groups.items():
+        for kind, edge in dedup_edges(cfg, key, members):
+            edges[kind].append(edge)
+    losers = [loser for kind, kind_edges in edges.items() for loser in dedup_losers(cfg, kind, kind_edges)]
+    assert len(losers) > len({x.id for x in losers})  # several kinds drop the same records
+    by_id = defaultdict(list)
+    for loser in losers:
+        by_id[loser.id].append(loser)
+    merged = {i: strongest_loser(group) for i, group in by_id.items()}
+    for group in by_id.values():
+        for _ in range(5):
+            rng.shuffle(group)
+            assert strongest_loser(group) == merged[group[0].id]
+    assert merge_losers(losers) == merged
+    expected = find_duplicates([p for r in records for p in dedup_key_members(cfg, r)], cfg)
+    assert {i: x.reason for i, x in merged.items()} == expected
+    by_record = {r.id: r for r in records}
+    keeper = min(r.id for r in records[:4])
+    for loser in merged.values():
+        assert (loser.split, loser.size) == (by_record[loser.id].split, record_bytes(by_record[loser.id]))
+        key, stat = excluded_stat(loser, 256)
+        assert key == (loser.split, bucket_of(loser.id, 256)) and (stat.rows, stat.bytes) == (1, loser.size)
+        if loser.reason == "duplicate_image":
+            assert loser.kept == keeper
+    # a tie on the reason goes to the smaller kept id, not to the first to arrive
+    a, b = Loser("x", "s", "near_duplicate_text", "k2"), Loser("x", "s", "near_duplicate_text", "k1")
+    assert strongest_loser([a, b]) == strongest_loser([b, a]) == b
+    assert strongest_loser([a, Loser("x", "s", "duplicate_image", "k9")]).reason == "duplicate_image"
+
+
 def test_empty_and_huge_labels(page):
     data = encode(page_image(7, (200, 260)), "PNG")
     empty = extract_keys(record("empty", data, ""))
