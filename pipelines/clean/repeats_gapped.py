@@ -9,7 +9,7 @@ from statistics import median
 
 from rapidfuzz.distance import Indel
 
-from pipelines.clean.repeats_config import Loop, RepeatsConfig
+from pipelines.clean.repeats_config import Kind, Loop, RepeatsConfig
 from pipelines.clean.repeats_periods import TAG, band_copies, best_period, copy_needs, natural_phase
 
 # Normalisation for gapped repeats: ASCII digits and light punctuation deleted (plus a few non-ASCII
@@ -90,9 +90,10 @@ def _numbers_regular(copies: list[str], share: float) -> bool:
     return True
 
 
-def gapped_loop(tail: str, offset: int, cfg: RepeatsConfig, periodic: int = 0) -> Loop | None:
-    """``periodic``: length of the exactly periodic suffix of ``tail`` that the exact pass rejected."""
-    search = _GappedSearch(tail, offset, cfg, periodic)
+def gapped_loop(search: GappedSearch) -> Loop | None:
+    """The gapped loop at the end of the search's tail, or None (``search.settled`` tells whether a
+    repeat long enough to be a loop was judged not to be one)."""
+    cfg = search.cfg
     if len(search.norm) < 2 * cfg.needle_chars:
         return None
     best_period(search.norm, cfg.max_period, cfg.needle_chars, cfg.gapped_min_copies, 0, search.accept_period)
@@ -101,10 +102,12 @@ def gapped_loop(tail: str, offset: int, cfg: RepeatsConfig, periodic: int = 0) -
     return _chain_loop(search)
 
 
-class _GappedSearch:
-    """State of one gapped search: the normalised tail, its lazy map back, the verdict so far."""
+class GappedSearch:
+    """State of one gapped (then near-exact) search: the normalised tail, its lazy map back, the
+    verdict so far. ``periodic``: length of the exactly periodic suffix of ``tail`` that the exact
+    pass rejected."""
 
-    def __init__(self, tail: str, offset: int, cfg: RepeatsConfig, periodic: int):
+    def __init__(self, tail: str, offset: int, cfg: RepeatsConfig, periodic: int = 0):
         self.tail, self.offset, self.cfg, self.periodic = tail, offset, cfg, periodic
         self.norm = normalize(tail)
         self.mapping = _Mapping(tail)
@@ -112,6 +115,9 @@ class _GappedSearch:
         # a repeat long enough to be a loop was judged not to be one (a table whose rows share
         # their shape but not their numbers): other views of the same rows need not be tried
         self.settled = False
+        # a long chain of similar copies whose letters differ: not a gapped loop (a list, a table),
+        # and other needles would walk the same lines; the near-exact pass still judges it
+        self.letters_differ = False
 
     def needs(self, unit: str) -> tuple[int, int] | None:
         band = band_copies(self.cfg.gapped_min_copies, len(unit))
@@ -119,8 +125,8 @@ class _GappedSearch:
             return None
         return copy_needs(self.cfg, unit, band, self.cfg.gapped_min_covered, symbol_runs=False)
 
-    def judge(self, bounds: list[int], unit: str, partial_last: bool = False) -> Loop | None:
-        """A gapped Loop over normalised copy boundaries ``bounds`` (ascending, last == len(norm);
+    def judge(self, bounds: list[int], unit: str, partial_last: bool = False, kind: Kind = "gapped") -> Loop | None:
+        """A Loop of ``kind`` over normalised copy boundaries ``bounds`` (ascending, last == len(norm);
         the last copy is cut short when ``partial_last``), or None."""
         copies = len(bounds) - 1 - partial_last
         needs = self.needs(unit)
@@ -137,10 +143,11 @@ class _GappedSearch:
         # of the text before the loop, so it does not count.
         if len(set(whole[1:])) <= 1 or covered - len(raw[0]) <= self.periodic:
             return None
-        if not _numbers_regular(whole, self.cfg.number_regularity):
+        # near-exact copies carry OCR digits (l/1, O/0) at random: their numbers are noise too
+        if kind != "near" and not _numbers_regular(whole, self.cfg.number_regularity):
             return None
         end = self.offset + len(self.tail)
-        return Loop("gapped", round(median(len(c) for c in whole)), copies, (end - covered, end))
+        return Loop(kind, round(median(len(c) for c in whole)), copies, (end - covered, end))
 
     def accept_period(self, p: int, length: int) -> bool:
         """``best_period`` callback: is the normalised periodic suffix (p, length) a gapped loop?"""
@@ -158,12 +165,12 @@ class _GappedSearch:
         return loop is not None
 
 
-def _letters(segment: str) -> str:
+def letters(segment: str) -> str:
     """The letters of ``segment`` outside HTML tags: what a filler must not change."""
     return "".join(c for c in TAG.sub("", segment) if c.isalpha())
 
 
-def _chain_loop(search: _GappedSearch) -> Loop | None:
+def _chain_loop(search: GappedSearch) -> Loop | None:
     """Copies of a normalised needle about one period apart, each similar to the last copy and
     with the same letters (fillers carry no words). The needle is taken at a few offsets from the
     end, as the text may end inside a filler."""
@@ -186,12 +193,12 @@ def _chain_loop(search: _GappedSearch) -> Loop | None:
             if d < 2 * k:
                 continue  # short units are periodic after normalisation: the exact pass saw them
             loop = _walk_chain(search, needle, e0, d)
-            if loop is not None or search.settled:
+            if loop is not None or search.settled or search.letters_differ:
                 return loop
     return None
 
 
-def _walk_chain(search: _GappedSearch, needle: str, e0: int, d: int) -> Loop | None:
+def _walk_chain(search: GappedSearch, needle: str, e0: int, d: int) -> Loop | None:
     """Walk back from the copy ``norm[e0-d:e0]`` through earlier occurrences of ``needle``."""
     norm, cfg = search.norm, search.cfg
     k = len(needle)
@@ -209,18 +216,22 @@ def _walk_chain(search: _GappedSearch, needle: str, e0: int, d: int) -> Loop | N
             break
         segments.append(segment)
         ends.append(q + k)
+    # copies between two needles; the last (template) and first ones are cut by position
+    anchored = {letters(x) for x in segments[1:]}
     first = ends[-1] - d
     if first >= 0 and Indel.normalized_similarity(norm[first: ends[-1]], template) >= cfg.gap_min_similarity:
         segments.append(norm[first: ends[-1]])
         ends.append(first)
     if len(segments) < 3:
         return None
-    letters = Counter(_letters(x) for x in segments).most_common(1)[0][1]
-    if letters < cfg.gap_same_letters * len(segments):
-        # a long run of similar lines with different words (a list, a table): not a loop, and
-        # other needles would only walk the same lines again
-        search.settled = len(segments) >= 8
+    same = Counter(letters(x) for x in segments).most_common(1)[0][1]
+    if same < cfg.gap_same_letters * len(segments):
+        # a long run of similar lines with different words (a list, a table): not a gapped loop,
+        # and other needles would only walk the same lines again
+        search.letters_differ = len(segments) >= 8
         return None
+    # copies anchored on the needle whose letters differ carry character edits: near-exact
+    kind: Kind = "gapped" if len(anchored) <= 1 else "near"
     bounds = ends[::-1]
     if e0 < len(norm):
         # what follows the last needle must be the start of another copy or a filler, not words
@@ -228,5 +239,5 @@ def _walk_chain(search: _GappedSearch, needle: str, e0: int, d: int) -> Loop | N
         rest = "".join(c for c in norm[e0:] if c.isalpha())
         if rest and rest not in "".join(c for c in norm[bounds[0]: e0] if c.isalpha()):
             return None
-        return search.judge(bounds + [len(norm)], template, True)
-    return search.judge(bounds, template)
+        return search.judge(bounds + [len(norm)], template, True, kind)
+    return search.judge(bounds, template, kind=kind)
