@@ -60,7 +60,10 @@ class RepeatsConfig:
                                                    "commonest word, by this many edits on average, is a varying "
                                                    "field (a weekday, a colour), not noise")
     near_shift: int = option(2, help="near: characters a copy boundary may move (edits that insert or delete)")
-    near_needles: int = option(6, help="near: needles, needle_chars apart from the end, that propose periods")
+    near_needles: int = option(8, help="near: needles, near_needle_chars apart from the end, that propose "
+                                       "periods where two of them recur at the same distance")
+    near_needle_chars: int = option(6, help="near: length of those needles (shorter than needle_chars: in short "
+                                            "units few 8-character pieces escape the edits)")
     drop: bool = option(True, help="stage: drop records with a loop (false: keep them, flagged in quality)")
 
     def __post_init__(self) -> None:
@@ -74,8 +77,9 @@ class RepeatsConfig:
         shares = ("gap_min_similarity", "gap_same_letters", "near_edit_rate", "near_min_share", "near_slot_share")
         if any(not 0 <= getattr(self, name) <= 1 for name in shares):
             raise ValueError(f"repeats: {', '.join(shares)} must lie in [0, 1]")
-        if self.near_max_edits < 0 or self.near_shift < 0 or self.near_needles < 1:
-            raise ValueError("repeats: near_max_edits >= 0, near_shift >= 0 and near_needles >= 1 are required")
+        if self.near_max_edits < 0 or self.near_shift < 0 or self.near_needles < 2 or self.near_needle_chars < 2:
+            raise ValueError("repeats: near_max_edits >= 0, near_shift >= 0, near_needles >= 2 and "
+                             "near_needle_chars >= 2 are required")
 
 
 @dataclass(frozen=True)

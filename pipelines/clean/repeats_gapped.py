@@ -216,22 +216,24 @@ def _walk_chain(search: GappedSearch, needle: str, e0: int, d: int) -> Loop | No
             break
         segments.append(segment)
         ends.append(q + k)
-    # copies between two needles; the last (template) and first ones are cut by position
-    anchored = {letters(x) for x in segments[1:]}
     first = ends[-1] - d
     if first >= 0 and Indel.normalized_similarity(norm[first: ends[-1]], template) >= cfg.gap_min_similarity:
         segments.append(norm[first: ends[-1]])
         ends.append(first)
     if len(segments) < 3:
         return None
-    same = Counter(letters(x) for x in segments).most_common(1)[0][1]
+    seen = [letters(x) for x in segments]
+    same = Counter(seen).most_common(1)[0][1]
+    # copies between two needles (the last one, the template, and the first are cut by position)
+    anchored = set(seen[1: len(seen) - (first >= 0 and ends[-1] == first)])
     if same < cfg.gap_same_letters * len(segments):
         # a long run of similar lines with different words (a list, a table): not a gapped loop,
         # and other needles would only walk the same lines again
         search.letters_differ = len(segments) >= 8
         return None
-    # copies anchored on the needle whose letters differ carry character edits: near-exact
-    kind: Kind = "gapped" if len(anchored) <= 1 else "near"
+    # copies anchored on the needle whose words differ carry character edits: near-exact (not
+    # copies cut inside markup, where the letters of tag names come and go)
+    kind: Kind = "near" if len(anchored) > 1 and min(map(len, anchored)) >= 4 else "gapped"
     bounds = ends[::-1]
     if e0 < len(norm):
         # what follows the last needle must be the start of another copy or a filler, not words

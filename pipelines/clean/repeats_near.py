@@ -25,10 +25,10 @@ import re
 from collections import Counter
 
 from rapidfuzz.distance import Levenshtein
-from rapidfuzz.process import cdist
 
 from pipelines.clean.repeats_config import Loop, RepeatsConfig
 from pipelines.clean.repeats_gapped import GappedSearch, letters as _letters
+from pipelines.clean.repeats_periods import band_copies
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -36,43 +36,70 @@ _WORD = re.compile(r"[^\W_]+")
 def near_loop(search: GappedSearch) -> Loop | None:
     """The near-exact loop at the end of ``search.norm``, or None."""
     norm, cfg = search.norm, search.cfg
-    n, k = len(norm), cfg.needle_chars
+    n, k = len(norm), cfg.near_needle_chars
     tried: list[int] = []
     slots: list[int] = []  # periods whose copies vary in a slot: their multiples hold the same lines
+    attempts = 0
     for d in _candidate_periods(norm, k, cfg.max_period, cfg.near_needles, cfg.near_shift):
         if any(abs(d - t) <= cfg.near_shift for t in tried) or any(
             d >= 2 * t - cfg.near_shift and abs(d - t * round(d / t)) <= cfg.near_shift * round(d / t) for t in slots
         ):
             continue
         tried.append(d)
-        budget = cfg.near_max_edits + int(cfg.near_edit_rate * d)
-        # first walk: against the last copy, which carries its own edits; then against the
-        # consensus of what it found, which does not
-        bounds = _walk(norm, d, norm[n - d:], cfg.near_shift, 2 * budget)
-        if len(bounds) >= 4:
-            consensus = _consensus([norm[a:b] for a, b in zip(bounds, bounds[1:])])
-            q = _sub_period(consensus, k, budget)
-            if q:  # the needles skipped copies whose own needle carried an edit: d was a multiple
-                d, budget = q, cfg.near_max_edits + int(cfg.near_edit_rate * q)
-                tried.append(d)
-                bounds = _walk(norm, d, norm[n - d:], cfg.near_shift, 2 * budget)
-                consensus = _consensus([norm[a:b] for a, b in zip(bounds, bounds[1:])])
-            bounds = _walk(norm, d, consensus, cfg.near_shift, 2 * budget)
-            copies = [norm[a:b] for a, b in zip(bounds, bounds[1:])]
-            # letter noise needs letters: rows of empty cells and digit-only cells are the
-            # earlier passes' business (their digits and punctuation are normalised away here)
-            if len(copies) < 3 or len(_letters(consensus)) < 4:
-                continue
-            verdict = _noise_not_slots(copies, consensus, budget, cfg)
-            if verdict is None:
-                slots.append(d)
-            elif verdict:
-                loop = search.judge(bounds, consensus, kind="near")
-                if loop is not None or search.settled:
-                    return loop
-        if len(tried) >= 3:
+        attempts += 1
+        if attempts > 3:
             break
+        needed = band_copies(cfg.gapped_min_copies, d)
+        if needed is None or needed * d > n + d:
+            continue  # the tail cannot hold the copies this period needs
+        if len(_letters(norm[n - d:])) < 4:
+            continue  # see below: no letters, no letter noise
+        found = _copies(norm, d, k, cfg, needed)
+        if found is None:
+            continue
+        bounds, consensus, d, budget = found
+        tried.append(d)
+        # letter noise needs letters: rows of empty cells and digit-only cells are the earlier
+        # passes' business (their digits and punctuation are normalised away here)
+        if len(_letters(consensus)) < 4:
+            continue
+        copies = [norm[a:b] for a, b in zip(bounds, bounds[1:])]
+        verdict = _noise_not_slots(copies, consensus, budget, cfg)
+        if verdict is None:
+            slots.append(d)
+        elif verdict:
+            loop = search.judge(bounds, consensus, kind="near")
+            if loop is not None or search.settled:
+                return loop
     return None
+
+
+def _budget(cfg: RepeatsConfig, period: int) -> int:
+    return cfg.near_max_edits + int(cfg.near_edit_rate * period)
+
+
+def _copies(norm: str, d: int, k: int, cfg: RepeatsConfig, needed: int) -> tuple[list[int], str, int, int] | None:
+    """(copy boundaries, consensus, period, edit budget) of at least three copies of period ``d``
+    (or of a fraction of it) that end the text, or None. The first walk compares each copy with
+    the last one, which carries its own edits (twice the budget allowed); the second with the
+    consensus of what the first found."""
+    budget = _budget(cfg, d)
+    bounds = _walk(norm, d, norm[len(norm) - d:], cfg.near_shift, 2 * budget)
+    if len(bounds) < 4 or (len(bounds) < needed and len(bounds) < 7):
+        return None  # too few copies for the band (unless some period d / m may have enough)
+    consensus = _consensus([norm[a:b] for a, b in zip(bounds, bounds[1:])])
+    q = _sub_period(consensus, k, budget)
+    if q:  # the needles skipped copies whose own needle carried an edit: d was a multiple
+        d, budget = q, _budget(cfg, q)
+        bounds = _walk(norm, d, norm[len(norm) - d:], cfg.near_shift, 2 * budget)
+        if len(bounds) < 4:
+            return None
+        consensus = _consensus([norm[a:b] for a, b in zip(bounds, bounds[1:])])
+    # again against the consensus, which carries no edits: the walk goes on past noisier copies
+    bounds = _walk(norm, d, consensus, cfg.near_shift, 2 * budget)
+    if len(bounds) < 4:
+        return None
+    return bounds, consensus, d, budget
 
 
 def _sub_period(consensus: str, k: int, budget: int) -> int:
@@ -88,43 +115,63 @@ def _sub_period(consensus: str, k: int, budget: int) -> int:
 
 
 def _candidate_periods(norm: str, k: int, max_period: int, needles: int, shift: int) -> list[int]:
-    """Periods proposed by needles ending 0, k, 2k, ... characters before the end, shortest first."""
+    """Periods proposed by needles ending 0, k, 2k, ... characters before the end, shortest first:
+    distances back to a needle's two nearest earlier occurrences on which two needles agree
+    (within ``shift``). Natural text repeats an 8-character piece now and then; two at the same
+    distance it seldom does. Edits hide some needles in some copies: the second occurrence finds
+    the copy before (a multiple of the period, which ``_sub_period`` reduces)."""
     n = len(norm)
-    found: set[int] = set()
-    for i in range(needles):
-        e0 = n - i * k
-        if e0 < 3 * k:
-            break
-        needle = norm[e0 - k: e0]
-        if not needle.strip():
+    reach = min(max_period, n // 3) + shift  # three copies at least (the longest band's need)
+    hits = []
+    for e0 in range(n, max(3 * k, n - needles * k), -k):
+        lo = e0 - k - reach
+        if lo < 0:
+            lo = 0
+        j = norm.rfind(norm[e0 - k: e0], lo, e0 - 1)
+        if j >= 0:
+            hits.append((e0, lo, j))
+    if len(hits) < 2:
+        return []
+    found = []
+    for i, (e0, lo, j) in enumerate(hits):
+        found.append((e0 - k - j, i))
+        j2 = norm.rfind(norm[e0 - k: e0], lo, j + k - 1)
+        if j2 >= 0:
+            found.append((e0 - k - j2, i))
+    found.sort()
+    out: list[int] = []
+    for a, (d, i) in enumerate(found):
+        if d < k:  # shorter units are periodic after normalisation: the earlier passes saw them
             continue
-        lo = max(0, e0 - k - max_period - shift)
-        end = e0 - 1
-        for _ in range(2):  # the nearest copy's needle may itself carry an edit: also the one before
-            j = norm.rfind(needle, lo, end)
-            if j < 0:
+        for d2, i2 in found[a + 1:]:
+            if d2 - d > shift:
                 break
-            d = e0 - k - j
-            if d >= k:  # shorter units are periodic after normalisation: the earlier passes saw them
-                found.add(d)
-            end = j + k - 1
-    return sorted(found)
+            if i2 != i:
+                if not out or d - out[-1] > shift:
+                    out.append(d)
+                break
+    return out
 
 
 def _walk(norm: str, d: int, template: str, shift: int, limit: int) -> list[int]:
     """Copy boundaries (ascending, last == len(norm)) walking back from the end one period ``d``
-    at a time: each copy is the window, its start moved by up to ``shift``, closest to
-    ``template``; the walk stops at the first window further than ``limit`` edits."""
+    at a time: each copy is the window one period back if it is within one edit of ``template``
+    (an insertion or deletion would cost two), else the closest with its start moved by up to
+    ``shift``; the walk stops at the first window further than ``limit`` edits."""
     e = len(norm)
     bounds = [e]
+    deltas = sorted(range(-shift, shift + 1), key=abs)
     while e - d - shift >= 0:
+        # moving the start by up to `shift` changes the distance by as much: past that, stop
+        if Levenshtein.distance(norm[e - d: e], template, score_cutoff=limit + shift) > limit + shift:
+            break
         best, best_dist = -1, limit + 1
-        for delta in sorted(range(-shift, shift + 1), key=abs):
+        for delta in deltas:
             b = e - d + delta
             dist = Levenshtein.distance(norm[b:e], template, score_cutoff=limit)
             if dist < best_dist:
                 best, best_dist = b, dist
-                if dist == 0:
+                if dist <= (1 if delta == 0 else 0):
                     break
         if best < 0:
             break
@@ -134,28 +181,32 @@ def _walk(norm: str, d: int, template: str, shift: int, limit: int) -> list[int]
 
 
 def _consensus(copies: list[str]) -> str:
-    """The copies' majority reading: each copy aligned to the medoid (the copy closest to the
-    others, among the last 16) votes per medoid position for a character, a deletion, or an
-    insertion before it."""
-    recent = copies[-16:]
-    distances = cdist(recent, copies, scorer=Levenshtein.distance, workers=1)
-    medoid = recent[int(distances.sum(axis=1).argmin())]
-    votes = [Counter() for _ in range(len(medoid) + 1)]  # type: list[Counter[str]]
-    inserted = [Counter() for _ in range(len(medoid) + 1)]  # type: list[Counter[str]]
+    """The copies' majority reading: each copy aligned to the last one votes per position of it
+    for its character, a deletion, or an insertion before it; only edits are counted (a copy that
+    agrees votes for the last copy's character), so the last copy's own edits are outvoted."""
+    medoid = copies[-1]
+    readings: dict[int, Counter[str]] = {}
+    inserted: dict[int, Counter[str]] = {}
     for c in copies:
-        reading = list(medoid) + [""]
-        extra = [""] * (len(medoid) + 1)
+        extra: dict[int, str] = {}
         for op in Levenshtein.editops(medoid, c):
-            if op.tag == "replace":
-                reading[op.src_pos] = c[op.dest_pos]
-            elif op.tag == "delete":
-                reading[op.src_pos] = ""
+            if op.tag == "insert":
+                extra[op.src_pos] = extra.get(op.src_pos, "") + c[op.dest_pos]
             else:
-                extra[op.src_pos] += c[op.dest_pos]
-        for i in range(len(medoid) + 1):
-            votes[i][reading[i]] += 1
-            inserted[i][extra[i]] += 1
-    return "".join(ins.most_common(1)[0][0] + vote.most_common(1)[0][0] for ins, vote in zip(inserted, votes))
+                readings.setdefault(op.src_pos, Counter())[c[op.dest_pos] if op.tag == "replace" else ""] += 1
+        for i, piece in extra.items():
+            inserted.setdefault(i, Counter())[piece] += 1
+    half = len(copies) / 2
+    out = list(medoid) + [""]
+    for i, votes in readings.items():
+        reading, count = votes.most_common(1)[0]
+        if count > len(copies) - sum(votes.values()):
+            out[i] = reading
+    for i, votes in inserted.items():
+        piece, count = votes.most_common(1)[0]
+        if count > half:
+            out[i] = piece + out[i]
+    return "".join(out)
 
 
 def _noise_not_slots(copies: list[str], consensus: str, budget: int, cfg: RepeatsConfig) -> bool | None:
@@ -193,3 +244,5 @@ def _word_slot(copies: list[str], min_edits: float) -> bool:
         if sum(d >= min_edits and 2 * d >= size for d, size in distances) >= max(2, len(rows) / 10):
             return True
     return False
+
+

@@ -956,8 +956,10 @@ def near_negative_structures(bank: Bank) -> list[tuple[str, Callable[[], str]]]:
                           ["red", "blue", "green", "black", "white", "grey", "brown"]])
         frame = sentence().split()
         slot = r.randrange(len(frame))
-        return "\n".join(" ".join(frame[:slot] + [r.choice(words)] + frame[slot + 1:])
-                         for _ in range(r.randint(8, 30)))
+        values = [r.choice(words)]
+        for _ in range(r.randint(8, 30)):  # no two lines alike in a row: that would be a loop
+            values.append(r.choice([w for w in words if w != values[-1]]))
+        return "\n".join(" ".join(frame[:slot] + [v] + frame[slot + 1:]) for v in values)
 
     def weekday_table() -> str:
         place = r.choice(["Market Square", "North Gate", "Harbour Office"])
