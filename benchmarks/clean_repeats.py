@@ -3,9 +3,9 @@
     python benchmarks/clean_repeats.py [--labels 10000] [--seed 7] [--gopher-labels N] [--no-gopher] [--eval-seed N]
 
 Labels: the evaluation set ``tests/data/repeat_loops.jsonl`` (loops of the four kinds and hard
-negatives, 2-16 KB; ``--eval-seed N`` builds a fresh one from another seed instead) mixed with clean labels of 2-16 KB made by the same generator
-(``tests/data/make_repeat_loops.py``: prose in several languages, Markdown, HTML and Markdown
-tables, LaTeX) up to ``--labels`` in all, shuffled. It prints:
+negatives, 2-16 KB; ``--eval-seed N`` builds a fresh one from another seed instead) mixed with
+clean labels of 2-16 KB made by the same generator (``tests/data/make_repeat_loops.py``: prose in
+several languages, Markdown, HTML and Markdown tables, LaTeX) up to ``--labels`` in all, shuffled. It prints:
 
 * our ``find_loop``: labels per second on one core (one process, wall time over all labels after a
   warm-up), µs per label (mean, p50, p99) for clean labels and for the evaluation set;

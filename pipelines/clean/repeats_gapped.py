@@ -20,7 +20,8 @@ _DELETED_ASCII = b"0123456789.,;:!?'\"`"
 _DELETED_OTHER = tuple(c.encode() for c in "\u00b7\u2022\u2019\u201c\u201d\uff0c\u3002\uff1b\uff1a\uff01\uff1f\u3001")
 _DELETED_OTHER_RE = re.compile(b"|".join(re.escape(m) for m in _DELETED_OTHER))
 _DELETED_SET = frozenset(_DELETED_ASCII.decode() + b"".join(_DELETED_OTHER).decode())
-_WORDS = re.compile(r"[^ \t\n\r\x0b\x0c]+")  # what bytes.split() splits on
+_SPACE = re.compile(r"[ \t\n\r\x0b\x0c]")  # what bytes.split() splits on
+_KEPT_RUN = re.compile("[^" + re.escape("".join(sorted(_DELETED_SET))) + " \t\n\r\x0b\x0c]+")
 _INT = re.compile(r"\d{1,18}")
 
 
@@ -36,14 +37,16 @@ def normalize(tail: str) -> str:
 def normalize_index(tail: str) -> list[int]:
     """For each character of ``normalize(tail)``, its index in ``tail`` (a space maps to the first
     whitespace character of its run)."""
-    kept = [i for i, c in enumerate(tail) if c not in _DELETED_SET]
-    stripped = "".join(tail[i] for i in kept)
     index: list[int] = []
     previous_end = -1
-    for m in _WORDS.finditer(stripped):
+    for m in _KEPT_RUN.finditer(tail):
+        start = m.start()
         if previous_end >= 0:
-            index.append(kept[previous_end])
-        index.extend(kept[m.start(): m.end()])
+            # between two runs only deleted characters and whitespace: a space if any whitespace
+            space = _SPACE.search(tail, previous_end, start)
+            if space is not None:
+                index.append(space.start())
+        index.extend(range(start, m.end()))
         previous_end = m.end()
     return index
 
@@ -167,7 +170,7 @@ class GappedSearch:
 
 def letters(segment: str) -> str:
     """The letters of ``segment`` outside HTML tags: what a filler must not change."""
-    return "".join(c for c in TAG.sub("", segment) if c.isalpha())
+    return "".join(filter(str.isalpha, TAG.sub("", segment)))
 
 
 def _chain_loop(search: GappedSearch) -> Loop | None:

@@ -27,7 +27,7 @@ from collections import Counter
 from rapidfuzz.distance import Levenshtein
 
 from pipelines.clean.repeats_config import Loop, RepeatsConfig
-from pipelines.clean.repeats_gapped import GappedSearch, letters as _letters
+from pipelines.clean.repeats_gapped import GappedSearch, letters
 from pipelines.clean.repeats_periods import band_copies
 
 _WORD = re.compile(r"[^\W_]+")
@@ -52,19 +52,19 @@ def near_loop(search: GappedSearch) -> Loop | None:
         needed = band_copies(cfg.gapped_min_copies, d)
         if needed is None or needed * d > n + d:
             continue  # the tail cannot hold the copies this period needs
-        if len(_letters(norm[n - d:])) < 4:
+        if len(letters(norm[n - d:])) < 4:
             continue  # see below: no letters, no letter noise
         found = _copies(norm, d, k, cfg, needed)
         if found is None:
             continue
-        bounds, consensus, d, budget = found
+        bounds, distances, consensus, d, budget = found
         tried.append(d)
         # letter noise needs letters: rows of empty cells and digit-only cells are the earlier
         # passes' business (their digits and punctuation are normalised away here)
-        if len(_letters(consensus)) < 4:
+        if len(letters(consensus)) < 4:
             continue
         copies = [norm[a:b] for a, b in zip(bounds, bounds[1:])]
-        verdict = _noise_not_slots(copies, consensus, budget, cfg)
+        verdict = _noise_not_slots(copies, distances, consensus, budget, cfg)
         if verdict is None:
             slots.append(d)
         elif verdict:
@@ -78,28 +78,31 @@ def _budget(cfg: RepeatsConfig, period: int) -> int:
     return cfg.near_max_edits + int(cfg.near_edit_rate * period)
 
 
-def _copies(norm: str, d: int, k: int, cfg: RepeatsConfig, needed: int) -> tuple[list[int], str, int, int] | None:
-    """(copy boundaries, consensus, period, edit budget) of at least three copies of period ``d``
-    (or of a fraction of it) that end the text, or None. The first walk compares each copy with
-    the last one, which carries its own edits (twice the budget allowed); the second with the
-    consensus of what the first found."""
+def _copies(
+    norm: str, d: int, k: int, cfg: RepeatsConfig, needed: int
+) -> tuple[list[int], list[int], str, int, int] | None:
+    """(copy boundaries, their distances to the consensus, consensus, period, edit budget) of at
+    least three copies of period ``d`` (or of a fraction of it) that end the text, or None. The
+    first walk compares each copy with the last one, which carries its own edits (twice the
+    budget allowed); the second with the consensus of what the first found."""
     budget = _budget(cfg, d)
-    bounds = _walk(norm, d, norm[len(norm) - d:], cfg.near_shift, 2 * budget)
+    # the consensus needs a dozen copies at most; the second walk finds them all
+    bounds, _ = _walk(norm, d, norm[len(norm) - d:], cfg.near_shift, 2 * budget, 12)
     if len(bounds) < 4 or (len(bounds) < needed and len(bounds) < 7):
         return None  # too few copies for the band (unless some period d / m may have enough)
     consensus = _consensus([norm[a:b] for a, b in zip(bounds, bounds[1:])])
     q = _sub_period(consensus, k, budget)
     if q:  # the needles skipped copies whose own needle carried an edit: d was a multiple
         d, budget = q, _budget(cfg, q)
-        bounds = _walk(norm, d, norm[len(norm) - d:], cfg.near_shift, 2 * budget)
+        bounds, _ = _walk(norm, d, norm[len(norm) - d:], cfg.near_shift, 2 * budget, 12)
         if len(bounds) < 4:
             return None
         consensus = _consensus([norm[a:b] for a, b in zip(bounds, bounds[1:])])
     # again against the consensus, which carries no edits: the walk goes on past noisier copies
-    bounds = _walk(norm, d, consensus, cfg.near_shift, 2 * budget)
+    bounds, distances = _walk(norm, d, consensus, cfg.near_shift, 2 * budget)
     if len(bounds) < 4:
         return None
-    return bounds, consensus, d, budget
+    return bounds, distances, consensus, d, budget
 
 
 def _sub_period(consensus: str, k: int, budget: int) -> int:
@@ -153,31 +156,35 @@ def _candidate_periods(norm: str, k: int, max_period: int, needles: int, shift: 
     return out
 
 
-def _walk(norm: str, d: int, template: str, shift: int, limit: int) -> list[int]:
+def _walk(norm: str, d: int, template: str, shift: int, limit: int, most: int = 1 << 30) -> tuple[list[int], list[int]]:
     """Copy boundaries (ascending, last == len(norm)) walking back from the end one period ``d``
-    at a time: each copy is the window one period back if it is within one edit of ``template``
-    (an insertion or deletion would cost two), else the closest with its start moved by up to
-    ``shift``; the walk stops at the first window further than ``limit`` edits."""
+    at a time, and each copy's distance to ``template``: a copy is the window one period back if
+    it is within one edit of ``template`` (an insertion or deletion would cost two), else the
+    closest with its start moved by up to ``shift``. The walk stops at the first window further
+    than ``limit`` edits, or after ``most`` copies."""
     e = len(norm)
-    bounds = [e]
-    deltas = sorted(range(-shift, shift + 1), key=abs)
-    while e - d - shift >= 0:
+    bounds, distances = [e], []
+    deltas = [x for x in sorted(range(-shift, shift + 1), key=abs) if x]
+    while e - d - shift >= 0 and len(distances) < most:
+        b0 = e - d
         # moving the start by up to `shift` changes the distance by as much: past that, stop
-        if Levenshtein.distance(norm[e - d: e], template, score_cutoff=limit + shift) > limit + shift:
+        dist0 = Levenshtein.distance(norm[b0:e], template, score_cutoff=limit + shift)
+        if dist0 > limit + shift:
             break
-        best, best_dist = -1, limit + 1
-        for delta in deltas:
-            b = e - d + delta
-            dist = Levenshtein.distance(norm[b:e], template, score_cutoff=limit)
-            if dist < best_dist:
-                best, best_dist = b, dist
-                if dist <= (1 if delta == 0 else 0):
-                    break
+        best, best_dist = (b0, dist0) if dist0 <= limit else (-1, limit + 1)
+        if dist0 > 1:
+            for delta in deltas:
+                dist = Levenshtein.distance(norm[b0 + delta: e], template, score_cutoff=best_dist - 1)
+                if dist < best_dist:
+                    best, best_dist = b0 + delta, dist
+                    if dist == 0:
+                        break
         if best < 0:
             break
         bounds.append(best)
+        distances.append(best_dist)
         e = best
-    return bounds[::-1]
+    return bounds[::-1], distances[::-1]
 
 
 def _consensus(copies: list[str]) -> str:
@@ -209,16 +216,18 @@ def _consensus(copies: list[str]) -> str:
     return "".join(out)
 
 
-def _noise_not_slots(copies: list[str], consensus: str, budget: int, cfg: RepeatsConfig) -> bool | None:
-    """Most copies are within ``budget`` edits of the consensus, and their edits are scattered:
-    no one position is edited in ``near_slot_share`` of the copies (and in four or more), no word
-    position is a varying field. None when the copies vary in such a slot."""
-    close = sum(Levenshtein.distance(c, consensus, score_cutoff=budget) <= budget for c in copies)
-    if close < cfg.near_min_share * len(copies):
+def _noise_not_slots(
+    copies: list[str], distances: list[int], consensus: str, budget: int, cfg: RepeatsConfig
+) -> bool | None:
+    """Most copies are within ``budget`` edits of the consensus (``distances``), and their edits
+    are scattered: no one position is edited in ``near_slot_share`` of the copies (and in four or
+    more), no word position is a varying field. None when the copies vary in such a slot."""
+    if sum(x <= budget for x in distances) < cfg.near_min_share * len(copies):
         return False
     edited_at: Counter[int] = Counter()
-    for c in copies:
-        edited_at.update({op.src_pos for op in Levenshtein.editops(consensus, c)})
+    for c, x in zip(copies, distances):
+        if x:
+            edited_at.update({op.src_pos for op in Levenshtein.editops(consensus, c)})
     if edited_at and edited_at.most_common(1)[0][1] >= max(4, cfg.near_slot_share * len(copies)):
         return None
     return None if _word_slot(copies, cfg.near_slot_word_edits) else True
