@@ -124,19 +124,16 @@ def _candidate_periods(norm: str, k: int, max_period: int, needles: int, shift: 
     distance it seldom does. Edits hide some needles in some copies: the second occurrence finds
     the copy before (a multiple of the period, which ``_sub_period`` reduces)."""
     n = len(norm)
-    reach = min(max_period, n // 3) + shift  # three copies at least (the longest band's need)
-    hits = []
-    for e0 in range(n, max(3 * k, n - needles * k), -k):
-        lo = e0 - k - reach
-        if lo < 0:
-            lo = 0
-        j = norm.rfind(norm[e0 - k: e0], lo, e0 - 1)
-        if j >= 0:
-            hits.append((e0, lo, j))
+    # three copies at least (the longest band's need): no needle looks further back than this
+    lo = max(0, n - needles * k - min(max_period, n // 3) - shift)
+    rfind = norm.rfind
+    hits = [
+        (e0, j) for e0 in range(n, max(3 * k, n - needles * k), -k) if (j := rfind(norm[e0 - k: e0], lo, e0 - 1)) >= 0
+    ]
     if len(hits) < 2:
         return []
     found = []
-    for i, (e0, lo, j) in enumerate(hits):
+    for i, (e0, j) in enumerate(hits):
         found.append((e0 - k - j, i))
         j2 = norm.rfind(norm[e0 - k: e0], lo, j + k - 1)
         if j2 >= 0:
