@@ -3,7 +3,7 @@
     python tests/data/make_repeat_loops.py [--seed 20240604] [--output tests/data/repeat_loops.jsonl]
 
 Each line is ``{"id", "text", "label", "note"}``: ``label`` is ``"exact"``, ``"truncated"``,
-``"gapped"`` or ``null`` (a hard negative), ``note`` says what the case is. Labels are 2 to 16 KB
+``"gapped"``, ``"near"`` or ``null`` (a hard negative), ``note`` says what the case is. Labels are 2 to 16 KB
 of mixed natural-ish content (prose in several languages, Markdown headings and lists, HTML and
 Markdown tables, LaTeX), generated from a seed so the file is reproducible.
 
@@ -21,6 +21,13 @@ Hard negatives end with (or contain) legitimate repetitive structure: tables wit
 identical cells, wide separator rows, dot leaders in a table of contents, lists and forms whose
 lines share a prefix, numbered blank lines, refrains, repeated running headers and table headers
 in multi-column layouts, numeric tables with a year column, LaTeX matrices, bibliographies.
+
+Near-exact loops and their negatives come last and are made another way (see the section
+"near-exact loops"): real-ish prose from the synth snippet bank, a piece of the page repeated with
+each copy passed through an OCR confusion table (``rn``/``m``, ``l``/``1``, ``e``/``c`` ...; 0-2
+substitutions per copy), and as negatives lines that differ in one slot (lettered items, a word
+that changes) and OCR-noisy refrains, running headers, forms and prose. They draw from their own
+random generator, so the items before them are what they were before this kind was added.
 """
 
 from __future__ import annotations
