@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from statistics import median
 
+import numpy as np
 from rapidfuzz.distance import Indel
 
 from pipelines.clean.repeats_config import Kind, Loop, RepeatsConfig
@@ -20,8 +21,10 @@ _DELETED_ASCII = b"0123456789.,;:!?'\"`"
 _DELETED_OTHER = tuple(c.encode() for c in "\u00b7\u2022\u2019\u201c\u201d\uff0c\u3002\uff1b\uff1a\uff01\uff1f\u3001")
 _DELETED_OTHER_RE = re.compile(b"|".join(re.escape(m) for m in _DELETED_OTHER))
 _DELETED_SET = frozenset(_DELETED_ASCII.decode() + b"".join(_DELETED_OTHER).decode())
-_SPACE = re.compile(r"[ \t\n\r\x0b\x0c]")  # what bytes.split() splits on
-_KEPT_RUN = re.compile("[^" + re.escape("".join(sorted(_DELETED_SET))) + " \t\n\r\x0b\x0c]+")
+# per code point: 1 deleted, 2 ASCII whitespace (what bytes.split() splits on), 0 kept as is
+_CLASS = np.zeros(0x110000, dtype=np.uint8)
+_CLASS[[ord(c) for c in _DELETED_SET]] = 1
+_CLASS[[ord(c) for c in " \t\n\r\x0b\x0c"]] = 2
 _INT = re.compile(r"\d{1,18}")
 
 
@@ -37,17 +40,23 @@ def normalize(tail: str) -> str:
 def normalize_index(tail: str) -> list[int]:
     """For each character of ``normalize(tail)``, its index in ``tail`` (a space maps to the first
     whitespace character of its run)."""
-    index: list[int] = []
-    previous_end = -1
-    for m in _KEPT_RUN.finditer(tail):
-        start = m.start()
-        if previous_end >= 0:
-            # between two runs only deleted characters and whitespace: a space if any whitespace
-            space = _SPACE.search(tail, previous_end, start)
-            if space is not None:
-                index.append(space.start())
-        index.extend(range(start, m.end()))
-        previous_end = m.end()
+    return _index_array(tail).tolist()
+
+
+def _index_array(tail: str) -> np.ndarray:
+    """``normalize_index`` as an array, vectorised: it runs once per loop candidate."""
+    kinds = _CLASS[np.frombuffer(tail.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)]
+    kept = np.flatnonzero(kinds != 1)
+    space = kinds[kept] == 2
+    # a whitespace character stays when the kept character before it is not one (a leading one has
+    # none), and the last one goes if it ends the text
+    after_space = np.empty_like(space)
+    if len(space):
+        after_space[0] = True
+        after_space[1:] = space[:-1]
+    index = kept[~space | ~after_space]
+    if len(index) and kinds[index[-1]] == 2:
+        index = index[:-1]
     return index
 
 
@@ -56,18 +65,18 @@ class _Mapping:
 
     def __init__(self, tail: str):
         self.tail = tail
-        self._index: list[int] | None = None
+        self._index: np.ndarray | None = None
 
     def boundary(self, x: int) -> int:
         """Tail index where a copy starting at normalised position ``x`` starts: right after the
         previous kept character, so deleted digits and punctuation before it join this copy."""
         if self._index is None:
-            self._index = normalize_index(self.tail)
+            self._index = _index_array(self.tail)
         if x <= 0:
             return 0
         if x >= len(self._index):
             return len(self.tail)
-        return self._index[x - 1] + 1
+        return int(self._index[x - 1]) + 1
 
     def raw_copies(self, bounds: list[int]) -> list[str]:
         raw = [self.boundary(x) for x in bounds]
