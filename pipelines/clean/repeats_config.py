@@ -60,7 +60,7 @@ class RepeatsConfig:
                                                    "commonest word, by this many edits on average, is a varying "
                                                    "field (a weekday, a colour), not noise")
     near_shift: int = option(2, help="near: characters a copy boundary may move (edits that insert or delete)")
-    near_needles: int = option(8, help="near: needles, near_needle_chars apart from the end, that propose "
+    near_needles: int = option(6, help="near: needles, near_needle_chars apart from the end, that propose "
                                        "periods where two of them recur at the same distance")
     near_needle_chars: int = option(6, help="near: length of those needles (shorter than needle_chars: in short "
                                             "units few 8-character pieces escape the edits)")

@@ -41,10 +41,12 @@ def near_loop(search: GappedSearch) -> Loop | None:
     slots: list[int] = []  # periods whose copies vary in a slot: their multiples hold the same lines
     attempts = 0
     for d in _candidate_periods(norm, k, cfg.max_period, cfg.near_needles, cfg.near_shift):
-        if any(abs(d - t) <= cfg.near_shift for t in tried) or any(
+        if any(abs(d - t) <= cfg.near_shift for t in tried):
+            continue
+        if 6 * d > n and any(
             d >= 2 * t - cfg.near_shift and abs(d - t * round(d / t)) <= cfg.near_shift * round(d / t) for t in slots
         ):
-            continue
+            continue  # few copies of a multiple of a slot period: too few to see the slot again
         tried.append(d)
         attempts += 1
         if attempts > 3:
@@ -106,13 +108,12 @@ def _copies(
 
 
 def _sub_period(consensus: str, k: int, budget: int) -> int:
-    """A period ``d / m`` (m = 2, 3, 4) of the consensus within ``budget`` edits per copy, or 0."""
+    """A period ``d / m`` (m = 2, 3, 4) of the consensus within ``budget`` edits, or 0 (the
+    consensus is a majority reading: its own copies hardly differ)."""
     d = len(consensus)
     for m in (4, 3, 2):
         q = round(d / m)
-        if q >= k and Levenshtein.distance(consensus[q:], consensus[:-q], score_cutoff=budget * (m - 1)) <= budget * (
-            m - 1
-        ):
+        if q >= k and Levenshtein.distance(consensus[q:], consensus[:-q], score_cutoff=budget) <= budget:
             return q
     return 0
 
