@@ -130,6 +130,22 @@ class GappedSearch:
         # a long chain of similar copies whose letters differ: not a gapped loop (a list, a table),
         # and other needles would walk the same lines; the near-exact pass still judges it
         self.letters_differ = False
+        self._end_needles: dict[int, int] | None = None
+
+    def end_needles(self) -> dict[int, int]:
+        """How often each needle ending 0, k/2, k and 2k characters before the end of the
+        normalised tail occurs in it (k = ``needle_chars``; blank needles and ones too close to the
+        start count 0). The chain search and the near-exact pass both start from these."""
+        if self._end_needles is None:
+            norm, k = self.norm, self.cfg.needle_chars
+            n = len(norm)
+            self._end_needles = {
+                shift: norm.count(norm[n - shift - k: n - shift])
+                if n - shift >= 2 * k and norm[n - shift - k: n - shift].strip()
+                else 0
+                for shift in (0, k // 2, k, 2 * k)
+            }
+        return self._end_needles
 
     def needs(self, unit: str) -> tuple[int, int] | None:
         band = band_copies(self.cfg.gapped_min_copies, len(unit))
@@ -189,11 +205,11 @@ def _chain_loop(search: GappedSearch) -> Loop | None:
     norm, cfg = search.norm, search.cfg
     n = len(norm)
     k = cfg.needle_chars
-    for shift in (0, k // 2, k, 2 * k):
+    for shift, count in search.end_needles().items():
+        if count < 3:
+            continue  # a chain of three copies needs the needle three times
         e0 = n - shift
         needle = norm[e0 - k: e0]
-        if e0 < 2 * k or not needle.strip() or norm.count(needle) < 3:
-            continue  # a chain of three copies needs the needle three times
         lo = max(0, e0 - k - cfg.max_period)
         end = e0 - 1
         for _ in range(4):  # a few candidate periods; natural text rarely offers even one

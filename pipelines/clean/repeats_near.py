@@ -37,6 +37,10 @@ def near_loop(search: GappedSearch) -> Loop | None:
     """The near-exact loop at the end of ``search.norm``, or None."""
     norm, cfg = search.norm, search.cfg
     n, k = len(norm), cfg.near_needle_chars
+    if max(search.end_needles().values(), default=0) < 3:
+        # three copies put the text's last few characters three times in the tail, unless edits
+        # hit all four end needles of the last copy; most clean labels stop here, for free
+        return None
     tried: list[int] = []
     slots: list[int] = []  # periods whose copies vary in a slot: their multiples hold the same lines
     attempts = 0
