@@ -37,9 +37,9 @@ def near_loop(search: GappedSearch) -> Loop | None:
     """The near-exact loop at the end of ``search.norm``, or None."""
     norm, cfg = search.norm, search.cfg
     n, k = len(norm), cfg.near_needle_chars
-    if max(search.end_needles().values(), default=0) < 3:
-        # three copies put the text's last few characters three times in the tail, unless edits
-        # hit all four end needles of the last copy; most clean labels stop here, for free
+    if sum(search.end_needles().values()) < 8:
+        # three copies put the text's last characters three times in the tail: two of the four
+        # end needles that escaped the edits give 3 + 3 + 1 + 1; most clean labels stop here
         return None
     tried: list[int] = []
     slots: list[int] = []  # periods whose copies vary in a slot: their multiples hold the same lines
