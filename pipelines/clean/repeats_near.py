@@ -250,7 +250,7 @@ def _word_slot(copies: list[str], min_edits: float) -> bool:
     for column in zip(*rows):
         if column.count(column[0]) == len(rows):
             continue
-        word = max(set(column), key=column.count)
+        word = Counter(column).most_common(1)[0][0]  # ties: the first seen, not hash order
         agree = column.count(word)
         distances = [(Levenshtein.distance(w, word), max(len(w), len(word))) for w in column if w != word]
         if 2 * agree <= len(rows) and sum(d for d, _ in distances) >= min_edits * len(distances):
