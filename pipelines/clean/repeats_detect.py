@@ -11,7 +11,7 @@ last ``tail_chars`` characters of a label and returns a ``Loop`` or ``None``:
 * ``near``: copies back to back that each carry a character edit or two (OCR-like substitutions:
   ``the total was paid`` / ``the totel was paid`` / ``tha total was pald``).
 
-How it works, and why it is fast (the tail is at most 1 KB; a clean 2-16 KB label costs ~25 µs):
+How it works, and why it is fast (the tail is at most 1 KB; a clean 2-16 KB label costs ~25-30 µs):
 
 1. Exact periods. A tail with a periodic suffix of period ``p`` contains its own last
    ``needle_chars`` characters again ``p`` characters earlier, so ``str.rfind`` of that needle
@@ -29,8 +29,9 @@ How it works, and why it is fast (the tail is at most 1 KB; a clean 2-16 KB labe
    ``gap_min_similarity`` similar to the last copy and with the same letters (fillers carry no
    words). A chain may end up to two needles before the end when what follows holds no new words;
    one whose needle-anchored copies differ in a few letters is reported as near-exact.
-3. Near-exact repeats (``pipelines/clean/repeats_near.py``), on the same normalised tail: periods
-   proposed by short needles that recur at the same distance, copies walked back one period at a
+3. Near-exact repeats (``pipelines/clean/repeats_near.py``), on the same normalised tail, only
+   when the chain search's end needles recur (most clean labels stop there): periods proposed by
+   short needles that recur at the same distance, copies walked back one period at a
    time with a Levenshtein budget, and a verdict against the copies' consensus (edits scattered,
    not a slot such as ``(a) ... (b) ...`` or a weekday that changes from line to line).
 
