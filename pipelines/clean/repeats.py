@@ -23,7 +23,7 @@ from pipelines.clean.repeats_gapped import normalize, normalize_index
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
-VERSION = "1"
+VERSION = "2"  # 2: near-exact loops (kind "near")
 __all__ = ["NO_LOOP", "VERSION", "Bands", "Kind", "Loop", "RepeatsConfig", "RepeatsStage", "find_loop", "main",
            "normalize", "normalize_index", "scan_lines"]
 
@@ -84,9 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.clean.repeats",
         description="Find degeneration loops at the end of OCR labels (exact, truncated, gapped "
-                    "repeats in the last --tail-chars characters). Reads JSON lines with `id` and "
-                    "`text`; writes one JSON line per input line: `id`, `loop` (bool), `kind` "
-                    "(exact/truncated/gapped/null), `period`, `copies`, `span` ([start, end) in "
+                    "and near-exact repeats in the last --tail-chars characters). Reads JSON lines with "
+                    "`id` and `text`; writes one JSON line per input line: `id`, `loop` (bool), `kind` "
+                    "(exact/truncated/gapped/near/null), `period`, `copies`, `span` ([start, end) in "
                     "characters). A bad line (not JSON, not an object, no `id` or `text`, `text` "
                     "not a string, not UTF-8) gives `id` (null if unknown) and `error` naming the "
                     "line number and the reason instead; blank lines are skipped.",

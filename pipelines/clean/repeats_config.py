@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from schemas.config import option
 
-Kind = Literal["exact", "truncated", "gapped"]
+Kind = Literal["exact", "truncated", "gapped", "near"]
 Bands = tuple[tuple[int, int], ...]
 
 
@@ -48,6 +48,22 @@ class RepeatsConfig:
                                                "the commonest letters: fillers carry no words")
     number_regularity: float = option(0.8, help="gapped: per number position, share of copy-to-copy steps equal "
                                                 "to the commonest step (incrementing or constant numbers)")
+    near: bool = option(True, help="look for near-exact loops too: copies back to back with a few character "
+                                   "edits each (OCR-like substitutions)")
+    near_max_edits: int = option(3, help="near: Levenshtein edits (digits and light punctuation aside) a copy may "
+                                         "differ from the copies' consensus by ...")
+    near_edit_rate: float = option(0.03, help="near: ... plus this fraction of the unit length")
+    near_min_share: float = option(0.9, help="near: share of copies that must be that close to the consensus")
+    near_slot_share: float = option(0.7, help="near: share of copies edited at one same position from which the "
+                                              "edits are a varying slot ((a) ... (b) ..., a field), not noise")
+    near_slot_word_edits: float = option(2.5, help="near: a word position where most copies differ from the "
+                                                   "commonest word, by this many edits on average, is a varying "
+                                                   "field (a weekday, a colour), not noise")
+    near_shift: int = option(2, help="near: characters a copy boundary may move (edits that insert or delete)")
+    near_needles: int = option(6, help="near: needles, near_needle_chars apart from the end, that propose "
+                                       "periods where two of them recur at the same distance")
+    near_needle_chars: int = option(6, help="near: length of those needles (shorter than needle_chars: in short "
+                                            "units few 8-character pieces escape the edits)")
     drop: bool = option(True, help="stage: drop records with a loop (false: keep them, flagged in quality)")
 
     def __post_init__(self) -> None:
@@ -58,8 +74,12 @@ class RepeatsConfig:
             object.__setattr__(self, name, bands)
         if self.tail_chars < 16 or self.max_period < 1 or self.needle_chars < 2:
             raise ValueError("repeats: tail_chars >= 16, max_period >= 1 and needle_chars >= 2 are required")
-        if not 0 <= self.gap_min_similarity <= 1 or not 0 <= self.gap_same_letters <= 1:
-            raise ValueError("repeats: gap_min_similarity and gap_same_letters must lie in [0, 1]")
+        shares = ("gap_min_similarity", "gap_same_letters", "near_edit_rate", "near_min_share", "near_slot_share")
+        if any(not 0 <= getattr(self, name) <= 1 for name in shares):
+            raise ValueError(f"repeats: {', '.join(shares)} must lie in [0, 1]")
+        if self.near_max_edits < 0 or self.near_shift < 0 or self.near_needles < 2 or self.near_needle_chars < 2:
+            raise ValueError("repeats: near_max_edits >= 0, near_shift >= 0, near_needles >= 2 and "
+                             "near_needle_chars >= 2 are required")
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ last ``tail_chars`` characters of a label and returns a ``Loop`` or ``None``:
 * ``exact``: a unit of 1..``max_period`` characters repeated back to back up to the end;
 * ``truncated``: the same, with the label cut inside the last copy;
 * ``gapped``: copies that differ in digits (incrementing numbers), whitespace or light punctuation
-  (``1. foo 2. foo 3. foo``), or that are separated by short fillers without words.
+  (``1. foo 2. foo 3. foo``), or that are separated by short fillers without words;
+* ``near``: copies back to back that each carry a character edit or two (OCR-like substitutions:
+  ``the total was paid`` / ``the totel was paid`` / ``tha total was pald``).
 
-How it works, and why it is fast (the tail is at most 1 KB; a clean 2-16 KB label costs ~25 µs):
+How it works, and why it is fast (the tail is at most 1 KB; a clean 2-16 KB label costs ~25-30 µs):
 
 1. Exact periods. A tail with a periodic suffix of period ``p`` contains its own last
    ``needle_chars`` characters again ``p`` characters earlier, so ``str.rfind`` of that needle
@@ -25,7 +27,13 @@ How it works, and why it is fast (the tail is at most 1 KB; a clean 2-16 KB labe
    collapsed; ``normalize``) and step 1 runs again on the result. Then a chain search follows
    copies of a normalised needle spaced about one period apart (within ``gap_tolerance``), each
    ``gap_min_similarity`` similar to the last copy and with the same letters (fillers carry no
-   words). A chain may end up to two needles before the end when what follows holds no new words.
+   words). A chain may end up to two needles before the end when what follows holds no new words;
+   one whose needle-anchored copies differ in a few letters is reported as near-exact.
+3. Near-exact repeats (``pipelines/clean/repeats_near.py``), on the same normalised tail, only
+   when the chain search's end needles recur (most clean labels stop there): periods proposed by
+   short needles that recur at the same distance, copies walked back one period at a
+   time with a Levenshtein budget, and a verdict against the copies' consensus (edits scattered,
+   not a slot such as ``(a) ... (b) ...`` or a weekday that changes from line to line).
 
 Legitimate structure is kept out by requiring both enough copies for the period band *and* enough
 covered characters; units that look like table rows (HTML ``<tr>``/``<td>``, Markdown pipes, LaTeX
@@ -34,19 +42,21 @@ cells, separator rows; not one- or two-character symbol runs) need the tail near
 repeats must keep their numbers regular (each number stays or steps by a constant from copy to
 copy), so a data table whose rows share only their shape is not a loop; a chain whose copies
 differ in words (lists and forms sharing a prefix, table rows with content) is not one either.
-Refrains and repeated headers are not back to back, or not repeated often enough.
+Refrains and repeated headers are not back to back, or not repeated often enough. Near-exact
+copies follow the gapped bands and coverage, and need letters to carry their noise.
 
 ``span`` is in characters of the text and starts at the first complete copy. Exact and truncated
 loops that fill the tail are traced back up to ``trace_chars`` further to report where they start
-(the decision only uses the tail); gapped spans stay inside the tail. ``copies`` counts the
-complete copies inside the span; ``period`` is the unit length (for gapped loops, the median copy
-length in the text).
+(the decision only uses the tail); gapped and near-exact spans stay inside the tail. ``copies`` counts the
+complete copies inside the span; ``period`` is the unit length (for gapped and near-exact loops,
+the median copy length in the text).
 """
 
 from __future__ import annotations
 
 from pipelines.clean.repeats_config import Kind, Loop, RepeatsConfig
-from pipelines.clean.repeats_gapped import gapped_loop
+from pipelines.clean.repeats_gapped import GappedSearch, gapped_loop
+from pipelines.clean.repeats_near import near_loop
 from pipelines.clean.repeats_periods import band_copies, best_period, copy_needs, natural_phase
 
 
@@ -75,8 +85,12 @@ def find_loop(text: str, cfg: RepeatsConfig = RepeatsConfig()) -> Loop | None:
     periodic = [0]
     if loop is None:
         loop = _exact_loop(text, tail, offset, stop, cfg, periodic)
-    if loop is None and cfg.gapped:
-        loop = gapped_loop(tail, offset, cfg, periodic[0])
+    if loop is None and (cfg.gapped or cfg.near):
+        search = GappedSearch(tail, offset, cfg, periodic[0])
+        if cfg.gapped:
+            loop = gapped_loop(search)
+        if loop is None and cfg.near and not search.settled:
+            loop = near_loop(search)
     return loop
 
 

@@ -7,9 +7,10 @@ import re
 from collections import Counter
 from statistics import median
 
+import numpy as np
 from rapidfuzz.distance import Indel
 
-from pipelines.clean.repeats_config import Loop, RepeatsConfig
+from pipelines.clean.repeats_config import Kind, Loop, RepeatsConfig
 from pipelines.clean.repeats_periods import TAG, band_copies, best_period, copy_needs, natural_phase
 
 # Normalisation for gapped repeats: ASCII digits and light punctuation deleted (plus a few non-ASCII
@@ -20,7 +21,10 @@ _DELETED_ASCII = b"0123456789.,;:!?'\"`"
 _DELETED_OTHER = tuple(c.encode() for c in "\u00b7\u2022\u2019\u201c\u201d\uff0c\u3002\uff1b\uff1a\uff01\uff1f\u3001")
 _DELETED_OTHER_RE = re.compile(b"|".join(re.escape(m) for m in _DELETED_OTHER))
 _DELETED_SET = frozenset(_DELETED_ASCII.decode() + b"".join(_DELETED_OTHER).decode())
-_WORDS = re.compile(r"[^ \t\n\r\x0b\x0c]+")  # what bytes.split() splits on
+# per code point: 1 deleted, 2 ASCII whitespace (what bytes.split() splits on), 0 kept as is
+_CLASS = np.zeros(0x110000, dtype=np.uint8)
+_CLASS[[ord(c) for c in _DELETED_SET]] = 1
+_CLASS[[ord(c) for c in " \t\n\r\x0b\x0c"]] = 2
 _INT = re.compile(r"\d{1,18}")
 
 
@@ -36,15 +40,23 @@ def normalize(tail: str) -> str:
 def normalize_index(tail: str) -> list[int]:
     """For each character of ``normalize(tail)``, its index in ``tail`` (a space maps to the first
     whitespace character of its run)."""
-    kept = [i for i, c in enumerate(tail) if c not in _DELETED_SET]
-    stripped = "".join(tail[i] for i in kept)
-    index: list[int] = []
-    previous_end = -1
-    for m in _WORDS.finditer(stripped):
-        if previous_end >= 0:
-            index.append(kept[previous_end])
-        index.extend(kept[m.start(): m.end()])
-        previous_end = m.end()
+    return _index_array(tail).tolist()
+
+
+def _index_array(tail: str) -> np.ndarray:
+    """``normalize_index`` as an array, vectorised: it runs once per loop candidate."""
+    kinds = _CLASS[np.frombuffer(tail.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)]
+    kept = np.flatnonzero(kinds != 1)
+    space = kinds[kept] == 2
+    # a whitespace character stays when the kept character before it is not one (a leading one has
+    # none), and the last one goes if it ends the text
+    after_space = np.empty_like(space)
+    if len(space):
+        after_space[0] = True
+        after_space[1:] = space[:-1]
+    index = kept[~space | ~after_space]
+    if len(index) and kinds[index[-1]] == 2:
+        index = index[:-1]
     return index
 
 
@@ -53,18 +65,18 @@ class _Mapping:
 
     def __init__(self, tail: str):
         self.tail = tail
-        self._index: list[int] | None = None
+        self._index: np.ndarray | None = None
 
     def boundary(self, x: int) -> int:
         """Tail index where a copy starting at normalised position ``x`` starts: right after the
         previous kept character, so deleted digits and punctuation before it join this copy."""
         if self._index is None:
-            self._index = normalize_index(self.tail)
+            self._index = _index_array(self.tail)
         if x <= 0:
             return 0
         if x >= len(self._index):
             return len(self.tail)
-        return self._index[x - 1] + 1
+        return int(self._index[x - 1]) + 1
 
     def raw_copies(self, bounds: list[int]) -> list[str]:
         raw = [self.boundary(x) for x in bounds]
@@ -90,9 +102,10 @@ def _numbers_regular(copies: list[str], share: float) -> bool:
     return True
 
 
-def gapped_loop(tail: str, offset: int, cfg: RepeatsConfig, periodic: int = 0) -> Loop | None:
-    """``periodic``: length of the exactly periodic suffix of ``tail`` that the exact pass rejected."""
-    search = _GappedSearch(tail, offset, cfg, periodic)
+def gapped_loop(search: GappedSearch) -> Loop | None:
+    """The gapped loop at the end of the search's tail, or None (``search.settled`` tells whether a
+    repeat long enough to be a loop was judged not to be one)."""
+    cfg = search.cfg
     if len(search.norm) < 2 * cfg.needle_chars:
         return None
     best_period(search.norm, cfg.max_period, cfg.needle_chars, cfg.gapped_min_copies, 0, search.accept_period)
@@ -101,10 +114,12 @@ def gapped_loop(tail: str, offset: int, cfg: RepeatsConfig, periodic: int = 0) -
     return _chain_loop(search)
 
 
-class _GappedSearch:
-    """State of one gapped search: the normalised tail, its lazy map back, the verdict so far."""
+class GappedSearch:
+    """State of one gapped (then near-exact) search: the normalised tail, its lazy map back, the
+    verdict so far. ``periodic``: length of the exactly periodic suffix of ``tail`` that the exact
+    pass rejected."""
 
-    def __init__(self, tail: str, offset: int, cfg: RepeatsConfig, periodic: int):
+    def __init__(self, tail: str, offset: int, cfg: RepeatsConfig, periodic: int = 0):
         self.tail, self.offset, self.cfg, self.periodic = tail, offset, cfg, periodic
         self.norm = normalize(tail)
         self.mapping = _Mapping(tail)
@@ -112,6 +127,25 @@ class _GappedSearch:
         # a repeat long enough to be a loop was judged not to be one (a table whose rows share
         # their shape but not their numbers): other views of the same rows need not be tried
         self.settled = False
+        # a long chain of similar copies whose letters differ: not a gapped loop (a list, a table),
+        # and other needles would walk the same lines; the near-exact pass still judges it
+        self.letters_differ = False
+        self._end_needles: dict[int, int] | None = None
+
+    def end_needles(self) -> dict[int, int]:
+        """How often each needle ending 0, k/2, k and 2k characters before the end of the
+        normalised tail occurs in it (k = ``needle_chars``; blank needles and ones too close to the
+        start count 0). The chain search and the near-exact pass both start from these."""
+        if self._end_needles is None:
+            norm, k = self.norm, self.cfg.needle_chars
+            n = len(norm)
+            self._end_needles = {
+                shift: norm.count(norm[n - shift - k: n - shift])
+                if n - shift >= 2 * k and norm[n - shift - k: n - shift].strip()
+                else 0
+                for shift in (0, k // 2, k, 2 * k)
+            }
+        return self._end_needles
 
     def needs(self, unit: str) -> tuple[int, int] | None:
         band = band_copies(self.cfg.gapped_min_copies, len(unit))
@@ -119,8 +153,8 @@ class _GappedSearch:
             return None
         return copy_needs(self.cfg, unit, band, self.cfg.gapped_min_covered, symbol_runs=False)
 
-    def judge(self, bounds: list[int], unit: str, partial_last: bool = False) -> Loop | None:
-        """A gapped Loop over normalised copy boundaries ``bounds`` (ascending, last == len(norm);
+    def judge(self, bounds: list[int], unit: str, partial_last: bool = False, kind: Kind = "gapped") -> Loop | None:
+        """A Loop of ``kind`` over normalised copy boundaries ``bounds`` (ascending, last == len(norm);
         the last copy is cut short when ``partial_last``), or None."""
         copies = len(bounds) - 1 - partial_last
         needs = self.needs(unit)
@@ -137,10 +171,11 @@ class _GappedSearch:
         # of the text before the loop, so it does not count.
         if len(set(whole[1:])) <= 1 or covered - len(raw[0]) <= self.periodic:
             return None
-        if not _numbers_regular(whole, self.cfg.number_regularity):
+        # near-exact copies carry OCR digits (l/1, O/0) at random: their numbers are noise too
+        if kind != "near" and not _numbers_regular(whole, self.cfg.number_regularity):
             return None
         end = self.offset + len(self.tail)
-        return Loop("gapped", round(median(len(c) for c in whole)), copies, (end - covered, end))
+        return Loop(kind, round(median(len(c) for c in whole)), copies, (end - covered, end))
 
     def accept_period(self, p: int, length: int) -> bool:
         """``best_period`` callback: is the normalised periodic suffix (p, length) a gapped loop?"""
@@ -158,23 +193,23 @@ class _GappedSearch:
         return loop is not None
 
 
-def _letters(segment: str) -> str:
+def letters(segment: str) -> str:
     """The letters of ``segment`` outside HTML tags: what a filler must not change."""
-    return "".join(c for c in TAG.sub("", segment) if c.isalpha())
+    return "".join(filter(str.isalpha, TAG.sub("", segment)))
 
 
-def _chain_loop(search: _GappedSearch) -> Loop | None:
+def _chain_loop(search: GappedSearch) -> Loop | None:
     """Copies of a normalised needle about one period apart, each similar to the last copy and
     with the same letters (fillers carry no words). The needle is taken at a few offsets from the
     end, as the text may end inside a filler."""
     norm, cfg = search.norm, search.cfg
     n = len(norm)
     k = cfg.needle_chars
-    for shift in (0, k // 2, k, 2 * k):
+    for shift, count in search.end_needles().items():
+        if count < 3:
+            continue  # a chain of three copies needs the needle three times
         e0 = n - shift
         needle = norm[e0 - k: e0]
-        if e0 < 2 * k or not needle.strip() or norm.count(needle) < 3:
-            continue  # a chain of three copies needs the needle three times
         lo = max(0, e0 - k - cfg.max_period)
         end = e0 - 1
         for _ in range(4):  # a few candidate periods; natural text rarely offers even one
@@ -186,12 +221,12 @@ def _chain_loop(search: _GappedSearch) -> Loop | None:
             if d < 2 * k:
                 continue  # short units are periodic after normalisation: the exact pass saw them
             loop = _walk_chain(search, needle, e0, d)
-            if loop is not None or search.settled:
+            if loop is not None or search.settled or search.letters_differ:
                 return loop
     return None
 
 
-def _walk_chain(search: _GappedSearch, needle: str, e0: int, d: int) -> Loop | None:
+def _walk_chain(search: GappedSearch, needle: str, e0: int, d: int) -> Loop | None:
     """Walk back from the copy ``norm[e0-d:e0]`` through earlier occurrences of ``needle``."""
     norm, cfg = search.norm, search.cfg
     k = len(needle)
@@ -215,12 +250,18 @@ def _walk_chain(search: _GappedSearch, needle: str, e0: int, d: int) -> Loop | N
         ends.append(first)
     if len(segments) < 3:
         return None
-    letters = Counter(_letters(x) for x in segments).most_common(1)[0][1]
-    if letters < cfg.gap_same_letters * len(segments):
-        # a long run of similar lines with different words (a list, a table): not a loop, and
-        # other needles would only walk the same lines again
-        search.settled = len(segments) >= 8
+    seen = [letters(x) for x in segments]
+    same = Counter(seen).most_common(1)[0][1]
+    # copies between two needles (the last one, the template, and the first are cut by position)
+    anchored = set(seen[1: len(seen) - (first >= 0 and ends[-1] == first)])
+    if same < cfg.gap_same_letters * len(segments):
+        # a long run of similar lines with different words (a list, a table): not a gapped loop,
+        # and other needles would only walk the same lines again
+        search.letters_differ = len(segments) >= 8
         return None
+    # copies anchored on the needle whose words differ carry character edits: near-exact (not
+    # copies cut inside markup, where the letters of tag names come and go)
+    kind: Kind = "near" if len(anchored) > 1 and min(map(len, anchored)) >= 4 else "gapped"
     bounds = ends[::-1]
     if e0 < len(norm):
         # what follows the last needle must be the start of another copy or a filler, not words
@@ -228,5 +269,5 @@ def _walk_chain(search: _GappedSearch, needle: str, e0: int, d: int) -> Loop | N
         rest = "".join(c for c in norm[e0:] if c.isalpha())
         if rest and rest not in "".join(c for c in norm[bounds[0]: e0] if c.isalpha()):
             return None
-        return search.judge(bounds + [len(norm)], template, True)
-    return search.judge(bounds, template)
+        return search.judge(bounds + [len(norm)], template, True, kind)
+    return search.judge(bounds, template, kind=kind)

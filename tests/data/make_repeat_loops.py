@@ -3,7 +3,7 @@
     python tests/data/make_repeat_loops.py [--seed 20240604] [--output tests/data/repeat_loops.jsonl]
 
 Each line is ``{"id", "text", "label", "note"}``: ``label`` is ``"exact"``, ``"truncated"``,
-``"gapped"`` or ``null`` (a hard negative), ``note`` says what the case is. Labels are 2 to 16 KB
+``"gapped"``, ``"near"`` or ``null`` (a hard negative), ``note`` says what the case is. Labels are 2 to 16 KB
 of mixed natural-ish content (prose in several languages, Markdown headings and lists, HTML and
 Markdown tables, LaTeX), generated from a seed so the file is reproducible.
 
@@ -21,6 +21,13 @@ Hard negatives end with (or contain) legitimate repetitive structure: tables wit
 identical cells, wide separator rows, dot leaders in a table of contents, lists and forms whose
 lines share a prefix, numbered blank lines, refrains, repeated running headers and table headers
 in multi-column layouts, numeric tables with a year column, LaTeX matrices, bibliographies.
+
+Near-exact loops and their negatives come last and are made another way (see the section
+"near-exact loops"): real-ish prose from the synth snippet bank, a piece of the page repeated with
+each copy passed through an OCR confusion table (``rn``/``m``, ``l``/``1``, ``e``/``c`` ...; 0-2
+substitutions per copy), and as negatives lines that differ in one slot (lettered items, a word
+that changes) and OCR-noisy refrains, running headers, forms and prose. They draw from their own
+random generator, so the items before them are what they were before this kind was added.
 """
 
 from __future__ import annotations
@@ -799,8 +806,221 @@ def make_negative(g: Gen, index: int, structures: list[tuple[str, Callable[[], s
     return {"id": f"neg-{index:04d}", "text": text, "label": None, "note": note}
 
 
+# ---------------------------------------------------------------------- near-exact loops
+#
+# Made another way than the loops above and than the detector's unit tests: the text is the synth
+# snippet bank (``synth/data/snippets.json``, ``snippets_zh.json``: CC0 prose written for pagemill),
+# the repeated unit is a piece of that page (often its last sentence: a model loops on what it has
+# just written), and each copy passes through an OCR confusion table that substitutes one or two
+# characters (some copies none), including confusions that change the length (``rn``/``m``).
+
+SNIPPETS = HERE.parents[1] / "synth" / "data"
+
+OCR_CONFUSIONS: tuple[tuple[str, str], ...] = (
+    ("rn", "m"), ("m", "rn"), ("cl", "d"), ("d", "cl"), ("li", "h"), ("h", "li"), ("vv", "w"), ("w", "vv"),
+    ("l", "1"), ("1", "l"), ("l", "I"), ("I", "l"), ("i", "l"), ("l", "i"), ("O", "0"), ("0", "O"), ("o", "0"),
+    ("e", "c"), ("c", "e"), ("a", "o"), ("o", "a"), ("e", "o"), ("u", "v"), ("v", "u"), ("n", "h"), ("h", "n"),
+    ("t", "f"), ("f", "t"), ("S", "5"), ("5", "S"), ("B", "8"), ("g", "q"), ("y", "v"), ("s", "e"), ("fi", "ﬁ"),
+    ("é", "e"), ("e", "é"), ("ri", "n"), ("in", "m"), ("nn", "m"), ("c", "o"), ("b", "h"), ("k", "lc"),
+)
+OCR_CONFUSIONS_ZH: tuple[tuple[str, str], ...] = (
+    ("末", "未"), ("未", "末"), ("己", "已"), ("已", "己"), ("士", "土"), ("土", "士"), ("日", "曰"), ("人", "入"),
+    ("入", "人"), ("天", "夭"), ("大", "太"), ("太", "大"), ("问", "间"), ("间", "问"), ("王", "玉"), ("石", "右"),
+    ("右", "石"), ("鸟", "乌"), ("千", "干"), ("干", "千"), ("力", "刀"), ("的", "白"), ("在", "任"), ("们", "门"),
+)
+
+
+def ocr_noise(r: random.Random, text: str, edits: int) -> str:
+    """``text`` with ``edits`` substitutions from the OCR confusion table at random places."""
+    table = OCR_CONFUSIONS_ZH if any("\u4e00" <= c <= "\u9fff" for c in text) else OCR_CONFUSIONS
+    for _ in range(edits):
+        spots = [(i, a, b) for a, b in table for i in _find_all(text, a)]
+        if not spots:
+            break
+        i, a, b = r.choice(spots)
+        text = text[:i] + b + text[i + len(a):]
+    return text
+
+
+def _find_all(text: str, piece: str) -> list[int]:
+    out, i = [], text.find(piece)
+    while i >= 0:
+        out.append(i)
+        i = text.find(piece, i + 1)
+    return out
+
+
+class Bank:
+    """The snippet bank as pages: paragraphs, sentences, titles."""
+
+    def __init__(self, r: random.Random):
+        self.r = r
+        en = json.loads((SNIPPETS / "snippets.json").read_text(encoding="utf-8"))["snippets"]
+        zh = json.loads((SNIPPETS / "snippets_zh.json").read_text(encoding="utf-8"))["snippets"]
+        self.en = [(s["title"], s["text"]) for s in en]
+        self.zh = [(s["title"], s["text"]) for s in zh]
+
+    def sentences(self, text: str) -> list[str]:
+        if any("\u4e00" <= c <= "\u9fff" for c in text):
+            return [p + "。" for p in text.split("。") if p]
+        parts = [p.strip() for p in text.replace("? ", "?|").replace(". ", ".|").split("|")]
+        return [p for p in parts if p]
+
+    def page(self, size: int, zh: bool = False) -> str:
+        """Headings, paragraphs, a list or a table from the snippets, ``size`` characters or so."""
+        pool = list(self.zh if zh else self.en)
+        self.r.shuffle(pool)
+        parts: list[str] = []
+        while sum(map(len, parts)) < size:
+            if not pool:
+                pool = list(self.zh if zh else self.en)
+                self.r.shuffle(pool)
+            title, text = pool.pop()
+            x = self.r.random()
+            if x < 0.25:
+                parts.append(f"{'#' * self.r.randint(1, 3)} {title}")
+            if x < 0.12 and not zh:
+                parts.append("\n".join(f"- {s}" for s in self.sentences(text)))
+            elif x < 0.2 and not zh:
+                words = [w.strip(".,;") for w in text.split()]
+                rows = ["| " + " | ".join(self.r.sample(words, 3)) + f" | {self.r.randint(1, 999)} |"
+                        for _ in range(self.r.randint(2, 6))]
+                parts.append("| Item | Use | Place | Count |\n|---|---|---|---|\n" + "\n".join(rows))
+            else:
+                parts.append(text)
+        return "\n\n".join(parts)
+
+
+def near_units(bank: Bank, body: str, zh: bool) -> list[tuple[str, str, str]]:
+    """(note, unit, lead) candidates: what a model repeats, from the page it is writing."""
+    r = bank.r
+    title, text = r.choice(bank.zh if zh else bank.en)
+    sentence = r.choice(bank.sentences(text))
+    last = bank.sentences(body.rsplit("\n", 1)[-1].strip())
+    if zh:
+        return [
+            ("cjk sentence", sentence, ""),
+            ("cjk clause", sentence[: r.randint(8, 20)] + "，", ""),
+            ("last sentence of the page (cjk)", last[-1] if last else sentence, ""),
+        ]
+    words = text.split()
+    start = r.randrange(max(1, len(words) - 8))
+    clause = " ".join(words[start: start + r.randint(3, 8)]).rstrip(".,;")
+    cells = [w.strip(".,;") for w in r.sample(words, 3)]
+    return [
+        ("last sentence of the page", (last[-1] if last else sentence) + " ", ""),
+        ("sentence", sentence + r.choice([" ", "\n", "\n\n"]), ""),
+        ("clause", clause + r.choice([", ", " ", "; "]), ""),
+        ("heading", f"## {title}\n\n", "\n\n"),
+        ("list item", f"- {sentence}\n", "\n\n"),
+        ("paragraph", text + "\n\n", "\n\n"),
+        ("markdown table row", "| " + " | ".join(cells) + " |\n", "\n\n| Item | Use | Place |\n|---|---|---|\n"),
+        ("html table row", "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>\n",
+         "\n\n<table>\n<tr><th>Item</th><th>Use</th><th>Place</th></tr>\n"),
+    ]
+
+
+def make_near(bank: Bank, index: int) -> dict:
+    """Copies of a unit back to back, each with 0-2 OCR substitutions, to the end of the label."""
+    r = bank.r
+    zh = r.random() < 0.12
+    body = bank.page(int(2 ** r.uniform(11, 12.9)), zh)
+    note, unit, lead = r.choice(near_units(bank, body, zh))
+    g = Gen(r)
+    length = loop_length(g, len(unit))
+    copies: list[str] = []
+    while sum(map(len, copies)) < length or len(copies) < 3:
+        copies.append(ocr_noise(r, unit, r.choices([0, 1, 2], [10, 50, 40])[0]))
+    loop = "".join(copies)
+    cut = r.random() < 0.3
+    if cut:  # cut inside the last copy: still a near-exact loop
+        loop = loop[: len(loop) - r.randint(1, max(1, len(copies[-1]) - 1))]
+    return {
+        "id": f"loop-near-{index:04d}",
+        "text": body + (lead or r.choice([" ", "\n", "\n\n"])) + loop,
+        "label": "near",
+        "note": f"{note} x{len(copies)}{' cut inside the last copy' if cut else ''}",
+    }
+
+
+def near_negative_structures(bank: Bank) -> list[tuple[str, Callable[[], str]]]:
+    """Legitimate near-repeats: lines that differ in one slot, and OCR-noisy refrains and headers."""
+    r = bank.r
+
+    def sentence() -> str:
+        return r.choice(bank.sentences(r.choice(bank.en)[1]))
+
+    def lettered() -> str:
+        item = r.choice(["Not applicable.", "See the note above.", "No change from the previous year.",
+                         "Reserved.", "Deleted by amendment."])
+        style = r.choice(["({})", "{})", "{}.", "Annex {}:"])
+        letters = "abcdefghijklmnopqrstuvwxyz" if "Annex" not in style else "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        return "\n".join(f"{style.format(c)} {item}" for c in letters[: r.randint(8, 26)])
+
+    def one_word_varies() -> str:
+        words = r.choice([["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"],
+                          ["north", "south", "east", "west", "upper", "lower"],
+                          ["red", "blue", "green", "black", "white", "grey", "brown"]])
+        frame = sentence().split()
+        slot = r.randrange(len(frame))
+        values = [r.choice(words)]
+        for _ in range(r.randint(8, 30)):  # no two lines alike in a row: that would be a loop
+            values.append(r.choice([w for w in words if w != values[-1]]))
+        return "\n".join(" ".join(frame[:slot] + [v] + frame[slot + 1:]) for v in values)
+
+    def weekday_table() -> str:
+        place = r.choice(["Market Square", "North Gate", "Harbour Office"])
+        return "| Day | Place | Hours |\n|---|---|---|\n" + "\n".join(
+            f"| {d} | {place} | closed |" for d in
+            ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"] * r.randint(1, 3))
+
+    def noisy_refrain() -> str:
+        chorus = " ".join(sentence() for _ in range(2))
+        parts = []
+        for _ in range(r.randint(2, 4)):
+            parts.append(sentence())
+            parts.append(ocr_noise(r, chorus, r.randint(1, 2)))
+        return "\n\n".join(parts)
+
+    def noisy_running_header() -> str:
+        header = r.choice(["JOURNAL OF FIELD NOTES", "Annual Report of the Harbour Board", "THE WEEKLY COURIER"])
+        return "\n\n".join(ocr_noise(r, header, r.randint(1, 2)) + "\n\n" + r.choice(bank.en)[1]
+                           for _ in range(r.randint(3, 5)))
+
+    def noisy_prose() -> str:
+        return "\n\n".join(ocr_noise(r, r.choice(bank.en)[1], r.randint(2, 8)) for _ in range(r.randint(2, 5)))
+
+    def noisy_form() -> str:
+        fields = ["Name", "Address", "Parish", "Occupation", "Date of birth", "Signature", "Witness", "Date"]
+        return "\n".join(ocr_noise(r, f"{f}: " + "_" * 30, r.randint(0, 1)) for f in fields)
+
+    def noisy_table_headers() -> str:
+        head = "| Name | Parish | Name | Parish |\n|---|---|---|---|"
+        rows = [f"| {r.choice(NAMES)} | {r.choice(['St Mary', 'St John', 'Holy Cross'])} | {r.choice(NAMES)} | "
+                f"{r.choice(['St Mary', 'St John', 'Holy Cross'])} |" for _ in range(r.randint(6, 20))]
+        return ocr_noise(r, head, 1) + "\n" + "\n".join(ocr_noise(r, row, r.randint(0, 1)) for row in rows)
+
+    return [
+        ("lettered items with the same text", lettered),
+        ("lines differing in one word", one_word_varies),
+        ("weekday table with the same hours", weekday_table),
+        ("refrain with ocr noise", noisy_refrain),
+        ("running header with ocr noise", noisy_running_header),
+        ("prose with ocr noise", noisy_prose),
+        ("form with ocr noise", noisy_form),
+        ("repeated table header with ocr noise", noisy_table_headers),
+    ]
+
+
+def make_near_negative(bank: Bank, index: int, structures: list[tuple[str, Callable[[], str]]]) -> dict:
+    note, structure = structures[index % len(structures)]
+    text = bank.page(int(2 ** bank.r.uniform(11, 12.9))) + "\n\n" + structure()
+    return {"id": f"neg-near-{index:04d}", "text": text, "label": None, "note": note}
+
+
 def build(
-    seed: int, n_exact: int = 110, n_truncated: int = 105, n_gapped: int = 110, n_negative: int = 320
+    seed: int, n_exact: int = 110, n_truncated: int = 105, n_gapped: int = 110, n_negative: int = 320,
+    n_near: int = 120, n_near_negative: int = 96,
 ) -> list[dict]:
     g = Gen(random.Random(seed))
     items: list[dict] = []
@@ -818,6 +1038,19 @@ def build(
     structures = negative_structures(g)
     for i in range(n_negative):
         items.append(make_negative(g, i, structures))
+    # near-exact loops and their negatives draw from their own generator, so the items above stay
+    # what they were before this kind was added
+    bank = Bank(random.Random(seed + 1))
+    made = 0
+    while made < n_near:
+        item = make_near(bank, made)
+        if exact_periodic_suffix(item["text"][-1100:]):
+            continue  # no copy carried an edit at the end: an exact loop, not a near-exact one
+        items.append(item)
+        made += 1
+    near_structures = near_negative_structures(bank)
+    for i in range(n_near_negative):
+        items.append(make_near_negative(bank, i, near_structures))
     return items
 
 
