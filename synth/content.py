@@ -53,7 +53,9 @@ from synth.blocks import (
 )
 from synth.charts import chart_png
 from synth.formulas import generate_formula, inline_formula
+from synth.pictures import picture_png
 from synth.tables import generate_table
+from synth.themes import page_theme
 
 LANGUAGES: tuple[str, ...] = ("en", "zh")
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -235,9 +237,10 @@ class ContentSource:
                 f"Figure {n}: {s.title} at {self.rng.randint(3, 40)} monitoring sites, {self.rng.randint(2015, 2025)}.",
                 f"Figure {n}. Share of {s.topic} records by quarter ({number_text(self.rng)} in total).",
             ])
-        kind = self.rng.choice(["placeholder", "chart"])
-        # The chart is seeded by the caption (no draw from the page's rng), text-free (synth.charts).
-        return Figure(caption=caption, kind=kind, image_png=chart_png(caption) if kind == "chart" else None)
+        kind = self.rng.choice(["picture", "chart"])
+        # Seeded by the caption (no draw from the page's rng) and text-free (synth.charts, synth.pictures).
+        png = chart_png(caption) if kind == "chart" else picture_png(caption)
+        return Figure(caption=caption, kind=kind, image_png=png)
 
     def sources(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(f"{s.title} ({s.license}, {s.source})" for s in self.used))
@@ -528,8 +531,8 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
     rng = random.Random(f"page:{layout}:{suite}:{seed}" + (":zh" if zh else ""))
     src = ContentSource(rng, density, language)
     org = rng.choice(_ZH_ORGS if zh else _ORGS)
-    # Built whole on purpose: the rng draws for newspaper columns on every page, and specs depend on it.
-    columns = {"newspaper": rng.choice([2, 3]), "paper": 2}.get(layout, 1)
+    theme = page_theme(layout, seed, language)  # its own rng: fonts, colours, margins, columns, page size
+    columns = theme.columns
     furniture = _furniture_zh(rng, layout, org) if zh else _furniture(rng, layout, org)
     title = _title_zh(rng, layout, src) if zh else _title(rng, layout, src, org)
     draft = _Draft(rng, src, language, suite, columns, body=[(Heading(title, level=1), True)])
@@ -543,7 +546,7 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
         id=id or f"synth-{layout}-{suite}-{seed}",
         layout=layout, suite=suite, language=language, columns=columns,
         furniture=furniture, blocks=tuple(_place(blocks, columns)), license="cc0-1.0", seed=seed,
-        sources=src.sources(),
+        sources=src.sources(), width_px=theme.width_px, height_px=theme.height_px, theme=theme,
     )
 
 
