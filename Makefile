@@ -59,7 +59,7 @@ $(STAMP): pyproject.toml scripts/install_browser_assets.sh scripts/install_latex
 	fi
 	# Debian chromium + fonts and KaTeX from npm (assets/katex): math checks and HTML synthesis
 	scripts/install_browser_assets.sh
-	# pdflatex (Debian texlive-latex-base/-recommended, fonts-recommended, lmodern): LaTeX synthesis
+	# pdflatex (Debian texlive-latex-base/-recommended/-extra (multirow), fonts-recommended, lmodern): LaTeX synthesis
 	bash scripts/install_latex.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: a plain `torch` requirement would pull a multi-GB CUDA build.

@@ -7,8 +7,11 @@ holds the ``.tex`` source). The page is an ``article`` whose paper has the spec'
 ``fancyhdr`` furniture (only the header, footer and page-number text the spec has), unnumbered
 headings, escaped paragraph text with ``**bold**``/``*italic*``/``\\( \\)`` inline markup, display
 math in ``\\[ \\]`` (amsmath, amssymb, mathrsfs, bm), ``tabular`` tables honouring rowspan/colspan
-and header rows (booktabs rules when ruled), lists, framed figure placeholders with their
-caption, and footnotes with the spec's own markers (``\\footnotemark[m]``/``\\footnotetext[m]``).
+and header rows (booktabs rules when ruled, ``multirow`` for row spans), lists, figures (the
+block's picture or chart PNG, else a framed placeholder) with their caption, and footnotes with
+the spec's own markers (``\\footnotemark[m]``/``\\footnotetext[m]``). The page's theme
+(``synth.themes``) picks the font package (psnfss or lmodern), the heading colour and scales the
+margins (``page_style``).
 
 Every job runs ``pdflatex -no-shell-escape -halt-on-error -interaction=nonstopmode`` in a fresh
 temporary directory (removed afterwards) under a wall-clock timeout. Rejections, as
@@ -133,7 +136,7 @@ def rich(text: str) -> str:
 
 def _heading(b: Heading) -> str:
     size = {1: r"\LARGE", 2: r"\Large", 3: r"\large"}.get(b.level, r"\normalsize")
-    return f"{{\\noindent{size}\\bfseries {rich(b.text)}\\par}}"
+    return f"{{\\noindent{size}\\bfseries\\pmaccent {rich(b.text)}\\par}}"
 
 
 def _grid(table: Table) -> tuple[int, list[list[tuple[str, TableCell | None, int]]]]:
@@ -169,7 +172,7 @@ def _cell_text(cell: TableCell) -> str:
     if cell.header and body:
         body = f"\\textbf{{{body}}}"
     if cell.rowspan > 1 and body:
-        body = f"\\pmspanrows{{{cell.rowspan}}}{{{body}}}"
+        body = f"\\multirow{{{cell.rowspan}}}{{*}}{{{body}}}"
     return body
 
 
@@ -314,9 +317,22 @@ def render_latex(spec: PageSpec) -> tuple[str, dict[str, bytes]]:
                  "page_number": escape_text(fur.page_number)}
     w, h = paper_size_bp(spec)
     tex = _ENV.get_template("page.tex.j2").render(
-        style=STYLES.get(spec.layout, _DEFAULT_STYLE), paper_w=f"{w:.3f}", paper_h=f"{h:.3f}",
+        style=page_style(spec), paper_w=f"{w:.3f}", paper_h=f"{h:.3f}",
         furniture=furniture, columns=columns).lstrip("\n")
     return tex, images
+
+
+def page_style(spec: PageSpec) -> dict[str, object]:
+    """The layout's ``STYLES`` entry with the page's theme applied: margins scaled, the theme's font
+    package (roman or sans by the layout) and accent colour (``xcolor`` HTML hex, for headings)."""
+    style = dict(STYLES.get(spec.layout, _DEFAULT_STYLE))
+    theme = spec.theme
+    if theme is None:
+        return {**style, "font_package": "lmodern", "accent": None}
+    style["margin"] = round(float(style["margin"]) * theme.margin, 3)  # type: ignore[arg-type]
+    style["font_package"] = theme.latex_sans if style["sans"] else theme.latex_serif
+    style["accent"] = theme.accent.lstrip("#").upper()
+    return style
 
 
 def log_excerpt(log: str, max_lines: int = 8) -> str:
