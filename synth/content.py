@@ -22,8 +22,10 @@ fits; ``max_blocks`` caps the body and ``density`` (0.5-1.5) scales optional tex
 
 ``language="zh"`` gives a Simplified Chinese page: paragraphs from ``synth/data/snippets_zh.json``
 (CC0, written for pagemill), Chinese names, organisations, headings, captions, furniture and dates
-(``2021年3月5日``); tables and formulas stay as generated. Chart figures carry a seeded, text-free
-matplotlib PNG (``synth.charts``) in ``Figure.image_png``.
+(``2021年3月5日``), and tables' words and captions and formulas' ``\\text{}`` words in Chinese. Figures
+carry a seeded, text-free PNG in ``Figure.image_png``: a matplotlib chart (``synth.charts``) or a
+procedural picture (``synth.pictures``). ``synth.themes`` draws each page's fonts, colours, margins,
+column count and page size (16:9 for slides) from its own seed.
 """
 
 from __future__ import annotations
@@ -52,9 +54,9 @@ from synth.blocks import (
     Table,
 )
 from synth.charts import chart_png
-from synth.formulas import generate_formula, inline_formula
+from synth.formulas import generate_formula, inline_formula, localize_formula
 from synth.pictures import picture_png
-from synth.tables import generate_table
+from synth.tables import generate_table, localize_table
 from synth.themes import page_theme
 
 LANGUAGES: tuple[str, ...] = ("en", "zh")
@@ -540,6 +542,9 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
     at = min(len(draft.body), 3)
     draft.body[at:at] = _suite_blocks(draft, layout)
     blocks = _cut_optional(draft.body, max_blocks)
+    if zh:  # tables and formulas are generated in English; their words are put in Chinese here
+        blocks = [localize_table(b, language) if isinstance(b, Table) else
+                  localize_formula(b, language) if isinstance(b, Formula) else b for b in blocks]
     # Keep only the notes whose marker survived (paragraphs are required, so all do today).
     blocks.extend(draft.notes)
     return PageSpec(
