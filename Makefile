@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/math_checks.py
 	$(PY) benchmarks/clean.py
 	$(PY) benchmarks/synth.py
+	$(PY) benchmarks/synth_cpu.py
 	$(PY) benchmarks/train.py
 	$(PY) benchmarks/mtp.py
 	$(PY) benchmarks/grpo.py
