@@ -62,13 +62,13 @@ LETTER_AREA_IN2 = 8.5 * 11.0
 FIGURE_HEIGHT = 0.24  # of \textheight, at most
 SMALL_FIGURE_HEIGHT = 0.1  # the second try of a page that ran over
 
-# Per-layout look: base font size, margins (inches), sans-serif.
+# Per-layout look: base font size (10-12: article, else extarticle), margins (inches), sans-serif.
 STYLES: dict[str, dict[str, object]] = {
     "report": {"font_pt": 11, "margin": 0.9, "sans": False},
     "paper": {"font_pt": 10, "margin": 0.7, "sans": False},
     "newspaper": {"font_pt": 10, "margin": 0.55, "sans": False},
     "blog": {"font_pt": 11, "margin": 0.9, "sans": True},
-    "slides": {"font_pt": 12, "margin": 0.6, "sans": True},
+    "slides": {"font_pt": 14, "margin": 0.6, "sans": True},  # 16:9 paper; 14pt is extsizes' extarticle
     "infographic": {"font_pt": 11, "margin": 0.7, "sans": True},
     "form": {"font_pt": 10, "margin": 0.75, "sans": True},
     "invoice": {"font_pt": 10, "margin": 0.75, "sans": True},
