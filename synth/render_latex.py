@@ -15,7 +15,8 @@ margins (``page_style``).
 
 Every job runs ``pdflatex -no-shell-escape -halt-on-error -interaction=nonstopmode`` in a fresh
 temporary directory (removed afterwards) under a wall-clock timeout. Rejections, as
-``schemas.deadletter.RecordError``: ``synth_latex_failed`` (non-zero exit or no PDF; the message
+``schemas.deadletter.RecordError``: ``synth_latex_language`` (a page not in English),
+``synth_latex_failed`` (non-zero exit or no PDF; the message
 is the first error lines of the log), ``synth_latex_timeout``, ``synth_overflow`` (more than one
 page even with its figures shrunk to ``SMALL_FIGURE_HEIGHT``, or a line overfull by more than
 ``OVERFULL_LIMIT_PT``). Page 1 is rasterized with
@@ -397,6 +398,9 @@ class LatexRenderer:
             shutil.rmtree(job, ignore_errors=True)
 
     def render(self, spec: PageSpec) -> RenderedPage:
+        if spec.language != "en":
+            raise RecordError("synth_latex_language", f"{spec.id}: LaTeX pages are English only (pdflatex has "
+                              f"no fonts for {spec.language!r} installed); render it as HTML")
         tex, images = render_latex(spec)
         pdf = self.compile(tex, images, spec.id)
         pages = pdf_page_count(pdf)

@@ -194,3 +194,10 @@ def test_cli_latex_end_to_end(renderer: LatexRenderer, tmp_path: Path) -> None:
     for row in table.to_pylist():
         assert row["provenance"][0]["stage"] == "synth:latex"
         assert validate(PageRecord.from_row(row)) == []
+
+
+def test_non_english_pages_are_refused_up_front(renderer: LatexRenderer) -> None:
+    spec = page_spec("report", "layout", 3, "zh-page", language="zh")
+    with pytest.raises(RecordError) as info:
+        renderer.render(spec)
+    assert info.value.reason == "synth_latex_language" and "zh-page" in str(info.value)
