@@ -33,14 +33,15 @@ SANS_FONTS: dict[str, str] = {
 MONO_FONTS: tuple[str, ...] = ("DejaVu Sans Mono", "Liberation Mono", "Nimbus Mono PS", "FreeMono")
 CJK_FONTS: tuple[str, ...] = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "AR PL UMing CN")
 
-# name -> (accent, ink, paper)
+# name -> (accent, ink, paper). Ink and paper stay neutral grey but in ``sepia`` and ``amber`` (printed-on-cream
+# looks): a page whose pixels are all grey is stored as an 8-bit grey PNG, a third of the bytes to encode.
 PALETTES: dict[str, tuple[str, str, str]] = {
     "navy": ("#1f4e79", "#1b1b1b", "#ffffff"), "crimson": ("#8a1c3c", "#1b1b1b", "#ffffff"),
-    "forest": ("#0b6e4f", "#1a1f1c", "#ffffff"), "teal": ("#1d6f7a", "#182022", "#ffffff"),
-    "plum": ("#5b2a86", "#1d1a22", "#ffffff"), "amber": ("#a4530b", "#221c16", "#fffdf8"),
-    "slate": ("#334155", "#111827", "#ffffff"), "mono": ("#222222", "#111111", "#ffffff"),
-    "sepia": ("#7a4b22", "#2b2118", "#fbf7ee"), "ocean": ("#005f99", "#10202c", "#f8fbfd"),
-    "rust": ("#b23a1e", "#1e1a18", "#ffffff"), "olive": ("#5a6b1f", "#1c1e14", "#fcfcf7"),
+    "forest": ("#0b6e4f", "#1b1b1b", "#ffffff"), "teal": ("#1d6f7a", "#222222", "#ffffff"),
+    "plum": ("#5b2a86", "#1b1b1b", "#ffffff"), "amber": ("#a4530b", "#221c16", "#fffdf8"),
+    "slate": ("#334155", "#111111", "#ffffff"), "mono": ("#222222", "#111111", "#ffffff"),
+    "sepia": ("#7a4b22", "#2b2118", "#fbf7ee"), "ocean": ("#005f99", "#1b1b1b", "#ffffff"),
+    "rust": ("#b23a1e", "#1e1e1e", "#ffffff"), "olive": ("#5a6b1f", "#1b1b1b", "#fafafa"),
 }
 
 # Column counts a layout may take, drawn uniformly (repeats weight a choice).
