@@ -199,7 +199,7 @@ def _mosaic(w: int, h: int, rng: random.Random) -> Image.Image:
 _DRAW = {"landscape": _landscape, "shapes": _shapes, "gradient": _gradient, "texture": _texture, "mosaic": _mosaic}
 
 
-def picture_png(seed: int | str, kind: str | None = None, *, width: int = 480, height: int | None = None) -> bytes:
+def picture_png(seed: int | str, kind: str | None = None, *, width: int = 384, height: int | None = None) -> bytes:
     """A seeded text-free picture (``kind`` from ``PICTURE_KINDS``, drawn from the seed when ``None``) as
     PNG bytes; ``height`` defaults to a seeded 0.4-0.6 of the width."""
     digest = hashlib.sha256(f"picture:{seed}".encode("utf-8")).hexdigest()
@@ -210,7 +210,7 @@ def picture_png(seed: int | str, kind: str | None = None, *, width: int = 480, h
     h = height or int(width * rng.uniform(0.4, 0.6))
     image = _DRAW[kind](width, h, rng)
     buf = io.BytesIO()
-    image.save(buf, format="PNG", compress_level=3)
+    image.save(buf, format="PNG", compress_level=1)
     return buf.getvalue()
 
 
