@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/math_checks.py
 	$(PY) benchmarks/clean.py
 	$(PY) benchmarks/synth.py
+	$(PY) benchmarks/synth_cpu.py
 	$(PY) benchmarks/train.py
 	$(PY) benchmarks/mtp.py
 	$(PY) benchmarks/grpo.py
@@ -59,7 +60,7 @@ $(STAMP): pyproject.toml scripts/install_browser_assets.sh scripts/install_latex
 	fi
 	# Debian chromium + fonts and KaTeX from npm (assets/katex): math checks and HTML synthesis
 	scripts/install_browser_assets.sh
-	# pdflatex (Debian texlive-latex-base/-recommended, fonts-recommended, lmodern): LaTeX synthesis
+	# pdflatex (Debian texlive-latex-base/-recommended/-extra (multirow), fonts-recommended, lmodern): LaTeX synthesis
 	bash scripts/install_latex.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: a plain `torch` requirement would pull a multi-GB CUDA build.

@@ -9,7 +9,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 KATEX_DIR="$ROOT/assets/katex"
-DEB_PACKAGES=(chromium fonts-dejavu-core fonts-wqy-microhei)  # wqy: Simplified Chinese pages
+# Fonts of the synth themes (synth/themes.py): serif, sans and mono families; wqy and arphic: Chinese pages.
+DEB_PACKAGES=(chromium fonts-dejavu-core fonts-liberation fonts-freefont-ttf fonts-urw-base35 fonts-crosextra-carlito
+              fonts-lmodern fonts-wqy-microhei fonts-wqy-zenhei fonts-arphic-uming)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

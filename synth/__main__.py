@@ -46,7 +46,7 @@ def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str
     examples: dict[str, str] = {}
     make_renderer = LatexRenderer if renderer_name == "latex" else HtmlRenderer
     with make_renderer(out / ".work") as renderer:
-        for i, (layout, s, page_seed, pid) in enumerate(plan(pages, seed, suite, language)):
+        for i, (layout, s, page_seed, pid) in enumerate(plan(pages, seed, suite, language, renderer_name)):
             spec: PageSpec = page_spec(layout, s, page_seed, pid, page_language(i, language))
             try:
                 page = synthesize_page(spec, renderer)

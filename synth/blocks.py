@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+from synth.themes import Theme
+
 # Page kinds, each with its template and content builder. The order is the planner's: page ``i`` of
 # a run gets ``LAYOUTS[i % 8]`` (``synth.plan``), so reordering changes which page gets which layout.
 LAYOUTS: tuple[str, ...] = ("report", "paper", "newspaper", "invoice", "form", "slides", "blog", "infographic")
@@ -63,8 +65,8 @@ class ListBlock:
 @dataclass(frozen=True)
 class Figure:
     caption: str
-    kind: str = "placeholder"  # placeholder | chart
-    image_png: bytes | None = None  # a rendered chart, embedded as a data URI by the HTML renderer
+    kind: str = "picture"  # picture (synth.pictures) | chart (synth.charts) | placeholder (a drawn stand-in)
+    image_png: bytes | None = None  # the picture or chart, embedded as a data URI / included file by the renderers
     width_pct: int = 100  # drawn at this share of the column width (a figure shrunk to fit the page)
 
 
@@ -109,3 +111,4 @@ class PageSpec:
     license: str = "cc0-1.0"
     seed: int = 0
     sources: tuple[str, ...] = ()  # provenance of bundled text (title + licence per item)
+    theme: Theme | None = None  # fonts, colours, margins (synth.themes); None: the layouts' default look

@@ -27,8 +27,10 @@ scales optional text, ``fill=False`` leaves the filler out.
 
 ``language="zh"`` gives a Simplified Chinese page: paragraphs from ``synth/data/snippets_zh.json``
 (CC0, written for pagemill), Chinese names, organisations, headings, captions, furniture and dates
-(``2021年3月5日``); tables and formulas stay as generated. Chart figures carry a seeded, text-free
-matplotlib PNG (``synth.charts``) in ``Figure.image_png``.
+(``2021年3月5日``), and tables' words and captions and formulas' ``\\text{}`` words in Chinese. Figures
+carry a seeded, text-free PNG in ``Figure.image_png``: a matplotlib chart (``synth.charts``) or a
+procedural picture (``synth.pictures``). ``synth.themes`` draws each page's fonts, colours, margins,
+column count and page size (16:9 for slides) from its own seed.
 """
 
 from __future__ import annotations
@@ -58,9 +60,11 @@ from synth.blocks import (
 )
 from synth.charts import chart_png
 from synth.formulas import CATEGORIES as FORMULA_CATEGORIES
-from synth.formulas import generate_formula, inline_formula
+from synth.formulas import generate_formula, inline_formula, localize_formula
+from synth.pictures import picture_png
 from synth.tables import CATEGORIES as TABLE_CATEGORIES
-from synth.tables import generate_table
+from synth.tables import generate_table, localize_table
+from synth.themes import page_theme
 
 LANGUAGES: tuple[str, ...] = ("en", "zh")
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -250,9 +254,10 @@ class ContentSource:
                 f"Figure {n}: {s.title} at {self.rng.randint(3, 40)} monitoring sites, {self.rng.randint(2015, 2025)}.",
                 f"Figure {n}. Share of {s.topic} records by quarter ({number_text(self.rng)} in total).",
             ])
-        kind = self.rng.choice(["placeholder", "chart"])
-        # The chart is seeded by the caption (no draw from the page's rng), text-free (synth.charts).
-        return Figure(caption=caption, kind=kind, image_png=chart_png(caption) if kind == "chart" else None)
+        kind = self.rng.choice(["picture", "chart"])
+        # Seeded by the caption (no draw from the page's rng) and text-free (synth.charts, synth.pictures).
+        png = chart_png(caption) if kind == "chart" else picture_png(caption)
+        return Figure(caption=caption, kind=kind, image_png=png)
 
     def sources(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(f"{s.title} ({s.license}, {s.source})" for s in self.used))
@@ -671,8 +676,8 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
     rng = random.Random(f"page:{layout}:{suite}:{seed}" + (":zh" if zh else ""))
     src = ContentSource(rng, density, language)
     org = rng.choice(_ZH_ORGS if zh else _ORGS)
-    # Built whole on purpose: the rng draws for newspaper columns on every page, and specs depend on it.
-    columns = {"newspaper": rng.choice([2, 3]), "paper": 2}.get(layout, 1)
+    theme = page_theme(layout, seed, language)  # its own rng: fonts, colours, margins, columns, page size
+    columns = theme.columns
     furniture = _furniture_zh(rng, layout, org) if zh else _furniture(rng, layout, org)
     title = _title_zh(rng, layout, src) if zh else _title(rng, layout, src, org)
     draft = _Draft(rng, src, language, suite, columns, body=[(Heading(title, level=1), True)],
@@ -683,12 +688,16 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
     if fill:
         _fill(draft, layout)
     body = _cut_optional(draft.body, max_blocks)
+    if zh:  # tables and formulas are generated in English; their words are put in Chinese here
+        body = [(localize_table(b, language) if isinstance(b, Table) else
+                 localize_formula(b, language) if isinstance(b, Formula) else b, req) for b, req in body]
     # Footnote markers sit in required paragraphs only, so every note's marker is on the page.
     return PageSpec(
         id=id or f"synth-{layout}-{suite}-{seed}",
         layout=layout, suite=suite, language=language, columns=columns,
         furniture=furniture, blocks=tuple(_place(body + [(n, True) for n in draft.notes], columns)),
         license="cc0-1.0", seed=seed, sources=src.sources(),
+        width_px=theme.width_px, height_px=theme.height_px, theme=theme,
     )
 
 

@@ -13,14 +13,18 @@ The suite targets the confusions OCR models make on formulas:
   than macros, which KaTeX renders identically.
 
 Every formula is built from a template with random symbols, so the same ``random.Random`` state
-gives the same formula. Row breaks are written ``\\\\ `` followed by a space so that a row starting
+gives the same formula. On Chinese pages ``localize_formula`` writes the ``\\text{}`` words in Chinese.
+Row breaks are written ``\\\\ `` followed by a space so that a row starting
 with a bracket can never read as a ``\\(`` or ``\\[`` delimiter in the reference Markdown.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
+import re
 from collections.abc import Callable
+from dataclasses import replace
 
 from synth.blocks import Formula
 
@@ -185,3 +189,23 @@ def inline_formula(rng: random.Random) -> str:
         f"O({x} \\log {x})",
         f"\\bar{{{x}}} \\pm {n}{g}",
     ])
+
+
+# -- Chinese pages ---------------------------------------------------------------------------------
+_ZH_TEXT = {"if ": "若 ", "otherwise": "其他情况"}
+_TEXT_RE = re.compile(r"\\text\{([^{}]*)\}")
+_ZH_NOTES = ("（对所有样本成立）", "（单位：米）", "（由实验测得）", "（$n$ 为样本数）", "（见上文定义）", "（近似值）")
+
+
+def localize_formula(formula: Formula, language: str) -> Formula:
+    """The formula with its words in ``language`` (``zh``: ``\\text{}`` words in Simplified Chinese, and
+    about half the display formulas gain a Chinese ``\\text{}`` note, chosen by a hash of the source so
+    no RNG is drawn); ``en`` returns it as is."""
+    if language != "zh":
+        return formula
+    latex = _TEXT_RE.sub(lambda m: "\\text{" + _ZH_TEXT.get(m.group(1), m.group(1)) + "}", formula.latex)
+    h = hashlib.sha256(formula.latex.encode("utf-8")).digest()
+    if formula.display and "\\text{" not in latex and h[0] % 2 == 0 and "aligned" not in latex:
+        note = _ZH_NOTES[h[1] % len(_ZH_NOTES)].replace("$n$", "n")
+        latex = f"{latex} \\quad \\text{{{note}}}"
+    return replace(formula, latex=latex)

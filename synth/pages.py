@@ -70,7 +70,8 @@ def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
     """The corpus row for a synthetic page (``parse_page`` with its reference as the response)."""
     params = {"layout": spec.layout, "suite": spec.suite, "seed": spec.seed, "columns": spec.columns,
               **({"language": spec.language} if spec.language != "en" else {}),
-              "size": [spec.width_px, spec.height_px], "renderer": page.renderer}
+              "size": [spec.width_px, spec.height_px], "renderer": page.renderer,
+              **({"theme": spec.theme.as_dict()} if spec.theme is not None else {})}
     return PageRecord(
         id=page_id(SOURCE, spec.id, 1),
         source=SOURCE,
@@ -94,7 +95,8 @@ def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
         split="train",
         text_layer=None,
         metadata={"layout": spec.layout, "suite": spec.suite, "seed": spec.seed,
-                  "sources": list((page.spec or spec).sources)},
+                  "sources": list((page.spec or spec).sources), "renderer": page.renderer,
+                  **({"theme": spec.theme.as_dict()} if spec.theme is not None else {})},
     )
 
 

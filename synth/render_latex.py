@@ -7,14 +7,19 @@ holds the ``.tex`` source). The page is an ``article`` whose paper has the spec'
 ``fancyhdr`` furniture (only the header, footer and page-number text the spec has), unnumbered
 headings, escaped paragraph text with ``**bold**``/``*italic*``/``\\( \\)`` inline markup, display
 math in ``\\[ \\]`` (amsmath, amssymb, mathrsfs, bm), ``tabular`` tables honouring rowspan/colspan
-and header rows (booktabs rules when ruled), lists, framed figure placeholders with their
-caption, and footnotes with the spec's own markers (``\\footnotemark[m]``/``\\footnotetext[m]``).
+and header rows (booktabs rules when ruled, ``multirow`` for row spans), lists, figures (the
+block's picture or chart PNG, else a framed placeholder) with their caption, and footnotes with
+the spec's own markers (``\\footnotemark[m]``/``\\footnotetext[m]``). The page's theme
+(``synth.themes``) picks the font package (psnfss or lmodern), the heading colour and scales the
+margins (``page_style``).
 
 Every job runs ``pdflatex -no-shell-escape -halt-on-error -interaction=nonstopmode`` in a fresh
 temporary directory (removed afterwards) under a wall-clock timeout. Rejections, as
-``schemas.deadletter.RecordError``: ``synth_latex_failed`` (non-zero exit or no PDF; the message
+``schemas.deadletter.RecordError``: ``synth_latex_language`` (a page not in English),
+``synth_latex_failed`` (non-zero exit or no PDF; the message
 is the first error lines of the log), ``synth_latex_timeout``, ``synth_overflow`` (more than one
-page, or a line overfull by more than ``OVERFULL_LIMIT_PT``). Page 1 is rasterized with
+page even with its figures shrunk to ``SMALL_FIGURE_HEIGHT``, or a line overfull by more than
+``OVERFULL_LIMIT_PT``). Page 1 is rasterized with
 ``schemas.pdf_pages.rasterize_pdf_page`` at the spec's longest side and encoded like the corpus.
 """
 
@@ -55,14 +60,16 @@ TEMPLATE_DIR = Path(__file__).resolve().parent / "templates_latex"
 DEFAULT_TIMEOUT_S = 30.0
 OVERFULL_LIMIT_PT = 12.0  # a line sticking out further than this into the margin is an overflow
 LETTER_AREA_IN2 = 8.5 * 11.0
+FIGURE_HEIGHT = 0.24  # of \textheight, at most
+SMALL_FIGURE_HEIGHT = 0.1  # the second try of a page that ran over
 
-# Per-layout look: base font size, margins (inches), sans-serif.
+# Per-layout look: base font size (10-12: article, else extarticle), margins (inches), sans-serif.
 STYLES: dict[str, dict[str, object]] = {
     "report": {"font_pt": 11, "margin": 0.9, "sans": False},
     "paper": {"font_pt": 10, "margin": 0.7, "sans": False},
     "newspaper": {"font_pt": 10, "margin": 0.55, "sans": False},
     "blog": {"font_pt": 11, "margin": 0.9, "sans": True},
-    "slides": {"font_pt": 12, "margin": 0.6, "sans": True},
+    "slides": {"font_pt": 14, "margin": 0.6, "sans": True},  # 16:9 paper; 14pt is extsizes' extarticle
     "infographic": {"font_pt": 11, "margin": 0.7, "sans": True},
     "form": {"font_pt": 10, "margin": 0.75, "sans": True},
     "invoice": {"font_pt": 10, "margin": 0.75, "sans": True},
@@ -133,7 +140,7 @@ def rich(text: str) -> str:
 
 def _heading(b: Heading) -> str:
     size = {1: r"\LARGE", 2: r"\Large", 3: r"\large"}.get(b.level, r"\normalsize")
-    return f"{{\\noindent{size}\\bfseries {rich(b.text)}\\par}}"
+    return f"{{\\noindent{size}\\bfseries\\pmaccent {rich(b.text)}\\par}}"
 
 
 def _grid(table: Table) -> tuple[int, list[list[tuple[str, TableCell | None, int]]]]:
@@ -169,7 +176,7 @@ def _cell_text(cell: TableCell) -> str:
     if cell.header and body:
         body = f"\\textbf{{{body}}}"
     if cell.rowspan > 1 and body:
-        body = f"\\pmspanrows{{{cell.rowspan}}}{{{body}}}"
+        body = f"\\multirow{{{cell.rowspan}}}{{*}}{{{body}}}"
     return body
 
 
@@ -244,11 +251,11 @@ def _list(b: ListBlock) -> str:
     return f"\\begin{{{env}}}\\setlength{{\\itemsep}}{{0pt}}\n{items}\n\\end{{{env}}}"
 
 
-def _figure(b: Figure, images: dict[str, bytes]) -> str:
+def _figure(b: Figure, images: dict[str, bytes], height: float = FIGURE_HEIGHT) -> str:
     if b.image_png is not None:
         name = f"fig{len(images)}.png"
         images[name] = b.image_png
-        art = f"\\includegraphics[width=0.9\\linewidth,height=0.3\\textheight,keepaspectratio]{{{name}}}"
+        art = f"\\includegraphics[width=0.9\\linewidth,height={height}\\textheight,keepaspectratio]{{{name}}}"
     else:
         art = r"\framebox[0.9\linewidth]{\rule{0pt}{0.28\linewidth}}"
     return f"{{\\centering {art}\\par\\nopagebreak[4]\\small\\itshape {rich(b.caption)}\\par}}"
@@ -260,8 +267,9 @@ def _footnote(b: Footnote) -> str:
     return f"{{\\footnotesize\\textsuperscript{{{escape_text(b.marker)}}}{rich(b.text)}\\par}}"
 
 
-def block_latex(block: Block, images: dict[str, bytes]) -> str:
-    """One body block as LaTeX (``images`` collects embedded figure PNGs by file name)."""
+def block_latex(block: Block, images: dict[str, bytes], figure_height: float = FIGURE_HEIGHT) -> str:
+    """One body block as LaTeX (``images`` collects embedded figure PNGs by file name; a figure is at most
+    ``figure_height`` of the text height)."""
     if isinstance(block, Heading):
         return _heading(block)
     if isinstance(block, Paragraph):
@@ -274,7 +282,7 @@ def block_latex(block: Block, images: dict[str, bytes]) -> str:
     if isinstance(block, ListBlock):
         return _list(block)
     if isinstance(block, Figure):
-        return _figure(block, images)
+        return _figure(block, images, figure_height)
     if isinstance(block, Footnote):
         return _footnote(block)
     raise TypeError(f"unknown block type {type(block).__name__}")
@@ -302,21 +310,35 @@ def paper_size_bp(spec: PageSpec) -> tuple[float, float]:
     return round(width_in * 72, 3), round(width_in / aspect * 72, 3)
 
 
-def render_latex(spec: PageSpec) -> tuple[str, dict[str, bytes]]:
+def render_latex(spec: PageSpec, figure_height: float = FIGURE_HEIGHT) -> tuple[str, dict[str, bytes]]:
     """The page's LaTeX source and the image files it includes (deterministic in the spec)."""
     images: dict[str, bytes] = {}
     n = max(1, spec.columns)
     columns: list[list[str]] = [[] for _ in range(n)]
     for pb in spec.blocks:
-        columns[min(max(pb.column, 0), n - 1)].append(block_latex(pb.block, images))
+        columns[min(max(pb.column, 0), n - 1)].append(block_latex(pb.block, images, figure_height))
     fur = spec.furniture
     furniture = {"header": escape_text(fur.header), "footer": escape_text(fur.footer),
                  "page_number": escape_text(fur.page_number)}
     w, h = paper_size_bp(spec)
     tex = _ENV.get_template("page.tex.j2").render(
-        style=STYLES.get(spec.layout, _DEFAULT_STYLE), paper_w=f"{w:.3f}", paper_h=f"{h:.3f}",
+        style=page_style(spec), paper_w=f"{w:.3f}", paper_h=f"{h:.3f}",
         furniture=furniture, columns=columns).lstrip("\n")
     return tex, images
+
+
+def page_style(spec: PageSpec) -> dict[str, object]:
+    """The layout's ``STYLES`` entry with the page's theme applied: margins scaled (never widened), the theme's font
+    package (roman or sans by the layout) and accent colour (``xcolor`` HTML hex, for headings)."""
+    style = dict(STYLES.get(spec.layout, _DEFAULT_STYLE))
+    theme = spec.theme
+    if theme is None:
+        return {**style, "font_package": "lmodern", "accent": None}
+    # LaTeX pages have no trimming: wider margins than the layout's would push content to a second page.
+    style["margin"] = round(float(style["margin"]) * min(theme.margin, 1.0), 3)  # type: ignore[arg-type]
+    style["font_package"] = theme.latex_sans if style["sans"] else theme.latex_serif
+    style["accent"] = theme.accent.lstrip("#").upper()
+    return style
 
 
 def log_excerpt(log: str, max_lines: int = 8) -> str:
@@ -376,9 +398,17 @@ class LatexRenderer:
             shutil.rmtree(job, ignore_errors=True)
 
     def render(self, spec: PageSpec) -> RenderedPage:
+        if spec.language != "en":
+            raise RecordError("synth_latex_language", f"{spec.id}: LaTeX pages are English only (pdflatex has "
+                              f"no fonts for {spec.language!r} installed); render it as HTML")
         tex, images = render_latex(spec)
         pdf = self.compile(tex, images, spec.id)
         pages = pdf_page_count(pdf)
+        if pages != 1 and images:
+            # Shrink the pictures before giving up: a figure's reference is only its caption.
+            tex, images = render_latex(spec, SMALL_FIGURE_HEIGHT)
+            pdf = self.compile(tex, images, spec.id)
+            pages = pdf_page_count(pdf)
         if pages != 1:
             raise RecordError("synth_overflow", f"{spec.id}: content runs to {pages} pages")
         size = (spec.width_px, spec.height_px)

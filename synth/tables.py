@@ -13,13 +13,16 @@ Categories (Jina-OCR-v1 section 4.2, failures seen on real pages):
 Tables are built as full grids and then spans are carved out explicitly, so every table is
 rectangular by construction; ``verify_table`` re-parses the reference HTML with
 ``schemas.tables.parse_html_tables`` and raises if the grid is not a full rectangle.
+``localize_table`` puts a table's words and caption in Simplified Chinese for Chinese pages.
 """
 
 from __future__ import annotations
 
 import html
 import random
+import re
 from collections.abc import Callable
+from dataclasses import replace
 
 from schemas.tables import parse_html_tables
 from synth.blocks import Table, TableCell
@@ -218,3 +221,44 @@ def generate_table(rng: random.Random, category: str | None = None, *, max_cols:
     table = _GENERATORS[category](rng, max(3, max_cols))
     verify_table(table)
     return table
+
+
+# -- Chinese pages ---------------------------------------------------------------------------------
+# Every word a generator puts in a cell, in Simplified Chinese; numbers, years, dates and checkboxes
+# stay as they are. Captions are matched whole (``_ZH_CAPTIONS``, with their table number).
+_ZH_WORDS: dict[str, str] = {
+    "North": "华北", "South": "华南", "East": "华东", "West": "西部", "Central": "华中", "Coastal": "沿海",
+    "Upland": "山区", "Delta": "三角洲", "Pumps": "水泵", "Valves": "阀门", "Filters": "过滤器", "Sensors": "传感器",
+    "Cables": "电缆", "Brackets": "支架", "Gaskets": "垫片", "Meters": "仪表", "Relays": "继电器", "Fittings": "管件",
+    "Revenue": "营业收入", "Cost": "成本", "Margin": "利润率", "Units": "数量", "Returns": "退货", "Growth": "增长率",
+    "Share": "占比", "Backlog": "积压订单", "Basic": "基础版", "Standard": "标准版", "Premium": "高级版",
+    "Enterprise": "企业版", "Offline access": "离线访问", "Audit log": "审计日志", "Single sign-on": "单点登录",
+    "Priority support": "优先支持", "Data export": "数据导出", "Custom domain": "自定义域名", "API access": "接口访问",
+    "Two-factor login": "双重认证", "Arden": "安登", "Belmont": "贝尔蒙", "Carrow": "卡罗", "Dunmore": "邓莫尔",
+    "Elmstead": "榆树镇", "Fairholt": "费尔霍", "Glenwick": "格伦威", "Harrowby": "哈罗比", "Population": "人口",
+    "Area (km²)": "面积（km²）", "Elevation (m)": "海拔（m）", "Founded": "建镇年份", "Rainfall (mm)": "降雨量（mm）",
+    "Schools": "学校", "Parks": "公园", "Product": "产品", "Region": "地区", "Station": "站点", "Feature": "功能",
+    "Item": "项目", "Qty": "数量", "Unit price": "单价", "Amount": "金额", "Line": "产品线", "Hydraulic": "液压",
+    "Electrical": "电气", "Q1": "一季度", "Q2": "二季度", "H1": "上半年", "H2": "下半年", "Plan": "计划",
+    "Actual": "实际", "Min": "最小", "Max": "最大", "Mon": "周一", "Tue": "周二", "Wed": "周三", "Thu": "周四",
+    "Fri": "周五",
+}
+_ZH_CAPTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^Table (\d+): Shipments by product and period$"), r"表\1：各产品分期出货量"),
+    (re.compile(r"^Regional results \(thousands\)$"), "各地区经营结果（千元）"),
+    (re.compile(r"^Town profiles$"), "城镇概况"),
+    (re.compile(r"^Daily rainfall \(mm\); blank where not reported$"), "每日降雨量（mm）；空白表示未报告"),
+    (re.compile(r"^Plan comparison$"), "版本功能对比"),
+)
+
+
+def localize_table(table: Table, language: str) -> Table:
+    """The table with its words and caption in ``language`` (``zh``: Simplified Chinese; ``en``: as is).
+    Spans, numbers and the grid are unchanged, so the table stays verified."""
+    if language != "zh":
+        return table
+    rows = tuple(tuple(replace(c, text=_ZH_WORDS.get(c.text, c.text)) for c in row) for row in table.rows)
+    caption = table.caption
+    for pattern, repl in _ZH_CAPTIONS:
+        caption = pattern.sub(repl, caption)
+    return replace(table, rows=rows, caption=caption)

@@ -72,7 +72,7 @@ class SourceSettings:
 
     name: str = option(help="the source's name in records, manifests and provenance (unique in a run)")
     kind: str = option(help="the reader (pipelines.sources.SOURCE_KINDS)")
-    paths: tuple[str, ...] = option(help="input URIs or globs (local, gs://, s3://, hf://; synth://<suite>)")
+    paths: tuple[str, ...] = option(help="input URIs or globs (local, gs://, s3://, hf://; synth://[latex-]<suite>)")
     instruction: str = option("", help="the prompt every record carries (default: the task's prompt in "
                                        "instruction_language, schemas/prompts.py)")
     domain: str = option("documents", help="the records' domain (documents, books, historical-newspaper, ...)")

@@ -1,14 +1,18 @@
 """JinaOCRSynth as a corpus source: synthetic pages rendered inside the DAG (kind ``jinaocrsynth``).
 
-A synth source has no input files: its ``paths`` entry is a ``synth://<suite>`` URI (``all``,
-``layout``, ``formula`` or ``table``) and its options say how many pages and which seed:
+A synth source has no input files: each ``paths`` entry is a ``synth://<suite>`` URI (``all``,
+``layout``, ``formula`` or ``table``) for HTML pages rendered in Chromium, or
+``synth://latex-<suite>`` for LaTeX pages rendered by pdflatex; its options say how many pages per
+path and which seed:
 
     options: {pages: 12, seed: 0, pages_per_unit: 4}
 
-Pages are planned exactly as ``python -m synth`` plans them, split into units of
-``pages_per_unit`` so workers share the rendering, and each becomes a ``SourcePage`` carrying
-the PNG, the reference Markdown as the response and the verified unit tests. A page the renderer
-rejects (content overflows the page, KaTeX error, timeout) is dropped with that reason.
+Pages are planned exactly as ``python -m synth [--renderer latex]`` plans them (LaTeX pages have ids
+``synth-latex-...``), split into units of ``pages_per_unit`` so workers share the rendering, and each
+becomes a ``SourcePage`` carrying the PNG, the reference Markdown as the response and the verified
+unit tests. A page the renderer rejects (content overflows the page, KaTeX error, pdflatex failure,
+timeout) is dropped with that reason. Give HTML and LaTeX paths different seeds (or sources) when
+both are read: the same seed plans the same content for both.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 
 SCHEME = "synth://"
+LATEX_PREFIX = "latex-"
 
 
 class SynthSource:
@@ -38,25 +43,35 @@ class SynthSource:
         self.pages = options.pages
         self.seed = options.seed
         self.pages_per_unit = max(1, options.pages_per_unit)
-        self._renderer = None
+        self._renderers: dict[str, object] = {}
 
-    def plan(self, uri: str) -> Iterator[tuple[str, int, int]]:
-        if not uri.startswith(SCHEME):
-            raise ValueError(f"source {self.settings.name!r}: synth paths are synth://<suite>, got {uri!r}")
-        suite = uri[len(SCHEME):] or "all"
+    def plan(self, uri: str) -> Iterator[tuple[str, str, int, int]]:
+        """Units ``(renderer, suite, first page, end)`` of one ``synth://[latex-]<suite>`` path."""
+        from synth.plan import SUITES
+
+        target = uri[len(SCHEME):] if uri.startswith(SCHEME) else None
+        renderer = "html"
+        if target is not None and target.startswith(LATEX_PREFIX):
+            renderer, target = "latex", target[len(LATEX_PREFIX):]
+        suite = (target or "all") if target is not None else None
+        if suite is None or suite not in ("all", *SUITES):
+            raise ValueError(f"source {self.settings.name!r}: synth paths are synth://<suite> or "
+                             f"synth://latex-<suite> with suite all|{'|'.join(SUITES)}, got {uri!r}")
         for start in range(0, self.pages, self.pages_per_unit):
-            yield suite, start, min(self.pages, start + self.pages_per_unit)
+            yield renderer, suite, start, min(self.pages, start + self.pages_per_unit)
 
-    def read(self, unit: tuple[str, int, int]) -> Iterator[Row]:
+    def read(self, unit: tuple[str, str, int, int]) -> Iterator[Row]:
         from synth.pages import page_spec, synthesize_page, to_page_record
         from synth.plan import plan
 
-        suite, start, end = unit
-        renderer = self._get_renderer()
-        for layout, page_suite, page_seed, pid in plan(self.pages, self.seed, suite)[start:end]:
+        renderer_name, suite, start, end = unit
+        renderer = self._get_renderer(renderer_name)
+        for layout, page_suite, page_seed, pid in plan(self.pages, self.seed, suite, renderer=renderer_name)[start:end]:
             try:
                 spec = page_spec(layout, page_suite, page_seed, pid)
-                record = to_page_record(synthesize_page(spec, renderer), spec)
+                page = synthesize_page(spec, renderer)
+                page.renderer = renderer_name
+                record = to_page_record(page, spec)
             except RecordError as exc:
                 # a rejected synthetic page is a synthesis decision, not bad input
                 yield Row(source_id=pid, error=Dropped(exc.reason))
@@ -81,9 +96,14 @@ class SynthSource:
                 unit_tests=list(record.unit_tests),
             )])
 
-    def _get_renderer(self):
-        if self._renderer is None:
-            from synth.render_html import HtmlRenderer
+    def _get_renderer(self, name: str):
+        if name not in self._renderers:
+            if name == "latex":
+                from synth.render_latex import LatexRenderer
 
-            self._renderer = HtmlRenderer()  # pages are written to its own temporary folder
-        return self._renderer
+                self._renderers[name] = LatexRenderer()  # one fresh temporary folder per page
+            else:
+                from synth.render_html import HtmlRenderer
+
+                self._renderers[name] = HtmlRenderer()  # pages are written to its own temporary folder
+        return self._renderers[name]

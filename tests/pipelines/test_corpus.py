@@ -209,8 +209,12 @@ def test_synthetic_pages_carry_unit_tests_that_pass_on_their_response(direct_run
     from schemas.unit_tests import unit_test_from_json
 
     _, _, out = direct_run
-    rows = [r for r in pq.read_table(out / "data").to_pylist() if r["source"] == "jinaocrsynth"]
-    assert len(rows) == 3
+    rows = [r for r in pq.read_table(out / "data").to_pylist() if r["source"].startswith("jinaocrsynth")]
+    html = [r for r in rows if r["source"] == "jinaocrsynth"]
+    latex = [r for r in rows if r["source"] == "jinaocrsynth-latex"]
+    assert len(html) == 3 and len(latex) >= 2  # the LaTeX source of configs/corpus.yaml is in the corpus
+    assert all(r["source_id"].startswith("synth-latex-") and r["provenance"][0]["stage"] == "synth:latex"
+               for r in latex)
     for row in rows:
         assert row["unit_tests"], row["source_id"]
         for line in row["unit_tests"]:

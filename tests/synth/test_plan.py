@@ -25,6 +25,9 @@ def test_plan_cycles_layouts_and_suites_with_seeded_ids():
     ]
     assert plan(2, 0, "table") == [("report", "table", 0, "synth-table-report-s0-00000"),
                                    ("paper", "table", 1, "synth-table-paper-s0-00001")]
+    # LaTeX runs plan the same pages under ids of their own
+    assert plan(2, 0, "table", renderer="latex") == [("report", "table", 0, "synth-latex-table-report-s0-00000"),
+                                                     ("paper", "table", 1, "synth-latex-table-paper-s0-00001")]
 
 
 def test_planning_needs_no_renderer():
@@ -32,4 +35,4 @@ def test_planning_needs_no_renderer():
     code = "import sys, synth.plan; print(sorted(m for m in sys.modules if m.startswith(('synth', 'playwright'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=REPO).stdout
-    assert out.strip() == "['synth', 'synth.blocks', 'synth.plan']"
+    assert out.strip() == "['synth', 'synth.blocks', 'synth.plan', 'synth.themes']"

@@ -99,7 +99,7 @@ def test_spans_header_rows_and_footnotes(renderer: LatexRenderer) -> None:
                   (Footnote("1", "A note."), 0)])
     tex, _ = render_latex(spec)
     assert "\\multicolumn{2}{c|}{\\textbf{2023}}" in tex
-    assert "\\pmspanrows{2}{\\textbf{Region}}" in tex
+    assert "\\multirow{2}{*}{\\textbf{Region}}" in tex and "\\multirow{2}{*}{North}" in tex
     assert "\\footnotemark[1]" in tex and "\\footnotetext[1]{A note.}" in tex
     pdf = renderer.compile(tex)
     text = pdf_text(pdf)
@@ -107,6 +107,40 @@ def test_spans_header_rows_and_footnotes(renderer: LatexRenderer) -> None:
         assert cell in text
     for furniture in ("Test Report 2024", "Internal"):
         assert furniture in text
+
+
+def _char_box(pdf: bytes, word: str) -> tuple[float, float]:
+    """(vertical centre, left) of ``word``'s first glyph on page 1, in PDF points."""
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument(pdf)
+    try:
+        tp = doc[0].get_textpage()
+        found = tp.search(word).get_next()
+        assert found is not None, word
+        left, bottom, _, top = tp.get_charbox(found[0])
+        return (bottom + top) / 2, left
+    finally:
+        doc.close()
+
+
+def test_multirow_cells_sit_between_the_rows_they_span(renderer: LatexRenderer) -> None:
+    for style in ("grid", "ruled", "borderless"):
+        table = Table(rows=(
+            (TableCell("Line", header=True), TableCell("Item", header=True), TableCell("Units", header=True)),
+            (TableCell("Hydraulic", rowspan=3), TableCell("Pumps"), TableCell("120")),
+            (TableCell("Valves"), TableCell("340")),
+            (TableCell("Filters"), TableCell("56")),
+            (TableCell("Electrical"), TableCell("Cables"), TableCell("78")),
+        ), style=style)
+        tex, _ = render_latex(_spec([(table, 0)]))
+        assert "\\multirow{3}{*}{Hydraulic}" in tex and "pmspanrows" not in tex
+        pdf = renderer.compile(tex)
+        span_y, span_x = _char_box(pdf, "Hydraulic")
+        pumps, valves, filters = (_char_box(pdf, w)[0] for w in ("Pumps", "Valves", "Filters"))
+        assert pumps > span_y > filters, (style, pumps, span_y, filters)  # PDF y grows upwards
+        assert abs(span_y - valves) < 4.0, (style, span_y, valves)  # centred on the middle row
+        assert abs(span_x - _char_box(pdf, "Electrical")[1]) < 1.0  # in the first column
 
 
 def test_specials_are_escaped_and_land_in_the_text_layer(renderer: LatexRenderer) -> None:
@@ -161,3 +195,10 @@ def test_cli_latex_end_to_end(renderer: LatexRenderer, tmp_path: Path) -> None:
     for row in table.to_pylist():
         assert row["provenance"][0]["stage"] == "synth:latex"
         assert validate(PageRecord.from_row(row)) == []
+
+
+def test_non_english_pages_are_refused_up_front(renderer: LatexRenderer) -> None:
+    spec = page_spec("report", "layout", 3, "zh-page", language="zh")
+    with pytest.raises(RecordError) as info:
+        renderer.render(spec)
+    assert info.value.reason == "synth_latex_language" and "zh-page" in str(info.value)
