@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -177,5 +178,10 @@ def test_saved_html_of_a_filled_page_is_that_page(renderer: HtmlRenderer, tmp_pa
         shot = page.screenshot(clip={"x": 0, "y": 0, "width": size[0], "height": size[1]}, type="png")
     finally:
         page.context.close()
-    standalone = Image.open(io.BytesIO(shot)).convert("RGB")
-    assert standalone.tobytes() == Image.open(io.BytesIO(rendered.png)).convert("RGB").tobytes()
+    standalone = np.asarray(Image.open(io.BytesIO(shot)).convert("RGB"))
+    stored = np.asarray(Image.open(io.BytesIO(rendered.png)).convert("RGB"))
+    assert standalone.shape == stored.shape
+    # A standalone load may rasterise a KaTeX glyph a sub-pixel apart from the renderer's (seen: one
+    # superscript of one formula, a 12 x 11 px box); everything else must be the same page.
+    differs = np.any(standalone != stored, axis=2)
+    assert differs.mean() < 1e-4, f"{int(differs.sum())} pixels differ"

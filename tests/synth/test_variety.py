@@ -10,6 +10,7 @@ import subprocess
 import pytest
 from PIL import Image
 
+from schemas.deadletter import RecordError
 from synth.blocks import Figure, Formula, Table
 from synth.charts import CHART_KINDS, chart_png
 from synth.content import make_page_spec
@@ -146,10 +147,20 @@ def test_themed_slide_and_chinese_formula_page_render_the_same_bytes_twice():
     from synth.render_html import HtmlRenderer
 
     slide = make_page_spec("slides", "table", 3)
-    zh = next(s for seed in range(20) for s in [make_page_spec("paper", "formula", seed, language="zh")]
-              if any(isinstance(p.block, Formula) and "\\text{" in p.block.latex for p in s.blocks))
+    candidates = [s for seed in range(20) for s in [make_page_spec("paper", "formula", seed, language="zh")]
+                  if any(isinstance(p.block, Formula) and "\\text{" in p.block.latex for p in s.blocks)]
     with HtmlRenderer() as r:
-        first = [r.render(slide), r.render(zh)]
+        # Determinism is the point here, not the rejection rate (benchmarks/synth.py reports that): take
+        # the first Chinese formula page that renders at all.
+        zh, zh_first = None, None
+        for spec in candidates:
+            try:
+                zh, zh_first = spec, r.render(spec)
+                break
+            except RecordError:
+                continue
+        assert zh is not None, "no Chinese formula page with \\text rendered"
+        first = [r.render(slide), zh_first]
         second = [r.render(slide), r.render(zh)]
     assert (first[0].width, first[0].height) == (1280, 720)
     assert Image.open(io.BytesIO(first[0].png)).size == (1280, 720)
