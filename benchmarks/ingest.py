@@ -432,9 +432,10 @@ def main() -> None:
     print(f"{'pipeline / pdftoppm, ' + str(args.scale) + 'x (target >= 10x)':<52}{rate4 / ppm_rate:>13.1f}x")
     print(f"{'pipeline / render-only, 1x (target >= 0.5x)':<52}{rate1 / render_rate:>13.2f}x")
     print(f"{'pipeline / render-only, ' + str(args.scale) + 'x (target >= 0.5x)':<52}{rate4 / render_rate:>13.2f}x")
-    print(f"{'pipeline steady state, ' + str(args.scale) + 'x minus 1x (pages/s)':<52}{marginal:>14.1f}")
-    print(f"{'  fixed start-up implied (s)':<52}{sec1 - n1 / marginal:>14.1f}")
-    print(f"{'steady state / render-only':<52}{marginal / render_rate:>13.2f}x")
+    if marginal > 0:  # --scale 1 measures no second size, so no steady state
+        print(f"{'pipeline steady state, ' + str(args.scale) + 'x minus 1x (pages/s)':<52}{marginal:>14.1f}")
+        print(f"{'  fixed start-up implied (s)':<52}{sec1 - n1 / marginal:>14.1f}")
+        print(f"{'steady state / render-only':<52}{marginal / render_rate:>13.2f}x")
     print(f"{'  (render-only passes before, after)':<52}{render_rates[0]:>7.1f},{render_rates[1]:>6.1f}")
     print(f"{'same stage functions, no runner, 1x (pages/s)':<52}{plain_rate:>14.1f}")
     print(f"{'  no runner / render-only (any runner is below)':<52}{plain_rate / render_rate:>13.2f}x")
