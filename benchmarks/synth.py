@@ -31,6 +31,7 @@ import psutil
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 # The repo's packages import only after the sys.path fix above (hence E402).
+from benchmarks.synth_cpu import cpu_seconds  # noqa: E402  (process tree + waited-for children)
 from schemas.browser import launch_chromium, shared_browser  # noqa: E402
 from schemas.deadletter import RecordError  # noqa: E402
 from synth.blocks import Formula, Table  # noqa: E402
@@ -38,18 +39,6 @@ from synth.pages import page_spec, synthesize_page  # noqa: E402
 from synth.plan import page_language, plan  # noqa: E402
 from synth.reference import reading_order  # noqa: E402
 from synth.render_html import FILL_JS, HtmlRenderer  # noqa: E402
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process and all its descendants (Playwright's driver, Chromium)."""
-    me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
-    for child in me.children(recursive=True):
-        try:
-            total += sum(child.cpu_times()[:2])
-        except psutil.Error:
-            pass
-    return total
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -92,7 +81,7 @@ def main() -> None:
     layout_structure = [0, 0]  # layout-suite pages with a table or a formula
     with HtmlRenderer(work) as r:
         synthesize_page(specs[0], r)  # warm-up: page, KaTeX fonts
-        t0, c0 = time.perf_counter(), _cpu_seconds()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         measure_s = 0.0
         kept = 0
         for spec in specs:
@@ -126,7 +115,7 @@ def main() -> None:
                 dense_table_pages[0] += len(tables) >= 2 or cells >= 30
                 dense_table_pages[1] += 1
         shared_s = time.perf_counter() - t0 - measure_s
-        cpu_s = _cpu_seconds() - c0
+        cpu_s = cpu_seconds() - c0
     shared_rate = len(specs) / shared_s
     fresh_rate = args.fresh / fresh_s
     result = {

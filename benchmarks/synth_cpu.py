@@ -27,7 +27,7 @@ from synth.pages import page_spec, synthesize_page  # noqa: E402
 from synth.plan import plan  # noqa: E402
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
     """CPU seconds of this process, its live descendants and its waited-for children."""
     me = psutil.Process()
     total = sum(me.cpu_times()[:2])
@@ -52,13 +52,13 @@ def measure(renderer_name: str, pages: int, seed: int) -> dict[str, object]:
             synthesize_page(page_spec(*jobs[0]), r)  # warm-up
         except RecordError:
             pass
-        cpu0, wall0 = _cpu(), time.perf_counter()
+        cpu0, wall0 = cpu_seconds(), time.perf_counter()
         for job in jobs[1:]:
             try:
                 synthesize_page(page_spec(*job), r)
             except RecordError as exc:
                 rejected[exc.reason] += 1
-        cpu, wall = _cpu() - cpu0, time.perf_counter() - wall0
+        cpu, wall = cpu_seconds() - cpu0, time.perf_counter() - wall0
     return {"renderer": renderer_name, "pages": pages, "rejected": dict(rejected),
             "cpu_s_per_page": round(cpu / pages, 3), "pages_per_cpu_s": round(pages / cpu, 2),
             "wall_s_per_page": round(wall / pages, 3)}
