@@ -17,7 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 
-TASKS = ("parse_page", "transcribe_table", "transcribe_formula", "caption", "vqa", "kie")
+TASKS = (
+    "parse_page", "transcribe_table", "transcribe_formula", "chart_to_table", "caption", "vqa", "kie", "preference",
+)
 RESPONSE_FORMATS = ("markdown", "html", "latex", "text", "json")
 SPLITS = ("train", "eval", "test")
 IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "png", b"RIFF": "webp", b"\xff\xd8\xff": "jpeg"}

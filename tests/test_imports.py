@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipelines", "synth", "classifiers", "relabel", "schemas", "model")
 # The intended layering (lower first): a package may import only packages before it.
-LAYERS = ("schemas", "synth", "pipelines", "model")
+LAYERS = ("schemas", "synth", "relabel", "pipelines", "model", "classifiers")
 _REGISTRY_ENTRY = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):[A-Za-z_]\w*$")
 
 
@@ -209,7 +209,7 @@ def test_no_import_cycle_between_packages():
 
 
 def test_packages_import_only_lower_layers():
-    """schemas <- synth <- pipelines <- model: each package imports only those before it in ``LAYERS``."""
+    """schemas <- synth <- relabel <- pipelines <- model <- classifiers: each imports only those before it."""
     rank = {package: i for i, package in enumerate(LAYERS)}
     upward = list(dict.fromkeys(
         f"{e.source} -> {e.target} at {e.where}" for e in import_graph()
