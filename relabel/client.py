@@ -46,7 +46,7 @@ class RelabelError(Exception):
         self.reason = reason
 
 
-class ServerUnavailable(RelabelError):
+class ServerUnavailable(RelabelError, ConnectionError):
     """The endpoint does not answer at start-up: raised before any record is processed."""
 
 
