@@ -109,8 +109,10 @@ def beam_stage(base_url: str, n: int, concurrency: int, max_tokens: int, cache: 
 
             class Handler(RemoteModelHandler):
                 def __init__(self):
-                    super().__init__(namespace="relabel", num_retries=0, min_batch_size=concurrency,
-                                     max_batch_size=2 * concurrency)
+                    super().__init__(namespace="relabel", num_retries=0)
+
+                def batch_elements_kwargs(self):
+                    return {"min_batch_size": concurrency, "max_batch_size": 2 * concurrency}
 
                 def create_client(self):
                     return stage
