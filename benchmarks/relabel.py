@@ -112,7 +112,7 @@ def beam_stage(base_url: str, n: int, concurrency: int, max_tokens: int, cache: 
                     super().__init__(namespace="relabel", num_retries=0)
 
                 def batch_elements_kwargs(self):
-                    return {"min_batch_size": concurrency, "max_batch_size": 2 * concurrency}
+                    return {"min_batch_size": 2 * concurrency, "max_batch_size": 2 * concurrency}
 
                 def create_client(self):
                     return stage
@@ -125,7 +125,7 @@ def beam_stage(base_url: str, n: int, concurrency: int, max_tokens: int, cache: 
             from pipelines.accounting import Envelope, Kind
 
             _ = (records | beam.Map(lambda r: Envelope(Kind.ITEM, r))
-                 | beam.BatchElements(min_batch_size=concurrency, max_batch_size=2 * concurrency)
+                 | beam.BatchElements(min_batch_size=2 * concurrency, max_batch_size=2 * concurrency)
                  | beam.ParDo(ApplyBatchStage("relabel", stage)))
     wall = time.perf_counter() - t0
     return {"records": n, "records_per_s": round(n / wall, 2), "wall_s": round(wall, 1)}

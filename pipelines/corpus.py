@@ -260,9 +260,11 @@ class Clean(beam.PTransform):
     def expand(self, envelopes):
         for name, stage in self.stages:
             if hasattr(stage, "run_batch"):  # relabel stages: many requests in flight, a bounded batch held
-                size = stage.client_cfg.concurrency
+                # a fixed size (2 x the requests in flight): the adaptive sizer times batches that are mostly
+                # waiting on the server, and warns on the degenerate fits it gets from them
+                size = 2 * stage.client_cfg.concurrency
                 envelopes = (envelopes
-                             | f"{name}Batches" >> beam.BatchElements(min_batch_size=size, max_batch_size=2 * size)
+                             | f"{name}Batches" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)
                              | name >> beam.ParDo(ApplyBatchStage(name, stage, keep_dropped=self.keep_dropped)))
             else:
                 envelopes = envelopes | name >> beam.ParDo(ApplyStage(name, stage, keep_dropped=self.keep_dropped))
