@@ -100,6 +100,7 @@ def test_preference_pairs_only_for_a_clear_winner(proxy, tmp_path):
     assert source.quality["preference"]["pair"] is True and source.response == "draft text"
     assert pair.task == "preference" and pair.response == "refined text" and pair.rejected == "draft text"
     assert (pair.chosen_score, pair.rejected_score) == (4.0, 1.0) and not validate(pair)
+    _pairs_load_with_datasets_and_model_reads_them(tmp_path, [source, pair])
     assert proxy.chat_requests == 3  # refine, judge draft, judge refinement
     untouched = page_record(id="other")
     assert PreferenceStage(cfg)(untouched) == [untouched]  # not degraded: passed on, nothing asked
@@ -107,6 +108,20 @@ def test_preference_pairs_only_for_a_clear_winner(proxy, tmp_path):
                               judge_max_tokens=8, margin=4.0)
     [only] = PreferenceStage(narrow)(page_record(response="draft text", quality={"augment": {"applied": ["x"]}}))
     assert only.quality["preference"]["pair"] is False and proxy.chat_requests == 3  # all cached
+
+
+def _pairs_load_with_datasets_and_model_reads_them(tmp_path, recs):
+    import datasets
+
+    from model.records import iter_preference_pairs
+    from tests.helpers import write_records
+
+    root = write_records(tmp_path / "pairs", recs, files=1)
+    ds = datasets.load_dataset("parquet", data_dir=f"{root}/data", split="train")
+    assert sorted(ds["task"]) == ["parse_page", "preference"] and ds.features["chosen_score"].dtype == "float64"
+    [row] = iter_preference_pairs(root, eval_fraction=0.0)
+    assert (row["chosen"], row["rejected"], row["chosen_score"]) == ("refined text", "draft text", 4.0)
+    assert row["prompt"] == recs[1].instruction and row["image"] == recs[1].image
 
 
 def test_stage_start_fails_before_any_work_when_the_server_is_down(tmp_path):
