@@ -10,15 +10,22 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: corpus train test test-all lint samples bench deps clean
 
-corpus: $(STAMP)
-	$(PY) -m pipelines.corpus $(ARGS)
+# The DAG's relabel and audit stages ask a local transformers serve (relabel.serve starts it, runs the DAG, stops it)
+# over a tiny random-weight VLM that model/ exports; set OPENAI_BASE_URL etc. and run pipelines.corpus for a real one.
+RELABEL_CHECKPOINT := out/relabel/tiny-checkpoint
+
+corpus: $(STAMP) $(RELABEL_CHECKPOINT)/config.json
+	$(PY) -m relabel.serve --checkpoint $(RELABEL_CHECKPOINT) -- $(PY) -m pipelines.corpus $(ARGS)
+
+$(RELABEL_CHECKPOINT)/config.json: | $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m model.checkpoint --export-tiny $(RELABEL_CHECKPOINT)
 
 # Tiny VLM through SFT, GRPO, merge search and FastMTP on out/corpus (built first if missing).
 train: $(STAMP) out/corpus/manifest.json
 	$(PY) -m model.train $(ARGS)
 
-out/corpus/manifest.json: | $(STAMP)
-	$(PY) -m pipelines.corpus
+out/corpus/manifest.json: | $(STAMP) $(RELABEL_CHECKPOINT)/config.json
+	$(PY) -m relabel.serve --checkpoint $(RELABEL_CHECKPOINT) -- $(PY) -m pipelines.corpus
 
 # ruff (config in pyproject.toml): pyflakes, import order, lines of at most 120 characters.
 lint: $(STAMP)
@@ -48,6 +55,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/train.py
 	$(PY) benchmarks/mtp.py
 	$(PY) benchmarks/grpo.py
+	$(PY) benchmarks/relabel.py
 
 deps: $(STAMP)
 

@@ -111,3 +111,40 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
     for idx, entry in meta.get("scalars", {}).items():
         state.setdefault(int(idx), {}).update(entry)
     return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def export_tiny(path: str | Path, kind: str = "tiny", seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
+    """A tiny model (random weights, the project tokenizer) saved as a plain checkpoint folder: what
+    ``python -m relabel.serve`` serves by default."""
+    from model.models import build_tiny, save
+
+    path = Path(path)
+    loaded = build_tiny(kind, seed=seed, hidden=hidden, layers=layers)
+    tmp = path.with_name(path.name + ".tmp")
+    save(loaded.model, loaded.processor, tmp)
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)
+    tmp.rename(path)  # complete or absent: make targets test for the folder
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m model.checkpoint",
+                                 description="Export a tiny random-weight VLM checkpoint folder (for relabel.serve).")
+    ap.add_argument("--export-tiny", metavar="DIR", required=True, help="the folder to write (replaced if present)")
+    ap.add_argument("--kind", default="tiny", choices=("tiny", "tiny-moe"), help="model family (default tiny)")
+    ap.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    ap.add_argument("--hidden", type=int, default=64, help="decoder width (default 64)")
+    ap.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
+    args = ap.parse_args(argv)
+    path = export_tiny(args.export_tiny, args.kind, args.seed, args.hidden, args.layers)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -88,3 +88,20 @@ def iter_records(path: str | Path, split: str | None = None, columns: Iterable[s
                     continue
                 row = plain_row(row)
                 yield row if wanted is None else {k: row[k] for k in wanted if k in row}
+
+
+PREFERENCE_COLUMNS = ("id", "source", "image", "instruction", "response", "rejected", "chosen_score",
+                      "rejected_score", "task", "split")
+
+
+def iter_preference_pairs(path: str | Path, split: str | None = None, eval_fraction: float = 0.1,
+                          batch_size: int = 32) -> Iterator[dict]:
+    """DPO-style pairs from the corpus: rows of task ``preference`` (made by relabel's preference stage) as
+    ``{id, source, image, prompt, chosen, rejected, chosen_score, rejected_score, split}``, streamed like
+    ``iter_records``. Shards written before the preference fields existed yield nothing."""
+    for row in iter_records(path, split, PREFERENCE_COLUMNS, eval_fraction, batch_size):
+        if row.get("task") != "preference" or not row.get("rejected"):
+            continue
+        yield {"id": row["id"], "source": row["source"], "image": row["image"], "prompt": row["instruction"],
+               "chosen": row["response"], "rejected": row["rejected"], "chosen_score": row.get("chosen_score"),
+               "rejected_score": row.get("rejected_score"), "split": row["split"]}

@@ -49,6 +49,7 @@ from pipelines.config import CleanConfig, CorpusConfig, SourceSettings, load_con
 from pipelines.quiet import quiet_beam_args, quiet_stderr
 from pipelines.render import render_page
 from pipelines.transforms import (
+    ApplyBatchStage,
     ApplyStage,
     GatherAll,
     ReadUnits,
@@ -248,14 +249,25 @@ class ReadRenderValidate(beam.PTransform):
 class Clean(beam.PTransform):
     """The per-record cleaning stages, in config order."""
 
-    def __init__(self, cfg: CleanConfig):
+    def __init__(self, cfg: CleanConfig, output: str = ""):
         super().__init__()
         self.stages = [(spec["name"], build_stage(spec)) for spec in cfg.stages]
         self.keep_dropped = cfg.save_dropped > 0
+        for _, stage in self.stages:
+            if hasattr(stage, "bind_output"):  # relabel stages: their answer cache under the run's output
+                stage.bind_output(output)
 
     def expand(self, envelopes):
         for name, stage in self.stages:
-            envelopes = envelopes | name >> beam.ParDo(ApplyStage(name, stage, keep_dropped=self.keep_dropped))
+            if hasattr(stage, "run_batch"):  # relabel stages: many requests in flight, a bounded batch held
+                # a fixed size (2 x the requests in flight): the adaptive sizer times batches that are mostly
+                # waiting on the server, and warns on the degenerate fits it gets from them
+                size = 2 * stage.client_cfg.concurrency
+                envelopes = (envelopes
+                             | f"{name}Batches" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)
+                             | name >> beam.ParDo(ApplyBatchStage(name, stage, keep_dropped=self.keep_dropped)))
+            else:
+                envelopes = envelopes | name >> beam.ParDo(ApplyStage(name, stage, keep_dropped=self.keep_dropped))
         return envelopes
 
 
@@ -442,7 +454,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
     envelopes = (
         p
         | "ReadRenderValidate" >> ReadRenderValidate(cfg)
-        | "Clean" >> Clean(cfg.clean)
+        | "Clean" >> Clean(cfg.clean, cfg.run.output)
         | "SpillPages" >> SpillPages(spill_dir, cfg.write, dedup)
         | "Dedup" >> Dedup(dedup, spill_dir, cfg.write)
     )

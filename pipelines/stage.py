@@ -177,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
                                   "use --input-format parquet")
             cfg = load(stage_config_type(name), options, name)
         else:
-            stage = build(name, options)
             if not (args.input and args.output):
                 parser.error("--input and --output are required for Parquet input")
+            stage = build(name, options)
+            if hasattr(stage, "bind_output"):  # relabel stages: their answer cache under --output
+                stage.bind_output(args.output)
             files = checked_inputs(args.input)
     except (ValueError, OSError) as exc:  # ConfigError is a ValueError; so are the stages' own checks
         print(str(exc), file=sys.stderr)

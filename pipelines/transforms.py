@@ -79,6 +79,39 @@ class ApplyStage(beam.DoFn):
                   file=sys.stderr, flush=True)
 
 
+class ApplyBatchStage(beam.DoFn):
+    """``ApplyStage`` for stages that work on many records at once (``stage.run_batch(records)``: per
+    record its outputs or its exception), fed by ``beam.BatchElements``: the relabel stages keep many
+    requests in flight while at most one batch of records is held per worker. Accounting is
+    ``apply_stage``'s, record by record."""
+
+    def __init__(self, stage: str, batch_stage: Any, keep_dropped: bool = False):
+        self.stage = stage
+        self.batch_stage = batch_stage
+        self.keep_dropped = keep_dropped
+
+    def process(self, batch) -> Iterator:
+        items = []
+        for envelope in batch:
+            if envelope.kind == Kind.ITEM:
+                items.append(envelope.payload)
+            else:
+                yield envelope
+        if not items:
+            return
+        for item, result in zip(items, self.batch_stage.run_batch(items)):
+            yield from apply_stage(self.stage, _settled(result), item, self.keep_dropped)
+
+
+def _settled(result: Any) -> Callable[[Any], list]:
+    def outcome(_record):
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    return outcome
+
+
 class Spill(beam.DoFn):
     """The ``write`` stage's first half: records -> per-bundle spill files (see ``pipelines.write``).
 
@@ -199,5 +232,5 @@ def _one_key(element: Any) -> tuple[None, Any]:
     return None, element
 
 
-__all__ = ["ReadUnits", "plan_units", "ApplyStage", "Spill", "SpillDeadLetters", "SpillLosers", "of_kind", "payloads",
-           "tagged", "GatherAll"]
+__all__ = ["ReadUnits", "plan_units", "ApplyStage", "ApplyBatchStage", "Spill", "SpillDeadLetters", "SpillLosers",
+           "of_kind", "payloads", "tagged", "GatherAll"]

@@ -66,6 +66,11 @@ class PageRecord:
     split: str = "train"
     text_layer: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Task "preference" only (pairs from relabel's preference stage, DPO-style): ``response`` is the chosen
+    # answer, ``rejected`` the other one, each with its judge score; None on every other task.
+    rejected: str | None = None
+    chosen_score: float | None = None
+    rejected_score: float | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The Arrow row: image as the HF ``Image`` struct, dicts as JSON strings."""
@@ -112,6 +117,9 @@ _FIELDS = [
     ("split", pa.string()),
     ("text_layer", pa.string()),
     ("metadata", pa.string()),
+    ("rejected", pa.string()),
+    ("chosen_score", pa.float64()),
+    ("rejected_score", pa.float64()),
 ]
 
 
@@ -123,7 +131,8 @@ def _hf_feature(arrow_type: pa.DataType) -> dict:
         return {"feature": _hf_feature(arrow_type.value_type), "_type": "List"}
     if pa.types.is_struct(arrow_type):
         return {f.name: _hf_feature(f.type) for f in arrow_type}
-    return {"dtype": str(arrow_type), "_type": "Value"}
+    dtype = {"double": "float64", "float": "float32"}.get(str(arrow_type), str(arrow_type))  # datasets' names
+    return {"dtype": dtype, "_type": "Value"}
 
 
 PAGE_SCHEMA: pa.Schema = pa.schema(
@@ -209,4 +218,21 @@ def validate(record: PageRecord) -> list[str]:
             problems.append(f"{name} is not JSON-serialisable")
     if not record.provenance:
         problems.append("provenance is empty")
+    problems.extend(_preference_problems(record))
+    return problems
+
+
+def _preference_problems(record: PageRecord) -> list[str]:
+    pair = (record.rejected, record.chosen_score, record.rejected_score)
+    if record.task != "preference":
+        return [] if pair == (None, None, None) else \
+            [f"rejected, chosen_score and rejected_score are for task 'preference' only, not {record.task!r}"]
+    problems = []
+    if not isinstance(record.rejected, str) or not record.rejected.strip():
+        problems.append("a preference record needs a non-empty rejected response")
+    scores = [s for s in pair[1:] if isinstance(s, (int, float)) and not isinstance(s, bool)]
+    if len(scores) != 2:
+        problems.append("a preference record needs numeric chosen_score and rejected_score")
+    elif scores[0] < scores[1]:
+        problems.append(f"chosen_score {scores[0]} is below rejected_score {scores[1]}")
     return problems

@@ -22,6 +22,10 @@ STAGES = {
     "decontam": "pipelines.clean.decontam:DecontamStage",
     # robustness degradations (Jina 5.2); off by default, seeded per record id
     "augment": "synth.augment:AugmentStage",
+    # VLM relabel, audit and preference pairs over an OpenAI-compatible endpoint (relabel/, docs/relabel.md)
+    "relabel": "pipelines.relabel_stages:RelabelStage",
+    "audit": "pipelines.relabel_stages:AuditStage",
+    "preference": "pipelines.relabel_stages:PreferenceStage",
 }
 
 

@@ -1,0 +1,125 @@
+"""A fault-injecting HTTP proxy on 127.0.0.1 in front of the real ``transformers serve``, for what the
+server will not do by itself: 429 with Retry-After, 500, stalls, dropped connections, garbage bodies,
+going down. It counts every chat request it receives (so tests can assert that a rerun sends none) and
+can rewrite the content of a real answer (``rewrite``), which is how tests get labels and judge verdicts
+a random-weight model never writes.
+
+``faults`` is a list consumed one entry per chat request, in order; ``None`` forwards.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+CHAT = "/v1/chat/completions"
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int, stall_s: float = 3.0):
+        self.upstream_port = upstream_port
+        self.stall_s = stall_s
+        self.faults: list[str | None] = []
+        self.rewrite: Callable[[dict], str | None] | None = None  # request JSON -> new content (None: keep)
+        self.chat_requests = 0
+        self.forwarded = 0
+        self.down_after: int | None = None  # refuse every chat request after this many (a dead server)
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _next_fault(self) -> str | None:
+        with self.lock:
+            self.chat_requests += 1
+            if self.down_after is not None and self.chat_requests > self.down_after:
+                return "drop"
+            return self.faults.pop(0) if self.faults else None
+
+    def _handler(self):
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _forward(self, method: str, body: bytes | None) -> tuple[int, dict, bytes]:
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                conn.request(method, self.path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+                kept = {k: v for k, v in response.getheaders()
+                        if k.lower() in ("x-request-id", "retry-after")}
+                conn.close()
+                return response.status, kept, data
+
+            def do_GET(self):
+                status, headers, data = self._forward("GET", None)
+                self._reply(status, data, headers)
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path != CHAT:
+                    status, headers, data = self._forward("POST", body)
+                    return self._reply(status, data, headers)
+                fault = proxy._next_fault()
+                if fault == "429":
+                    return self._reply(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "1"})
+                if fault == "500":
+                    return self._reply(500, b'{"error": {"message": "injected failure"}}')
+                if fault == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if fault == "stall":
+                    time.sleep(proxy.stall_s)
+                    self.close_connection = True
+                    return
+                if fault == "garbage":
+                    return self._reply(200, b'{"choices": [{"message": garbage')
+                status, headers, data = self._forward("POST", body)
+                with proxy.lock:
+                    proxy.forwarded += 1
+                if status == 200 and proxy.rewrite is not None:
+                    content = proxy.rewrite(json.loads(body))
+                    if content is not None:
+                        doc = json.loads(data)
+                        doc["choices"][0]["message"]["content"] = content
+                        doc["choices"][0]["finish_reason"] = "stop"
+                        data = json.dumps(doc).encode()
+                self._reply(status, data, headers)
+
+        return Handler
+
+
+def prompt_text(request: dict) -> str:
+    """The text part of a chat request's user turn."""
+    return " ".join(part.get("text", "") for m in request["messages"] for part in m["content"]
+                    if isinstance(part, dict) and part.get("type") == "text")

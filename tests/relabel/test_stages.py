@@ -1,0 +1,205 @@
+"""The relabel, audit and preference stages against the real server (answers rewritten by the proxy where
+a random-weight model cannot give them), their accounting, the cache and resuming."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.relabel_stages import AuditStage, PreferenceStage, RelabelStage, loop_kind
+from relabel.client import ClientConfig, ServerUnavailable
+from relabel.prompts import parse_verdict
+from relabel.stages import AuditConfig, PreferenceConfig, RelabelConfig
+from schemas.deadletter import Dropped, RecordError
+from schemas.page import validate
+from tests.helpers import page_record
+from tests.relabel.fault_proxy import prompt_text
+
+
+def client(proxy, **kw) -> ClientConfig:
+    return ClientConfig(base_url=proxy.base_url, backoff_s=0.05, max_backoff_s=0.2, timeout_s=30.0, **kw)
+
+
+def records(n: int, **kw):
+    return [page_record(id=f"id-{i}", source_id=f"doc-{i}", response=f"label {i}", instruction=f"Convert page {i}.",
+                        **kw) for i in range(n)]
+
+
+def test_relabel_compare_rejects_a_truncated_answer_and_keeps_the_label(proxy, tmp_path):
+    stage = RelabelStage(RelabelConfig(client=client(proxy), cache_path=str(tmp_path / "c.sqlite"), max_tokens=8))
+    [out] = stage(page_record(response="old label"))
+    finding = out.quality["relabel"]
+    assert out.response == "old label" and finding["rejected"] == "truncated"  # random weights never stop
+    assert finding["counters"]["requests"] == 1 and finding["counters"]["prompt_tokens"] > 0
+
+
+def test_relabel_replace_swaps_the_label_and_keeps_the_old_one(proxy, tmp_path):
+    proxy.rewrite = lambda request: "# New label\n\nBetter text."
+    cfg = RelabelConfig(client=client(proxy), cache_path=str(tmp_path / "c.sqlite"), mode="replace", max_tokens=8)
+    [out] = RelabelStage(cfg)(page_record(response="Old text."))
+    finding = out.quality["relabel"]
+    assert out.response == "# New label\n\nBetter text." and finding["previous"] == "Old text."
+    assert 0 < finding["distance"] <= 1 and finding["rejected"] is None
+    assert not validate(out)
+
+
+@pytest.mark.parametrize("content, reason", [("", "empty"), ("abc " * 300, "loop_exact")])
+def test_relabel_rejects_empty_and_looping_labels(proxy, tmp_path, content, reason):
+    proxy.rewrite = lambda request: content
+    cfg = RelabelConfig(client=client(proxy), cache_path=str(tmp_path / "c.sqlite"), mode="replace", max_tokens=8,
+                        on_reject="drop")
+    with pytest.raises(Dropped) as err:
+        RelabelStage(cfg)(page_record(response="Old text."))
+    assert err.value.reason == f"relabel_{reason}"
+
+
+def test_loop_detector_is_the_repeats_stages():
+    assert loop_kind("abc " * 300) == "exact" and loop_kind("a normal label") is None
+
+
+def test_audit_flags_or_drops_a_low_score(proxy, tmp_path):
+    proxy.rewrite = lambda request: 'Verdict: {"score": 2, "issues": ["missing column"]}'
+    cache = str(tmp_path / "c.sqlite")
+    [out] = AuditStage(AuditConfig(client=client(proxy), cache_path=cache, max_tokens=8))(page_record())
+    assert out.quality["audit"]["score"] == 2.0 and out.quality["audit"]["low"] is True
+    assert out.quality["audit"]["issues"] == ["missing column"]
+    with pytest.raises(Dropped, match="audit_low"):
+        AuditStage(AuditConfig(client=client(proxy), cache_path=cache, max_tokens=8, action="drop"))(page_record())
+    assert proxy.chat_requests == 1  # the second stage's verdict came from the cache
+
+
+def test_garbage_json_from_the_judge_is_asked_once_more_then_dead_lettered(proxy, tmp_path):
+    stage = AuditStage(AuditConfig(client=client(proxy), cache_path=str(tmp_path / "c.sqlite"), max_tokens=8))
+    with pytest.raises(RecordError) as err:
+        stage(page_record())  # the random model's answer is never JSON
+    assert err.value.reason == "audit_unparseable" and proxy.chat_requests == 2
+
+
+@pytest.mark.parametrize("text", ['{"score": 7}', '{"score": "4"}', '[1]', '{"score": 3, "issues": [1]}', "no"])
+def test_verdicts_are_validated(text):
+    with pytest.raises(ValueError):
+        parse_verdict(text)
+
+
+def test_preference_pairs_only_for_a_clear_winner(proxy, tmp_path):
+    def answers(request):
+        text = prompt_text(request)
+        if "Rubric" in text:
+            return '{"score": 4, "issues": []}' if "refined text" in text else '{"score": 1, "issues": ["bad"]}'
+        if "Draft:" in text:
+            return "refined text"
+        return None
+
+    proxy.rewrite = answers
+    cfg = PreferenceConfig(client=client(proxy), cache_path=str(tmp_path / "c.sqlite"), max_tokens=8,
+                           judge_max_tokens=8, margin=2.0)
+    degraded = page_record(response="draft text", quality={"augment": {"applied": ["blur"]}})
+    source, pair = PreferenceStage(cfg)(degraded)
+    assert source.quality["preference"]["pair"] is True and source.response == "draft text"
+    assert pair.task == "preference" and pair.response == "refined text" and pair.rejected == "draft text"
+    assert (pair.chosen_score, pair.rejected_score) == (4.0, 1.0) and not validate(pair)
+    _pairs_load_with_datasets_and_model_reads_them(tmp_path, [source, pair])
+    assert proxy.chat_requests == 3  # refine, judge draft, judge refinement
+    untouched = page_record(id="other")
+    assert PreferenceStage(cfg)(untouched) == [untouched]  # not degraded: passed on, nothing asked
+    narrow = PreferenceConfig(client=client(proxy), cache_path=str(tmp_path / "c.sqlite"), max_tokens=8,
+                              judge_max_tokens=8, margin=4.0)
+    [only] = PreferenceStage(narrow)(page_record(response="draft text", quality={"augment": {"applied": ["x"]}}))
+    assert only.quality["preference"]["pair"] is False and proxy.chat_requests == 3  # all cached
+
+
+def _pairs_load_with_datasets_and_model_reads_them(tmp_path, recs):
+    import datasets
+
+    from model.records import iter_preference_pairs
+    from tests.helpers import write_records
+
+    root = write_records(tmp_path / "pairs", recs, files=1)
+    ds = datasets.load_dataset("parquet", data_dir=f"{root}/data", split="train")
+    assert sorted(ds["task"]) == ["parse_page", "preference"] and ds.features["chosen_score"].dtype == "float64"
+    [row] = iter_preference_pairs(root, eval_fraction=0.0)
+    assert (row["chosen"], row["rejected"], row["chosen_score"]) == ("refined text", "draft text", 4.0)
+    assert row["prompt"] == recs[1].instruction and row["image"] == recs[1].image
+
+
+def test_stage_start_fails_before_any_work_when_the_server_is_down(tmp_path):
+    from relabel.serve import free_port
+
+    cfg = RelabelConfig(client=ClientConfig(base_url=f"http://127.0.0.1:{free_port()}/v1", startup_timeout_s=1.0),
+                        cache_path=str(tmp_path / "c.sqlite"))
+    with pytest.raises(ServerUnavailable, match="does not answer"):
+        RelabelStage(cfg)
+
+
+def _run_cli(args):
+    from pipelines.stage import main
+
+    return main(args)
+
+
+def test_stage_cli_dead_letters_when_the_server_dies_then_a_rerun_resumes_and_a_third_sends_nothing(
+        proxy, tmp_path, monkeypatch):
+    from tests.helpers import write_records
+
+    inp = write_records(tmp_path / "in", records(6), files=1)
+    monkeypatch.setenv("OPENAI_BASE_URL", proxy.base_url)
+    common = ["relabel", "--input", inp, "--set", "max_tokens=4", "--set", "tasks=[]", "--set", "client.max_attempts=2",
+              "--set", "client.backoff_s=0.05", "--set", "client.concurrency=1"]
+    proxy.down_after = 3  # the server dies after three answers
+    assert _run_cli(common + ["--output", str(tmp_path / "run1")]) == 0
+    first = json.loads((tmp_path / "run1" / "manifest.json").read_text())
+    counts = first["stages"]["relabel"]["src"]
+    assert counts["inputs"] == 6 and counts["out"] == 3 and counts["dead"] == {"request_connection_failed": 3}
+    assert first["balanced"] and pq.read_table(tmp_path / "run1" / "dead_letter.parquet").num_rows == 3
+    proxy.down_after, proxy.chat_requests = None, 0
+    cache = str(tmp_path / "run1" / "_relabel" / "cache.sqlite")
+    assert _run_cli(common + ["--output", str(tmp_path / "run2"), "--set", f"cache_path={cache}"]) == 0
+    assert proxy.chat_requests == 3  # only what was not answered before
+    second = json.loads((tmp_path / "run2" / "manifest.json").read_text())
+    assert second["stages"]["relabel"]["src"]["out"] == 6 and second["balanced"]
+    tokens = second["stages"]["relabel"]["src"]["counters"]
+    assert tokens["requests"] == 3 and tokens["cache_hits"] == 3  # token accounting per source, in the manifest
+    assert tokens["prompt_tokens"] > 3 * 10 and 3 <= tokens["completion_tokens"] <= 12
+    proxy.chat_requests = 0
+    assert _run_cli(common + ["--output", str(tmp_path / "run3"), "--set", f"cache_path={cache}"]) == 0
+    assert proxy.chat_requests == 0
+
+
+def test_beam_batches_balance_and_a_rerun_sends_nothing(proxy, tmp_path):
+    import apache_beam as beam
+
+    from pipelines.accounting import Envelope, Kind
+    from pipelines.transforms import ApplyBatchStage
+    from schemas.manifest import RunManifest
+
+    cfg = AuditConfig(client=client(proxy, concurrency=4), cache_path=str(tmp_path / "c.sqlite"), max_tokens=4)
+    proxy.rewrite = lambda request: '{"score": 1, "issues": []}' if "label 3" in prompt_text(request) else None
+    stage = AuditStage(cfg)
+
+    def run():
+        _GOT.clear()
+        with beam.Pipeline() as p:
+            (p | beam.Create([Envelope(Kind.ITEM, r) for r in records(10)])
+             | beam.BatchElements(min_batch_size=4, max_batch_size=8)
+             | beam.ParDo(ApplyBatchStage("audit", stage)) | beam.Map(_collect))
+        return list(_GOT)
+
+    out = run()
+    manifest = RunManifest.from_events([p for k, p in out if k == Kind.EVENT], ["audit"])
+    counts = manifest.stages["audit"]["src"]
+    assert counts.inputs == 10 == counts.out + counts.n_dropped + counts.n_dead
+    assert counts.out == 1 and counts.dead == {"audit_unparseable": 9}
+    assert sum(1 for k, _ in out if k == Kind.DEAD) == 9 and sum(1 for k, _ in out if k == Kind.ITEM) == 1
+    sent = proxy.chat_requests
+    assert sent == 19  # 1 parseable verdict + 9 x (answer + one retry)
+    run()
+    assert proxy.chat_requests == sent  # every answer (parseable or not) is cached: the rerun asks nothing
+
+
+_GOT: list = []
+
+
+def _collect(element):  # module-level: Beam pickles it by reference, the in-process runner appends here
+    _GOT.append(element)
