@@ -151,7 +151,7 @@ class SplitWriter:
         self.out, self.split, self.cfg = out, split, cfg
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = self.pending_rows = 0
-        self.cuts = RowGroupCuts(cfg.row_group_bytes, cfg.row_group_rows)
+        self.cuts = RowGroupCuts(min(cfg.row_group_bytes, cfg.shard_bytes), cfg.row_group_rows)
         self.writer: pq.ParquetWriter | None = None
         self.handle = None
         self.shards: list[dict] = []

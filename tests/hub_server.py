@@ -37,9 +37,9 @@ multi-commit upload of huggingface_hub 2.x):
 With ``--token`` the writes need ``Authorization: Bearer <token>`` (401 without one, 403 with
 another); reads stay anonymous. Faults a test can ask for: ``--fail-commits N`` answers the first N
 commit POSTs with ``--fail-status`` (429 by default) and ``Retry-After: --retry-after``;
-``--commit-delay`` sleeps before each commit is applied (so a client can be killed between
-commits); ``--quota-bytes`` refuses (403) a commit that would make the repo larger (the Hub's
-storage limit).
+``--commit-delay`` sleeps before each commit is applied, and drops it if the client went away
+meanwhile (so a client can be killed between commits); ``--quota-bytes`` refuses (403) a commit
+that would make the repo larger (the Hub's storage limit).
 
 Errors carry the Hub's ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``),
 which the client turns into its typed errors (and ``FileNotFoundError``). Files are served as plain
@@ -60,6 +60,8 @@ import contextlib
 import hashlib
 import json
 import re
+import select
+import socket
 import subprocess
 import sys
 import threading
@@ -250,6 +252,16 @@ class HubHandler(BaseHTTPRequestHandler):
             self._error(403, None, f"You don't have the rights to write to dataset {self.server.repo_id}")
         return False
 
+    def _client_gone(self) -> bool:
+        """Whether the client closed its connection (a live one sends nothing while it waits)."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     # -- endpoints ---------------------------------------------------------------------------
 
     def _repo_info(self) -> None:
@@ -347,6 +359,10 @@ class HubHandler(BaseHTTPRequestHandler):
             return
         if faults.commit_delay:
             time.sleep(faults.commit_delay)
+            if self._client_gone():  # killed while waiting: the commit is not applied
+                self.log_message("client went away: commit not applied")
+                self.close_connection = True
+                return
         with server.lock:
             parent = header.get("parentCommit")
             if parent and parent != server.commit:
