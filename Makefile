@@ -8,10 +8,19 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := poppler-utils
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: corpus train test test-all lint samples bench deps clean
+.PHONY: corpus release train test test-all lint samples bench deps clean airflow
 
 corpus: $(STAMP)
 	$(PY) -m pipelines.corpus $(ARGS)
+
+# Hub-ready release of out/corpus in out/release (built first if missing); a dry run of the push
+# unless ARGS has --repo-id ORG/NAME --push (HF_TOKEN from the environment).
+release: $(STAMP) out/corpus/manifest.json
+	$(PY) -m pipelines.release --corpus out/corpus --out out/release $(ARGS)
+
+# Airflow 3 in its own venv (.venv-airflow) for dags/pagemill_refresh.py; the DAG tests install it too.
+airflow:
+	bash scripts/install_airflow.sh
 
 # Tiny VLM through SFT, GRPO, merge search and FastMTP on out/corpus (built first if missing).
 train: $(STAMP) out/corpus/manifest.json
@@ -48,6 +57,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/train.py
 	$(PY) benchmarks/mtp.py
 	$(PY) benchmarks/grpo.py
+	$(PY) benchmarks/release.py
 
 deps: $(STAMP)
 
