@@ -3,8 +3,9 @@
     python benchmarks/release.py [--source out/corpus] [--pages 10000] [--keep DIR]
 
 Builds a corpus of ``--pages`` pages by replicating the pages of ``--source`` (a corpus run's
-output, ``make corpus``): copy k of a page gets a new id and source id, its image and labels stay, so
-the page mix and image sizes are the samples'. (Parquet compresses each data page on its own, and
+output; without one, the sample corpus is built first, as ``make corpus`` does): copy k of a page
+gets a new id and source id, its image and labels stay, so the page mix and image sizes are the
+samples'. (Parquet compresses each data page on its own, and
 the ids scatter the copies, so repeated images barely shrink the shards.) Then, each a subprocess:
 
 1. ``python -m pipelines.release --corpus C --out R``: wall time, peak RSS (the child's
@@ -106,10 +107,12 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temporary folder, removed)")
     args = parser.parse_args()
-    if not (args.source / "manifest.json").exists():
-        raise SystemExit(f"no corpus at {args.source}: run `make corpus` first")
     work = args.keep or Path(tempfile.mkdtemp(prefix="release-bench-"))
     try:
+        if not (args.source / "manifest.json").exists():  # the sample corpus, as `make corpus` builds it
+            args.source = work / "source"
+            subprocess.run([sys.executable, "-m", "pipelines.corpus", "--output", str(args.source)], cwd=REPO,
+                           check=True, capture_output=True)
         result = {"load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
         started = time.perf_counter()
         result["corpus"] = replicate(args.source, work / "corpus", args.pages)

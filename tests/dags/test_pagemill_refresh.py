@@ -17,8 +17,10 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 
 from pipelines.release import card_metadata_of
 from schemas.manifest import RunManifest
@@ -87,13 +89,25 @@ def test_the_dag_imports_with_its_shape(airflow):
     assert found["work_dir"] == "/w/manual__2026-01-05T00_00_00_00_00"
 
 
+def samples_config(tmp_path: Path) -> Path:
+    """configs/corpus.yaml on the bundled samples/, 3 pages per synth source (synth/ has its own tests)."""
+    text = (REPO / "configs" / "corpus.yaml").read_text()
+    raw = yaml.safe_load(text.replace("samples/", f"{REPO}/samples/").replace("assets/", f"{REPO}/assets/"))
+    for source in raw["sources"]:
+        if source["kind"] == "jinaocrsynth":
+            source["options"].update(pages=3, pages_per_unit=3)
+    path = tmp_path / "corpus.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
 def test_dag_test_refreshes_the_samples_and_pushes_the_release(airflow, tmp_path):
     work = tmp_path / "work"
     log = tmp_path / "hub.log"
     with hub_server(tmp_path / "hub", REPO_ID, free_port(), log, token="write-token") as endpoint:
         env = airflow.env | {"HF_ENDPOINT": endpoint, "HF_TOKEN": "write-token", "HF_HOME": str(tmp_path / "hf"),
                              "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-        conf = {"work_root": str(work), "release_repo": REPO_ID,
+        conf = {"config": str(samples_config(tmp_path)), "work_root": str(work), "release_repo": REPO_ID,
                 "runner_args": "--direct_running_mode=multi_processing --direct_num_workers=2"}
         found = check(airflow, "--test", "--conf", json.dumps(conf), env=env, limit=900)
     assert found["states"] == {"corpus": "success", "release": "success", "push": "success", "train": "skipped"}
