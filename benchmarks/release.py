@@ -26,7 +26,6 @@ import collections
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -81,15 +80,18 @@ def replicate(source: Path, out: Path, pages: int) -> dict:
 
 
 def timed(command: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (MB) of the child, and its output."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{command[2:4]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, (peak if peak > before else -1) // 1024, done.stdout
+    """Wall seconds, peak RSS (MB) of this child alone (``wait4``'s rusage), and its output."""
+    with tempfile.TemporaryFile("w+") as out:
+        started = time.perf_counter()
+        child = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read()
+    if child.returncode != 0:
+        raise SystemExit(f"{command[2:4]} failed:\n{text[-5000:]}")
+    return wall, usage.ru_maxrss // 1024, text
 
 
 def server_figures(log: str) -> dict:
