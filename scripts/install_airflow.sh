@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv-airflow}"
-PYTHON="${PYTHON:-python3.11}"
+PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 SPEC=$(sed -n 's/^airflow = \["\(.*\)"\]$/\1/p' pyproject.toml)
 [ -n "$SPEC" ] || { echo "no airflow extra in pyproject.toml" >&2; exit 1; }
 if [ -f "$VENV/.installed" ] && [ "$(cat "$VENV/.installed")" = "$SPEC" ]; then
