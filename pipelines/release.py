@@ -343,7 +343,7 @@ def card_metadata(manifest: RunManifest, mix: Mix, release: Release, cfg: Releas
     meta["language"] = card_languages(mix.columns.get("language", collections.Counter()))
     meta["size_categories"] = [size_category(sum(mix.pages.values()))]
     meta["tags"] = ["ocr", "document-parsing", "pagemill"]
-    splits = sorted(mix.pages)
+    splits = sorted(split for split, n in mix.pages.items() if n)  # a split with no pages has no files
     meta["configs"] = [{"config_name": "default", "default": True,
                         "data_files": [{"split": split, "path": f"data/{split}-*"} for split in splits]}]
     per_split = {split: [s for s in release.shards if s["split"] == split] for split in splits}
