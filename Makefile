@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := poppler-utils
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: corpus train test test-all lint samples bench deps clean
+.PHONY: corpus release train test test-all lint samples bench deps clean airflow
 
 # The DAG's relabel and audit stages ask a local transformers serve (relabel.serve starts it, runs the DAG, stops it)
 # over a tiny random-weight VLM that model/ exports; set OPENAI_BASE_URL etc. and run pipelines.corpus for a real one.
@@ -19,6 +19,15 @@ corpus: $(STAMP) $(RELABEL_CHECKPOINT)/config.json
 
 $(RELABEL_CHECKPOINT)/config.json: | $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m model.checkpoint --export-tiny $(RELABEL_CHECKPOINT)
+
+# Hub-ready release of out/corpus in out/release (built first if missing); a dry run of the push
+# unless ARGS has --repo-id ORG/NAME --push (HF_TOKEN from the environment).
+release: $(STAMP) out/corpus/manifest.json
+	$(PY) -m pipelines.release --corpus out/corpus --out out/release $(ARGS)
+
+# Airflow 3 in its own venv (.venv-airflow) for dags/pagemill_refresh.py; the DAG tests install it too.
+airflow:
+	bash scripts/install_airflow.sh
 
 # Tiny VLM through SFT, GRPO, merge search and FastMTP on out/corpus (built first if missing).
 train: $(STAMP) out/corpus/manifest.json
@@ -56,6 +65,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/mtp.py
 	$(PY) benchmarks/grpo.py
 	$(PY) benchmarks/relabel.py
+	$(PY) benchmarks/release.py
 
 deps: $(STAMP)
 

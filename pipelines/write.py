@@ -47,6 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -77,7 +78,8 @@ class WriteConfig:
     """How the corpus is written: shard and row-group sizes, and the spill files shards are planned from."""
 
     shard_bytes: int = option(256 * 1024 * 1024, help="target bytes per shard")
-    row_group_bytes: int = option(64 * 1024 * 1024, help="target bytes per Parquet row group")
+    row_group_bytes: int = option(64 * 1024 * 1024, help="most uncompressed bytes per Parquet row group")
+    row_group_rows: int = option(1000, help="most rows per Parquet row group")
     compression: str = option("zstd", help="Parquet compression codec")
     buckets: int = option(64, help="spill buckets: the id ranges a spill file's record batches are sorted into")
     spill_buffer_bytes: int = option(64 * 1024 * 1024, help="buffered bytes per worker above which the largest "
@@ -386,17 +388,16 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     rows = (pa.Table.from_batches(batches, schema=schema).combine_chunks() if batches else schema.empty_table())
     del batches
     order = pc.sort_indices(rows.select(list(table.sort_keys)), sort_keys=[(k, "ascending") for k in table.sort_keys])
-    avg = max(1, plan.approx_bytes // max(1, plan.rows))
-    rows_per_group = max(1, cfg.row_group_bytes // avg)
+    sizes = row_bytes(rows).take(order)
     final = io.join(output, table.folder, plan.name)
     tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
     digest = hashlib.sha256()
     with io.open_write(tmp) as raw:
         sink = _HashingWriter(raw, digest)
-        with pq.ParquetWriter(sink, schema, compression=cfg.compression, write_statistics=True) as writer:
-            for start in range(0, max(1, rows.num_rows), rows_per_group):
-                chunk = rows.take(order.slice(start, rows_per_group))
-                writer.write_table(chunk.replace_schema_metadata(schema.metadata), row_group_size=rows_per_group)
+        with parquet_writer(sink, schema, cfg.compression) as writer:
+            for start, stop in row_groups(sizes, cfg.row_group_bytes, cfg.row_group_rows):
+                chunk = rows.take(order.slice(start, stop - start))
+                writer.write_table(chunk.replace_schema_metadata(schema.metadata), row_group_size=stop - start)
     io.rename(tmp, final)
     return {
         "file": f"{table.folder}/{plan.name}",
@@ -405,6 +406,65 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
         "bytes": sink.written,
         "sha256": digest.hexdigest(),
     }
+
+
+def parquet_writer(sink, schema: pa.Schema, compression: str) -> pq.ParquetWriter:
+    """The Parquet settings of every shard pagemill writes (corpus and release): a page index
+    (readers and the Hub's viewer fetch a page, not a row group) and content-defined chunking
+    (unchanged rows make identical pages, which the Hub's Xet storage deduplicates on re-upload)."""
+    return pq.ParquetWriter(sink, schema, compression=compression, write_statistics=True, write_page_index=True,
+                            use_content_defined_chunking=True)
+
+
+def row_bytes(table: pa.Table | pa.RecordBatch) -> pa.Array:
+    """Each row's uncompressed size: its values' bytes (strings, binaries, list items, fixed-width
+    fields) plus offsets, as Arrow holds them; int64."""
+    total = np.zeros(table.num_rows, dtype=np.int64)
+    for column in table.columns:
+        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        total += _value_bytes(column)
+    return pa.array(total)
+
+
+def _value_bytes(arr: pa.Array) -> np.ndarray:
+    kind = arr.type
+    if pa.types.is_struct(kind):
+        return sum((_value_bytes(child) for child in arr.flatten()), np.zeros(len(arr), np.int64))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        parents = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
+        inner = _value_bytes(pc.list_flatten(arr))
+        return np.bincount(parents, weights=inner, minlength=len(arr)).astype(np.int64) + 4
+    if pa.types.is_binary(kind) or pa.types.is_string(kind) or pa.types.is_large_binary(kind) \
+            or pa.types.is_large_string(kind):
+        return pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) + 4
+    return np.full(len(arr), max(1, kind.bit_width // 8), dtype=np.int64)
+
+
+class RowGroupCuts:
+    """Row-group boundaries over rows that arrive in order, maybe in several batches: a group ends
+    before the row that would take it past ``max_bytes`` (uncompressed, ``row_bytes``) or
+    ``max_rows``; a single row larger than ``max_bytes`` is a group of its own."""
+
+    def __init__(self, max_bytes: int, max_rows: int):
+        self.max_bytes, self.max_rows = max_bytes, max_rows
+        self.rows = self.bytes = 0  # the open group's
+
+    def feed(self, sizes: list[int]) -> list[int]:
+        """The positions in ``sizes`` (the next rows) before which a new group starts."""
+        cuts = []
+        for i, size in enumerate(sizes):
+            if self.rows and (self.rows >= self.max_rows or self.bytes + size > self.max_bytes):
+                cuts.append(i)
+                self.rows = self.bytes = 0
+            self.rows += 1
+            self.bytes += size
+        return cuts
+
+
+def row_groups(sizes: pa.Array, max_bytes: int, max_rows: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` row ranges of a table's row groups (``RowGroupCuts``); one empty range for no rows."""
+    bounds = [0, *RowGroupCuts(max_bytes, max_rows).feed(sizes.to_numpy(zero_copy_only=False).tolist()), len(sizes)]
+    return list(zip(bounds, bounds[1:]))
 
 
 class _HashingWriter:

@@ -1,11 +1,12 @@
-"""A fake of the Hugging Face Hub's HTTP API, read-only, on 127.0.0.1.
+"""A fake of the Hugging Face Hub's HTTP API on 127.0.0.1, for tests: what ``huggingface_hub`` (its
+``HfFileSystem`` and ``HfApi.upload_folder``, pointed here by ``HF_ENDPOINT``) calls to read and
+to publish a dataset repo; the client is otherwise real, over HTTP. It serves one local folder as
+the dataset repo ``datasets/<owner>/<name>`` at revision ``main``. The repo exists when the folder
+does (or once ``POST /api/repos/create`` made it); each commit writes its files into the folder and
+moves ``main`` to a new commit id, so reads see what was pushed. Only what the client calls is
+implemented, in the Hub's shapes (``huggingface_hub.hf_api`` parses them).
 
-The real Hub cannot be reached from tests (no network), so this stands in for it: ``hf://`` reading
-(``huggingface_hub.HfFileSystem``, pointed here by ``HF_ENDPOINT``) is otherwise real, over HTTP. It
-serves one local folder as the dataset repo ``datasets/<owner>/<name>`` at revision ``main``, one
-commit holding the folder as it is when the server starts (files must not change while it runs).
-Only what ``HfFileSystem`` calls to glob, ls, info and open a file is implemented, in the Hub's
-shapes (``huggingface_hub.hf_api`` parses them):
+Reads:
 
 - ``GET /api/datasets/<repo>[/revision/<rev>]``: repo info (``id``, ``sha``, ``siblings``).
 - ``GET /api/datasets/<repo>/tree/<rev>[/<folder>]?recursive=&expand=``: the folder's entries
@@ -18,11 +19,33 @@ shapes (``huggingface_hub.hf_api`` parses them):
   ``Range`` requests (206 with ``Content-Range``; 416 past the end), ``ETag`` (the git blob id) and
   ``X-Repo-Commit``.
 
+Writes (what ``create_repo`` and ``upload_folder`` call; with ``hf_xet`` installed, the pipelined
+multi-commit upload of huggingface_hub 2.x):
+
+- ``POST /api/repos/create``: creates the served repo (409 when it exists, which ``exist_ok``
+  accepts).
+- ``POST /api/validate-yaml``: the README's YAML front matter must parse to a mapping whose
+  ``license`` (a string or list) holds Hub licence ids (``LICENSES``), with ``configs`` a list of
+  mappings each naming a ``config_name``; else 400 with ``errors``, as the Hub answers.
+- ``POST /api/datasets/<repo>/preupload/<rev>``: every file is ``regular`` (inline in the commit, so
+  no LFS or Xet storage is needed), with the ``oid`` (git blob id) of the file already at that path:
+  the client skips unchanged files, which is how a rerun resumes.
+- ``POST /api/datasets/<repo>/commit/<rev>``: NDJSON, a ``header`` line then ``file`` lines with
+  base64 ``content`` (and ``deletedFile``); parsed and checked before any file is written, answered with
+  ``commitOid`` and ``commitUrl``; a ``parentCommit`` that is not the head is refused (412).
+
+With ``--token`` the writes need ``Authorization: Bearer <token>`` (401 without one, 403 with
+another); reads stay anonymous. Faults a test can ask for: ``--fail-commits N`` answers the first N
+commit POSTs with ``--fail-status`` (429 by default) and ``Retry-After: --retry-after``;
+``--commit-delay`` sleeps before each commit is applied, and drops it if the client went away
+meanwhile (so a client can be killed between commits); ``--quota-bytes`` refuses (403) a commit
+that would make the repo larger (the Hub's storage limit).
+
 Errors carry the Hub's ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``),
 which the client turns into its typed errors (and ``FileNotFoundError``). Files are served as plain
 git blobs: no LFS pointers, Xet hashes or CDN redirects, which ``HfFileSystem.open`` does not need.
-Every request is logged (method, path, status, ``Range``) to stderr, so a test can check what was
-asked for.
+Every request is logged (method, path, status, ``Range``) to stderr, and every commit as a line
+``commit <id> files=<n> bytes=<n> "<summary>"``, so a test can check what was asked for and made.
 
 ``python tests/hub_server.py --root DIR --repo owner/name --port N`` runs it; ``hub_server(...)``
 starts it in its own process (so it does not share the GIL with an in-process pipeline) and yields
@@ -32,12 +55,16 @@ its endpoint URL.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import hashlib
 import json
-import posixpath
+import re
+import select
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -47,10 +74,33 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
+import yaml
+
 REVISION = "main"
 PAGE_SIZE = 1000  # the Hub's tree page sizes
 EXPAND_PAGE_SIZE = 50
 COMMIT_DATE = "2024-01-01T00:00:00.000Z"
+# The Hub's licence ids (hub-docs repositories-licenses.md), which validate-yaml checks a card's against.
+LICENSES = frozenset("""
+apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0 bigcode-openrail-m
+afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc cc0-1.0 cc-by-2.0 cc-by-2.5
+cc-by-3.0 cc-by-4.0 cc-by-sa-3.0 cc-by-sa-4.0 cc-by-nc-2.0 cc-by-nc-3.0 cc-by-nc-4.0 cc-by-nd-4.0 cc-by-nc-nd-3.0
+cc-by-nc-nd-4.0 cc-by-nc-sa-2.0 cc-by-nc-sa-3.0 cc-by-nc-sa-4.0 cdla-sharing-1.0 cdla-permissive-1.0
+cdla-permissive-2.0 wtfpl ecl-2.0 epl-1.0 epl-2.0 etalab-2.0 eupl-1.1 eupl-1.2 agpl-3.0 gfdl gpl gpl-2.0 gpl-3.0 lgpl
+lgpl-2.1 lgpl-3.0 isc lppl-1.3c ms-pl mpl-2.0 odc-by odbl openrail++ osl-3.0 postgresql ofl-1.1 ncsa unlicense zlib
+pddl unknown other
+""".split())
+
+
+@dataclass(frozen=True)
+class Faults:
+    """What the server does wrong on purpose (see the module docstring)."""
+
+    fail_commits: int = 0
+    fail_status: int = 429
+    retry_after: int = 1
+    commit_delay: float = 0.0
+    quota_bytes: int = 0  # 0: no limit
 
 
 @dataclass(frozen=True)
@@ -68,11 +118,21 @@ def git_blob_id(data: bytes) -> str:
 def snapshot(root: Path) -> dict[str, Entry]:
     """Every file and folder under ``root`` (hidden ones included), by repo path."""
     files = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
-    entries = {rel: Entry(rel, False, p.stat().st_size, git_blob_id(p.read_bytes())) for rel, p in files.items()}
-    folders = {str(parent) for rel in files for parent in Path(rel).parents if str(parent) != "."}
-    for folder in sorted(folders, key=lambda f: -f.count("/")):  # children first: a folder hashes its children
-        children = "".join(e.oid for p, e in sorted(entries.items()) if posixpath.dirname(p) == folder)
-        entries[folder] = Entry(folder, True, 0, hashlib.sha1(f"tree {folder}\0{children}".encode()).hexdigest())
+    return with_folders({rel: Entry(rel, False, p.stat().st_size, git_blob_id(p.read_bytes()))
+                         for rel, p in files.items()})
+
+
+def with_folders(files: dict[str, Entry]) -> dict[str, Entry]:
+    """``files`` and the folders holding them, by repo path; a folder's id hashes its children's."""
+    entries = {p: e for p, e in files.items() if not e.is_dir}
+    children: dict[str, set[str]] = {}
+    for rel in entries:
+        parents = [str(p) for p in Path(rel).parents if str(p) != "."]
+        for child, parent in zip([rel] + parents, parents):
+            children.setdefault(parent, set()).add(child)
+    for folder in sorted(children, key=lambda f: -f.count("/")):  # children first: a folder hashes its children
+        oids = "".join(entries[c].oid for c in sorted(children[folder]))
+        entries[folder] = Entry(folder, True, 0, hashlib.sha1(f"tree {folder}\0{oids}".encode()).hexdigest())
     return dict(sorted(entries.items()))
 
 
@@ -131,7 +191,18 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         parts, _ = self._split()
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        expected = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(expected)
+        if len(body) < expected:  # the client went away mid-request: nothing is applied
+            self.close_connection = True
+            return
+        if parts == ["api", "repos", "create"]:
+            if self._writer_ok():
+                self._create_repo(body)
+            return
+        if parts == ["api", "validate-yaml"]:
+            self._validate_yaml(body)
+            return
         if parts[:2] != ["api", "datasets"]:
             self._error(404, None, "Not found")
             return
@@ -141,6 +212,12 @@ class HubHandler(BaseHTTPRequestHandler):
         if rest[:1] == ["paths-info"] and len(rest) == 2:
             if self._revision_ok(rest[1]):
                 self._paths_info(body)
+        elif rest[:1] == ["preupload"] and len(rest) == 2:
+            if self._writer_ok() and self._revision_ok(rest[1]):
+                self._preupload(body)
+        elif rest[:1] == ["commit"] and len(rest) == 2:
+            if self._writer_ok() and self._revision_ok(rest[1]):
+                self._commit(body)
         else:
             self._error(404, None, "Not found")
 
@@ -152,7 +229,7 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _repo_rest(self, parts: list[str]) -> list[str] | None:
         """What follows ``<owner>/<name>`` when that is the served repo; else answers 404."""
-        if parts[:2] != self.server.repo_id.split("/"):
+        if parts[:2] != self.server.repo_id.split("/") or not self.server.exists:
             self._error(404, "RepoNotFound", "Repository not found")
             return None
         return parts[2:]
@@ -162,6 +239,28 @@ class HubHandler(BaseHTTPRequestHandler):
             return True
         self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         return False
+
+    def _writer_ok(self) -> bool:
+        """With a token configured, a write needs it: 401 without credentials, 403 with others."""
+        token = self.server.token
+        given = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        if not token or given == token:
+            return True
+        if not given:
+            self._error(401, None, "Invalid credentials in Authorization header")
+        else:
+            self._error(403, None, f"You don't have the rights to write to dataset {self.server.repo_id}")
+        return False
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its connection (a live one sends nothing while it waits)."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     # -- endpoints ---------------------------------------------------------------------------
 
@@ -207,6 +306,85 @@ class HubHandler(BaseHTTPRequestHandler):
         found = [self.server.entries[p.strip("/")] for p in paths if p.strip("/") in self.server.entries]
         self._json(200, [entry_json(e, self.server.commit, expand) for e in found])
 
+    def _create_repo(self, body: bytes) -> None:
+        payload = json.loads(body or b"{}")
+        repo_id = f"{payload.get('organization')}/{payload.get('name')}"
+        if payload.get("type") != "dataset" or repo_id != self.server.repo_id:
+            self._error(400, None, f"this server holds only the dataset {self.server.repo_id}, not {repo_id}")
+            return
+        url = f"http://{self.headers['Host']}/datasets/{repo_id}"
+        with self.server.lock:
+            if self.server.exists:
+                self._json(409, {"error": "You already created this dataset repo", "url": url},
+                           {"X-Error-Message": "You already created this dataset repo"})
+                return
+            self.server.root.mkdir(parents=True, exist_ok=True)
+            self.server.exists = True
+        self._json(200, {"url": url, "name": repo_id, "id": self.server.commit[:24]})
+
+    def _validate_yaml(self, body: bytes) -> None:
+        errors = card_errors(json.loads(body or b"{}").get("content", ""))
+        self._json(400 if errors else 200, {"errors": [{"message": m} for m in errors], "warnings": []})
+
+    def _preupload(self, body: bytes) -> None:
+        files = json.loads(body or b"{}").get("files", [])
+        known = self.server.entries
+        self._json(200, {"files": [
+            {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
+             "oid": known[f["path"]].oid if f["path"] in known and not known[f["path"]].is_dir else None}
+            for f in files]})
+
+    def _commit(self, body: bytes) -> None:
+        server, faults = self.server, self.server.faults
+        with server.lock:
+            failing = server.failures_left > 0
+            server.failures_left -= failing
+        if failing:
+            self._json(faults.fail_status, {"error": "Too Many Requests"},
+                       {"Retry-After": str(faults.retry_after), "X-Error-Message": "Too Many Requests"})
+            return
+        try:
+            lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+            header = next(item["value"] for item in lines if item["key"] == "header")
+            writes, deletes = {}, []
+            for item in lines:
+                if item["key"] == "file":
+                    writes[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
+                elif item["key"] == "deletedFile":
+                    deletes.append(item["value"]["path"])
+                elif item["key"] != "header":
+                    raise ValueError(f"unsupported commit operation {item['key']!r} (every file is regular here)")
+        except (ValueError, KeyError, StopIteration) as exc:
+            self._error(400, None, f"bad commit payload: {exc}")
+            return
+        if faults.commit_delay:
+            time.sleep(faults.commit_delay)
+            if self._client_gone():  # killed while waiting: the commit is not applied
+                self.log_message("client went away: commit not applied")
+                self.close_connection = True
+                return
+        with server.lock:
+            parent = header.get("parentCommit")
+            if parent and parent != server.commit:
+                self._error(412, None, "A commit has happened since. Please refresh and try again.")
+                return
+            size = sum(e.size for p, e in server.files.items() if p not in writes and p not in deletes)
+            size += sum(len(data) for data in writes.values())
+            if faults.quota_bytes and size > faults.quota_bytes:
+                self._error(403, None, f"Storage limit reached: this commit would make the repository {size} bytes, "
+                                       f"over its quota of {faults.quota_bytes} bytes")
+                return
+            try:
+                server.apply(writes, deletes, header.get("summary", ""))
+            except ValueError as exc:
+                self._error(400, None, str(exc))
+                return
+            commit = server.commit
+            self.log_message('commit %s files=%d bytes=%d "%s"', commit, len(writes) + len(deletes),
+                             sum(len(d) for d in writes.values()), header.get("summary", ""))
+        self._json(200, {"commitOid": commit, "commitUrl": f"http://{self.headers['Host']}/datasets/"
+                         f"{server.repo_id}/commit/{commit}", "pullRequestUrl": None})
+
     def _resolve(self, path: str) -> None:
         entry = self.server.entries.get(path)
         if entry is None or entry.is_dir:
@@ -248,6 +426,33 @@ class HubHandler(BaseHTTPRequestHandler):
         self.log_message('"%s %s" %s range=%s', self.command, self.path, code, self.headers.get("Range") or "-")
 
 
+def card_errors(content: str) -> list[str]:
+    """What the Hub's validate-yaml refuses in a README: front matter that does not parse to a
+    mapping, licence ids it does not know, ``configs`` entries without a ``config_name``."""
+    if not content.startswith("---"):
+        return []
+    match = re.match(r"^---[ \t]*\n(.*?)\n---[ \t]*(\n|$)", content, re.S)
+    if match is None:
+        return ["the metadata block (between --- lines) is not closed"]
+    try:
+        meta = yaml.safe_load(match.group(1))
+    except yaml.YAMLError as exc:
+        return [f"metadata is not valid YAML: {exc}"]
+    if meta is None:
+        return []
+    if not isinstance(meta, dict):
+        return ["metadata must be a YAML mapping"]
+    errors = []
+    licences = meta.get("license", [])
+    for licence in [licences] if isinstance(licences, str) else licences if isinstance(licences, list) else [None]:
+        if licence not in LICENSES:
+            errors.append(f'"license" must be a Hub licence id, not {licence!r}')
+    configs = meta.get("configs", [])
+    if not isinstance(configs, list) or not all(isinstance(c, dict) and c.get("config_name") for c in configs):
+        errors.append('"configs" must be a list of mappings, each with a "config_name"')
+    return errors
+
+
 def parse_range(header: str | None, size: int) -> tuple[int, int] | str | None:
     """``(start, end)`` (end exclusive) of a single ``bytes=`` range; ``None`` when there is no
     usable Range header (the whole file is sent), ``"unsatisfiable"`` when it starts past the end."""
@@ -270,29 +475,61 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | str | None:
 class HubServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], root: Path, repo_id: str, page_size: int = PAGE_SIZE):
+    def __init__(self, address: tuple[str, int], root: Path, repo_id: str, page_size: int = PAGE_SIZE,
+                 token: str = "", faults: Faults = Faults()):
         super().__init__(address, HubHandler)
         self.root = root.resolve()
         self.repo_id = repo_id
         self.page_size = page_size
-        self.entries = snapshot(self.root)
+        self.token = token
+        self.faults = faults
+        self.failures_left = faults.fail_commits
+        self.lock = threading.Lock()
+        self.exists = self.root.is_dir()
+        self.entries = snapshot(self.root) if self.exists else {}
+        self.files = {p: e for p, e in self.entries.items() if not e.is_dir}
         self.commit = commit_id(self.entries)
+
+    def apply(self, writes: dict[str, bytes], deletes: list[str], summary: str) -> None:
+        """One commit: every file written (to a temporary name, then renamed) before ``main`` moves."""
+        for path in [*writes, *deletes]:
+            if not (self.root / path).resolve().is_relative_to(self.root):
+                raise ValueError(f"path {path!r} leaves the repo")
+        for path, data in writes.items():
+            target = self.root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + ".committing")
+            tmp.write_bytes(data)
+            tmp.replace(target)
+            self.files[path] = Entry(path, False, len(data), git_blob_id(data))
+        for path in deletes:
+            (self.root / path).unlink(missing_ok=True)
+            self.files.pop(path, None)
+        self.entries = with_folders(self.files)
+        self.commit = hashlib.sha1(f"{self.commit}\0{summary}\0{commit_id(self.entries)}".encode()).hexdigest()
 
 
 @contextlib.contextmanager
-def hub_server(root: Path, repo_id: str, port: int, log_path: Path, page_size: int = PAGE_SIZE) -> Iterator[str]:
+def hub_server(root: Path, repo_id: str, port: int, log_path: Path, page_size: int = PAGE_SIZE, token: str = "",
+               faults: Faults = Faults()) -> Iterator[str]:
     """This server in its own process on ``127.0.0.1:port``, serving ``root`` as the dataset
-    ``repo_id``; yields its endpoint URL once it answers, and logs requests to ``log_path``."""
+    ``repo_id`` (which exists when ``root`` does); yields its endpoint URL once it answers, and logs
+    requests and commits to ``log_path``."""
     endpoint = f"http://127.0.0.1:{port}"
+    command = [sys.executable, str(Path(__file__).resolve()), "--root", str(root), "--repo", repo_id,
+               "--port", str(port), "--page-size", str(page_size), "--token", token,
+               "--fail-commits", str(faults.fail_commits), "--fail-status", str(faults.fail_status),
+               "--retry-after", str(faults.retry_after), "--commit-delay", str(faults.commit_delay),
+               "--quota-bytes", str(faults.quota_bytes)]
     with log_path.open("w") as log:
-        server = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--root", str(root),
-                                   "--repo", repo_id, "--port", str(port), "--page-size", str(page_size)],
-                                  stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
             for _ in range(200):
                 try:
                     with urllib.request.urlopen(f"{endpoint}/api/datasets/{quote(repo_id)}", timeout=5):
                         break
+                except urllib.error.HTTPError:  # it answers (404 until the repo is created)
+                    break
                 except (urllib.error.URLError, ConnectionError):
                     assert server.poll() is None, f"the Hub server exited; see {log_path}"
                     time.sleep(0.05)
@@ -306,12 +543,19 @@ def hub_server(root: Path, repo_id: str, port: int, log_path: Path, page_size: i
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", type=Path, required=True, help="folder served as the repo")
+    parser.add_argument("--root", type=Path, required=True, help="folder served as the repo (created by a push)")
     parser.add_argument("--repo", required=True, help="dataset repo id, owner/name")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--page-size", type=int, default=PAGE_SIZE, help="tree entries per page")
+    parser.add_argument("--token", default="", help="the token writes need (none: writes are open)")
+    parser.add_argument("--fail-commits", type=int, default=0, help="answer the first N commits with --fail-status")
+    parser.add_argument("--fail-status", type=int, default=429)
+    parser.add_argument("--retry-after", type=int, default=1, help="the failed commits' Retry-After (seconds)")
+    parser.add_argument("--commit-delay", type=float, default=0.0, help="seconds to wait before applying a commit")
+    parser.add_argument("--quota-bytes", type=int, default=0, help="refuse commits past this repo size (0: none)")
     args = parser.parse_args(argv)
-    server = HubServer(("127.0.0.1", args.port), args.root, args.repo, args.page_size)
+    faults = Faults(args.fail_commits, args.fail_status, args.retry_after, args.commit_delay, args.quota_bytes)
+    server = HubServer(("127.0.0.1", args.port), args.root, args.repo, args.page_size, args.token, faults)
     print(f"serving {server.root} as datasets/{args.repo}@{REVISION} ({server.commit}) on port {args.port}",
           file=sys.stderr, flush=True)
     server.serve_forever()

@@ -20,6 +20,7 @@ from pipelines.write import (
     merge_spill_stats,
     plan_shards,
     record_bytes,
+    row_bytes,
     total_spills,
     write_shard,
 )
@@ -216,3 +217,21 @@ def test_the_planner_refuses_exclusions_that_were_never_spilled(tmp_path):
     empty = next(b for b in range(cfg.plan_buckets) if ("train", b) not in stats)
     with pytest.raises(ValueError, match=f"plan bucket {empty}.*none were spilled"):
         plan_shards(stats.items(), files, cfg, [(("train", empty), SpillStat(1, 10, ()))])
+
+
+def test_row_groups_are_capped_by_bytes_and_rows_and_shards_carry_a_page_index(tmp_path):
+    rng = random.Random(1)
+    records = [record(i, rng) for i in range(60)]
+    cfg = WriteConfig(row_group_bytes=20_000, row_group_rows=5, buckets=8)
+    stats, files = spill_bundles(records, tmp_path / "spill", cfg, 2)
+    [plan] = plan_shards(stats.items(), files, cfg)
+    write_shard(plan, str(tmp_path / "out"), cfg)
+    shard = pq.ParquetFile(tmp_path / "out" / "data" / plan.name)
+    groups = [shard.read_row_group(i) for i in range(shard.num_row_groups)]
+    assert sum(g.num_rows for g in groups) == 60
+    assert all(g.num_rows <= 5 and sum(row_bytes(g).to_pylist()) <= 20_000 for g in groups)
+    assert any(g.num_rows < 5 for g in groups[:-1])  # the byte cap cut some groups short
+    meta = shard.metadata
+    assert all(meta.row_group(i).column(j).has_offset_index
+               for i in range(meta.num_row_groups) for j in range(meta.num_columns))
+    assert meta.row_group(0).column(0).has_column_index  # id: min/max per page (large images get none)
