@@ -17,6 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from schemas.layout import ELEMENT_TYPE, Element, validate_elements
+
 TASKS = (
     "parse_page", "transcribe_table", "transcribe_formula", "chart_to_table", "caption", "vqa", "kie", "preference",
 )
@@ -66,6 +68,8 @@ class PageRecord:
     split: str = "train"
     text_layer: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Page geometry in reading order (schemas/layout.py): empty when the source gives none.
+    elements: list[Element] = field(default_factory=list)
 
     def to_row(self) -> dict[str, Any]:
         """The Arrow row: image as the HF ``Image`` struct, dicts as JSON strings."""
@@ -74,6 +78,7 @@ class PageRecord:
         row["quality"] = json.dumps(self.quality, sort_keys=True)
         row["metadata"] = json.dumps(self.metadata, sort_keys=True)
         row["provenance"] = [asdict(p) for p in self.provenance]
+        row["elements"] = [e.to_row() for e in self.elements]
         return row
 
     @classmethod
@@ -85,6 +90,7 @@ class PageRecord:
         values["metadata"] = json.loads(values.get("metadata") or "{}")
         values["provenance"] = [ProvenanceStep(**p) for p in values.get("provenance") or []]
         values["unit_tests"] = list(values.get("unit_tests") or [])
+        values["elements"] = [Element.from_row(e) for e in values.get("elements") or []]
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
@@ -112,6 +118,7 @@ _FIELDS = [
     ("split", pa.string()),
     ("text_layer", pa.string()),
     ("metadata", pa.string()),
+    ("elements", pa.list_(ELEMENT_TYPE)),
 ]
 
 
@@ -209,4 +216,6 @@ def validate(record: PageRecord) -> list[str]:
             problems.append(f"{name} is not JSON-serialisable")
     if not record.provenance:
         problems.append("provenance is empty")
+    if record.elements and isinstance(record.width, int) and isinstance(record.height, int):
+        problems.extend(validate_elements(record.elements, record.width, record.height))
     return problems

@@ -186,3 +186,35 @@ def render_pdf_pixels(data: bytes, index: int, longest_side: int, rotation: int 
             raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
         finally:
             page.close()
+
+
+def pdf_line_boxes(data: bytes, index: int, longest_side: int) -> list[tuple[float, float, float, float, str]]:
+    """The text layer's line boxes of page ``index`` as ``(x0, y0, x1, y1, text)`` in pixels of the page
+    rendered with its longest side ``longest_side`` (``render_pdf_pixels``' scale, no rotation), in the
+    text layer's order. pdfium groups characters into rectangles of one font run on one line
+    (``FPDFText_CountRects``); empty ones are left out. Empty for a page without a text layer."""
+    with _PDFIUM_LOCK:
+        pdf = _last_document.open(data)
+        if not 0 <= index < len(pdf):
+            raise RecordError("page_out_of_range", f"page index {index} not in PDF of {len(pdf)} pages")
+        page = pdf[index]
+        try:
+            width, height = page.get_size()
+            scale = longest_side / max(width, height)
+            textpage = page.get_textpage()
+            try:
+                lines = []
+                for i in range(textpage.count_rects()):
+                    left, bottom, right, top = textpage.get_rect(i)
+                    text = textpage.get_text_bounded(left, bottom, right, top).strip()
+                    if text and right > left and top > bottom:
+                        lines.append((left * scale, (height - top) * scale, right * scale, (height - bottom) * scale,
+                                      " ".join(text.split())))
+                return lines
+            finally:
+                textpage.close()
+        except pdfium.PdfiumError as exc:
+            _last_document.close()
+            raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
+        finally:
+            page.close()
