@@ -24,6 +24,14 @@ FORM_KEYS = {
     "End date": "end_date", "结束日期": "end_date", "Budget code": "budget_code", "预算代码": "budget_code",
     "Department": "department", "部门": "department", "Witness": "witness", "见证人": "witness",
 }
+# key -> (English label, Chinese label), for questions about a field (pipelines.instruct.tasks).
+FIELD_LABELS: dict[str, tuple[str, str]] = {
+    **{key: (en, zh) for (en, key), (zh, _) in zip(list(FORM_KEYS.items())[::2], list(FORM_KEYS.items())[1::2])},
+    "invoice_number": ("invoice number", "发票号码"), "billed_to": ("name billed", "付款人"),
+    "customer_organisation": ("customer organisation", "付款单位"), "issue_date": ("issue date", "开具日期"),
+    "payment_terms_days": ("payment term in days", "付款期限（天）"), "total_due": ("total due", "应付总额"),
+    "currency": ("currency", "币种"), "bank_reference": ("bank reference", "银行参考号"),
+}
 _FORM_ITEM = re.compile(r"^(?P<label>[^:：]+?)(?::\s|：)(?P<value>.+)$")
 _INVOICE_NO = re.compile(r"^(?:Invoice|发票) (?P<invoice_number>INV-\d+)$")
 _BILLED = (re.compile(r"^Billed to \*\*(?P<billed_to>.+?)\*\*, (?P<customer_organisation>.+?)\. Issued "

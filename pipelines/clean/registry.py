@@ -22,6 +22,8 @@ STAGES = {
     "decontam": "pipelines.clean.decontam:DecontamStage",
     # robustness degradations (Jina 5.2); off by default, seeded per record id
     "augment": "synth.augment:AugmentStage",
+    # prompts, response conventions and derived task records (Jina 4.3); put it last
+    "instruct": "pipelines.instruct.stage:InstructStage",
 }
 
 
