@@ -56,8 +56,9 @@ class InstructConfig:
         object.__setattr__(self, "crops", tuple(self.crops))
 
 
-def _count(record: PageRecord, convention: str | None, language: str, dynamic: bool) -> PageRecord:
-    counters = {f"task:{record.task}": 1, f"prompt:{language}": 1, **({"dynamic": 1} if dynamic else {})}
+def _count(record: PageRecord, convention: str | None, language: str | None, dynamic: bool) -> PageRecord:
+    counters = {f"task:{record.task}": 1, **({f"prompt:{language}": 1} if language else {}),
+                **({"dynamic": 1} if dynamic else {})}
     if convention:
         counters[f"convention:{convention}"] = 1
     record.quality["instruct"] = {"counters": counters}
@@ -99,7 +100,7 @@ class InstructStage:
 
     def __call__(self, record: PageRecord) -> list[PageRecord]:
         if record.task != "parse_page" or record.response_format != "markdown":
-            return [_count(record, None, "und", False)]
+            return [_count(record, None, None, False)]
         language = self.prompt_language(record)
         derived = []
         if self.cfg.crops and record.elements:

@@ -30,7 +30,6 @@ from schemas.unit_tests import unit_test_from_json
 from synth.fields import FIELD_LABELS
 
 CROP_TASKS = {"table": "transcribe_table", "formula": "transcribe_formula", "picture": "caption"}
-CROP_TEST_TYPES = {"table": ("table",), "formula": ("math",), "picture": ()}
 CROP_FORMATS = {"table": "html", "formula": "latex", "picture": "text"}
 _ENCODING = ImageEncoding()
 
@@ -46,20 +45,23 @@ def _derived(record: PageRecord, transform: str, *, image: bytes | None = None, 
                    quality={}, metadata={**record.metadata, "derived_from": record.id, "transform": transform})
 
 
-def _crop(record: PageRecord, el: Element, pad: int) -> tuple[bytes, int, int]:
-    with Image.open(io.BytesIO(record.image)) as page:
-        box = (max(0, int(el.x0) - pad), max(0, int(el.y0) - pad),
-               min(page.width, int(el.x1 + 0.999) + pad), min(page.height, int(el.y1 + 0.999) + pad))
-        crop = page.crop(box)
-        crop.load()
+def _crop(page: Image.Image, el: Element, pad: int) -> tuple[bytes, int, int]:
+    box = (max(0, int(el.x0) - pad), max(0, int(el.y0) - pad),
+           min(page.width, int(el.x1 + 0.999) + pad), min(page.height, int(el.y1 + 0.999) + pad))
+    crop = page.crop(box)
     return encode_image(crop, _ENCODING), crop.width, crop.height
 
 
-def _passing(tests: list[str], types: tuple[str, ...], response: str) -> list[str]:
+def _element_tests(tests: list[str], cls: str, response: str) -> list[str]:
+    """The page's tests about this element: ``math`` tests of exactly its formula, ``table`` tests
+    that pass on its table (cheap: no rendering)."""
     kept = []
     for line in tests:
         test = unit_test_from_json(line)
-        if test.type in types and test.check(response)[0]:
+        if cls == "formula" and test.type == "math" and test.math.strip() in response:
+            if test.check(response)[0]:
+                kept.append(line)
+        elif cls == "table" and test.type == "table" and test.check(response)[0]:
             kept.append(line)
     return kept
 
@@ -71,27 +73,28 @@ def crop_records(record: PageRecord, kinds: tuple[str, ...] = ("table", "formula
     them, drawn seeded by the record id when there are more."""
     out: list[PageRecord] = []
     elements = record.elements
-    chosen = [i for i, el in enumerate(elements)
-              if el.cls in kinds and el.x1 - el.x0 >= min_px and el.y1 - el.y0 >= min_px]
+    def target(i: int) -> str:  # the crop's response: the caption after a picture, else the element's text
+        if elements[i].cls == "picture":
+            nxt = elements[i + 1] if i + 1 < len(elements) else None
+            return nxt.text.strip() if nxt is not None and nxt.cls == "caption" else ""
+        return elements[i].text.strip()
+
+    chosen = [i for i, el in enumerate(elements) if el.cls in kinds and el.x1 - el.x0 >= min_px
+              and el.y1 - el.y0 >= min_px and target(i)]
     if limit is not None and len(chosen) > limit:
         chosen = sorted(random.Random(f"crops:{seed}:{record.id}").sample(chosen, limit))
-    for i in chosen:
-        el = elements[i]
-        if el.cls == "picture":
-            nxt = elements[i + 1] if i + 1 < len(elements) else None
-            if nxt is None or nxt.cls != "caption" or not nxt.text.strip():
-                continue
-            response = nxt.text.strip()
-        else:
-            response = el.text.strip()
-            if not response:
-                continue
-        image, w, h = _crop(record, el, pad)
+    if not chosen:
+        return out
+    with Image.open(io.BytesIO(record.image)) as page:
+        page.load()
+        crops = [(i, _crop(page, elements[i], pad)) for i in chosen]
+    for i, (image, w, h) in crops:
+        el, response = elements[i], target(i)
         task = CROP_TASKS[el.cls]
         out.append(_derived(record, f"crop:{el.cls}:{el.order}", image=image, width=w, height=h, task=task,
                             instruction=default_instruction(task, language), response=response + "\n",
                             response_format=CROP_FORMATS[el.cls],
-                            unit_tests=_passing(record.unit_tests, CROP_TEST_TYPES[el.cls], response)))
+                            unit_tests=_element_tests(record.unit_tests, el.cls, response)))
     return out
 
 
