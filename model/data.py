@@ -11,6 +11,7 @@ Robustness SFT degrades page images with ``synth.augment.degrade`` at ``degrade_
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -40,6 +41,10 @@ class DataConfig:
     pack: bool = option(True, help="several samples per row (alignment SFT); false: one per row (robustness)")
     domain_rates: dict[str, float] = option({}, help="domain -> relative sampling rate (empty: uniform)")
     upweight: dict[str, float] = option({}, help="domain -> factor multiplying its rate (5.2)")
+    task_rates: dict[str, float] = option({}, help="task -> relative rate within a domain (empty: by rows; "
+                                                   "'*': tasks not listed)")
+    convention_rates: dict[str, float] = option({}, help="response convention -> relative rate within a "
+                                                         "(domain, task) (empty: by rows; '*': others)")
     degrade_prob: float = option(0.0, help="share of training pages degraded by synth.augment.degrade")
     degrade_domains: tuple[str, ...] = option((), help="degrade only pages of these domains (empty: all)")
     shift_prob: float = option(0.4, help="probability of the 5.1 response position-ID shift per sample")
@@ -57,7 +62,7 @@ class DataConfig:
                              f"max_length ({self.max_length}), or no sample could fit a row")
         if self.position_cap <= 0:
             raise ValueError(f"data: position_cap must be positive, got {self.position_cap}")
-        for name in ("domain_rates", "upweight"):
+        for name in ("domain_rates", "upweight", "task_rates", "convention_rates"):
             bad = {k: v for k, v in getattr(self, name).items() if not float(v) >= 0}
             if bad:
                 raise ValueError(f"data: {name} must be >= 0, got {bad}")
@@ -149,3 +154,100 @@ def eval_samples(cfg: DataConfig, processor: PageProcessor, limit: int | None = 
         if limit is not None and i >= limit:
             return
         yield sample
+
+
+# -- the mixture: domain -> task -> convention -> source levels (Jina-OCR-v1 4.3, 5.1) -----------------
+
+NO_CONVENTION = "-"  # records without a recorded response convention (pipelines/instruct did not run)
+MIX_COLUMNS = ("id", "domain", "source", "split", "task", "language", "metadata")
+StreamKey = tuple[str, str, str, str]  # (domain, task, convention, source)
+
+
+def record_convention(metadata: str | dict | None) -> str:
+    """The response convention a record's ``metadata["instruct"]`` names (``NO_CONVENTION`` if none)."""
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata or "{}")
+    return ((metadata or {}).get("instruct") or {}).get("convention") or NO_CONVENTION
+
+
+def domain_probabilities(present: list[str], rates: dict[str, float],
+                         upweight: dict[str, float]) -> dict[str, float]:
+    """Normalized domain rates: configured (or uniform) rate x upweight, over the domains present."""
+    for name, given in (("domain_rates", rates), ("upweight", upweight)):
+        absent = sorted(set(given) - set(present) - {"*"})
+        if absent:
+            log.warning("data: %s names domains with no rows in this split: %s", name, absent)
+    if rates:
+        unlisted = [d for d in present if d not in rates]
+        if unlisted:
+            log.warning("data: domains without a configured rate get %s: %s", rates.get("*", 0.0), unlisted)
+    raw = {d: (rates.get(d, rates.get("*", 0.0)) if rates else 1.0) * upweight.get(d, 1.0) for d in present}
+    raw = {d: r for d, r in raw.items() if r > 0}
+    total = sum(raw.values())
+    if total <= 0:
+        raise ValueError(f"data: every domain present ({present}) has rate 0")
+    return {d: r / total for d, r in raw.items()}
+
+
+def level_shares(rows: dict[str, int], rates: dict[str, float]) -> dict[str, float]:
+    """Shares of one level's values present (value -> rows): configured rates (unlisted: key ``"*"``,
+    else 0), or proportional to rows when none are configured. Empty when every rate is 0."""
+    raw = {v: (rates.get(v, rates.get("*", 0.0)) if rates else float(n)) for v, n in rows.items()}
+    raw = {v: r for v, r in raw.items() if r > 0}
+    total = sum(raw.values())
+    return {v: r / total for v, r in sorted(raw.items())} if total > 0 else {}
+
+
+class Mixture:
+    """The sampler's levels over the streams present (rows per ``StreamKey``): a domain by
+    ``domain_probabilities``, then a task and a convention by ``level_shares`` within it, then a
+    source uniformly. ``probabilities`` is each stream's target share; ``draw`` picks one."""
+
+    def __init__(self, rows: dict[StreamKey, int], domain_rates: dict[str, float] | None = None,
+                 upweight: dict[str, float] | None = None, task_rates: dict[str, float] | None = None,
+                 convention_rates: dict[str, float] | None = None):
+        self.domains = domain_probabilities(sorted({k[0] for k in rows}), domain_rates or {}, upweight or {})
+        self.tasks: dict[str, dict[str, float]] = {}
+        self.conventions: dict[tuple[str, str], dict[str, float]] = {}
+        self.sources: dict[tuple[str, str, str], list[str]] = {}
+        for d in self.domains:
+            by_task: dict[str, int] = {}
+            for (dd, t, _, _), n in rows.items():
+                if dd == d:
+                    by_task[t] = by_task.get(t, 0) + n
+            self.tasks[d] = level_shares(by_task, task_rates or {})
+            for t in self.tasks[d]:
+                by_conv: dict[str, int] = {}
+                for (dd, tt, c, _), n in rows.items():
+                    if (dd, tt) == (d, t):
+                        by_conv[c] = by_conv.get(c, 0) + n
+                self.conventions[(d, t)] = level_shares(by_conv, convention_rates or {})
+                for c in self.conventions[(d, t)]:
+                    self.sources[(d, t, c)] = sorted(k[3] for k in rows if k[:3] == (d, t, c))
+        self.domains = {d: p for d, p in self.domains.items() if self.tasks[d] and
+                        any(self.conventions[(d, t)] for t in self.tasks[d])}
+        total = sum(self.domains.values())
+        if not total:
+            raise ValueError("data: the configured rates leave no stream to sample")
+        self.domains = {d: p / total for d, p in self.domains.items()}
+
+    def probabilities(self) -> dict[StreamKey, float]:
+        out: dict[StreamKey, float] = {}
+        for d, pd in self.domains.items():
+            for t, pt in self.tasks[d].items():
+                for c, pc in self.conventions[(d, t)].items():
+                    sources = self.sources[(d, t, c)]
+                    for s in sources:
+                        out[(d, t, c, s)] = pd * pt * pc / len(sources)
+        return out
+
+    def draw(self, rng: np.random.Generator) -> StreamKey:
+        def pick(shares: dict[str, float]) -> str:
+            names = list(shares)
+            return names[int(rng.choice(len(names), p=np.array([shares[n] for n in names])))]
+
+        d = pick(self.domains)
+        t = pick(self.tasks[d])
+        c = pick(self.conventions[(d, t)])
+        sources = self.sources[(d, t, c)]
+        return (d, t, c, sources[int(rng.integers(len(sources)))])
