@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model.processing import Encoded, PageProcessor
-from model.records import RECORD_COLUMNS, iter_records
+from model.records import RECORD_COLUMNS, assigned_split, iter_records, open_parquet
 from schemas.config import option
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,33 @@ def record_convention(metadata: str | dict | None) -> str:
     return ((metadata or {}).get("instruct") or {}).get("convention") or NO_CONVENTION
 
 
+def stream_key(row: dict) -> StreamKey:
+    """(domain, task, convention, source) of an index row (``MIX_COLUMNS``; older shards may lack some)."""
+    return (row["domain"], row.get("task") or "parse_page", record_convention(row.get("metadata")), row["source"])
+
+
+Chunks = dict[tuple[int, int], int]  # (file, row group) -> rows
+
+
+def index_streams(files: list[str], split: str, eval_fraction: float,
+                  languages: dict[StreamKey, dict[str, int]] | None = None) -> dict[StreamKey, Chunks]:
+    """Rows per (file, row group) of each stream in ``split``, from the light ``MIX_COLUMNS`` only;
+    with ``languages``, also the rows per language of each stream (the mixture report)."""
+    found: dict[StreamKey, dict[tuple[int, int], int]] = {}
+    for f_idx, uri in enumerate(files):
+        pf = open_parquet(uri)
+        columns = [c for c in MIX_COLUMNS if c in pf.schema_arrow.names]
+        for rg in range(pf.metadata.num_row_groups):
+            for r in pf.read_row_group(rg, columns=columns).to_pylist():
+                if assigned_split(r["id"], r["split"] or "train", eval_fraction) == split:
+                    chunks = found.setdefault(stream_key(r), {})
+                    chunks[(f_idx, rg)] = chunks.get((f_idx, rg), 0) + 1
+                    if languages is not None:
+                        langs = languages.setdefault(stream_key(r), {})
+                        langs[r.get("language") or "und"] = langs.get(r.get("language") or "und", 0) + 1
+    return found
+
+
 def domain_probabilities(present: list[str], rates: dict[str, float],
                          upweight: dict[str, float]) -> dict[str, float]:
     """Normalized domain rates: configured (or uniform) rate x upweight, over the domains present."""
@@ -251,3 +278,93 @@ class Mixture:
         c = pick(self.conventions[(d, t)])
         sources = self.sources[(d, t, c)]
         return (d, t, c, sources[int(rng.integers(len(sources)))])
+
+
+# -- the mixture report: python -m model.data --report ---------------------------------------------
+
+LEVELS = ("domain", "task", "convention", "language")
+
+
+def mixture_report(cfg: DataConfig, draws: int = 10_000, split: str = "train") -> dict:
+    """Target vs realised shares per domain, task, convention and language over ``draws`` draws of
+    the sampler's levels (``Mixture.draw`` with the sampler's seed; a stream's row is drawn by its
+    rows' languages, as a stream visits every row once per epoch). Reads the light columns only."""
+    from model.records import shard_files
+
+    languages: dict[StreamKey, dict[str, int]] = {}
+    found = index_streams(shard_files(cfg.path), split, cfg.eval_fraction, languages)
+    if not found:
+        raise ValueError(f"data: split {split!r} of {cfg.path} has no rows")
+    rows = {k: sum(c.values()) for k, c in found.items()}
+    mixture = Mixture(rows, cfg.domain_rates, cfg.upweight, cfg.task_rates, cfg.convention_rates)
+    target: dict[str, Counter] = {level: Counter() for level in LEVELS}
+    for key, p in mixture.probabilities().items():
+        for level, value in zip(LEVELS[:3], (key[0], key[1], key[2])):
+            target[level][value] += p
+        n = sum(languages[key].values())
+        for lang, k in languages[key].items():
+            target["language"][lang] += p * k / n
+    rng = np.random.default_rng(cfg.seed)
+    realised: dict[str, Counter] = {level: Counter() for level in LEVELS}
+    for _ in range(draws):
+        key = mixture.draw(rng)
+        langs = languages[key]
+        names = sorted(langs)
+        counts = np.array([langs[n] for n in names], dtype=float)
+        lang = names[int(rng.choice(len(names), p=counts / counts.sum()))]
+        for level, value in zip(LEVELS, (key[0], key[1], key[2], lang)):
+            realised[level][value] += 1
+    row_counts: dict[str, Counter] = {level: Counter() for level in LEVELS}
+    for key, n in rows.items():
+        for level, value in zip(LEVELS[:3], key[:3]):
+            row_counts[level][value] += n
+    for langs in languages.values():
+        row_counts["language"].update(langs)
+    levels = {level: {v: {"rows": row_counts[level][v], "target": round(target[level][v], 6),
+                          "realised": round(realised[level][v] / draws, 6)}
+                      for v in sorted(set(row_counts[level]) | set(realised[level]))}
+              for level in LEVELS}
+    return {"path": str(cfg.path), "split": split, "draws": draws, "rows": sum(rows.values()), "levels": levels}
+
+
+def format_report(report: dict) -> str:
+    lines = [f"mixture of {report['path']} ({report['split']}: {report['rows']} rows), {report['draws']} draws",
+             f"{'level':<11} {'value':<28} {'rows':>7} {'target':>8} {'realised':>9}"]
+    for level, values in report["levels"].items():
+        for value, r in values.items():
+            lines.append(f"{level:<11} {value[:28]:<28} {r['rows']:>7} {r['target']:>8.3f} {r['realised']:>9.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from schemas.config import load, merge, parse_sets
+
+    parser = argparse.ArgumentParser(prog="python -m model.data", description="The training mixture: target "
+                                     "vs realised shares per domain, task, response convention and language.")
+    parser.add_argument("--report", action="store_true", help="print the mixture report (the only action)")
+    parser.add_argument("--path", default=None, help="corpus folder, shard or glob (default: data.path)")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--draws", type=int, default=10_000)
+    parser.add_argument("--json", default=None, help="also write the report here as JSON")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a DataConfig field, e.g. --set task_rates={parse_page: 3, vqa: 1}")
+    args = parser.parse_args(argv)
+    if not args.report:
+        parser.error("nothing to do: pass --report")
+    values = merge({}, parse_sets(args.set))
+    if args.path:
+        values["path"] = args.path
+    cfg = load(DataConfig, values, "data")
+    report = mixture_report(cfg, args.draws, args.split)
+    print(format_report(report))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, sort_keys=True)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

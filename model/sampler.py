@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from model.data import MIX_COLUMNS, DataConfig, Mixture, StreamKey, domain_probabilities, record_convention
+from model.data import MIX_COLUMNS, DataConfig, Mixture, StreamKey, domain_probabilities, index_streams, stream_key
 
 __all__ = ["DomainSampler", "domain_probabilities", "index_streams", "key_seed", "stream_key"]
 from model.records import INDEX_COLUMNS, RECORD_COLUMNS, assigned_split, open_parquet, plain_row, shard_files
@@ -105,25 +105,6 @@ class _Stream:
         if (epoch, chunk) != (self.epoch, self.chunk):
             self._buffer = None
         self.epoch, self.chunk, self.row = int(epoch), int(chunk), int(row)
-
-
-def stream_key(row: dict) -> StreamKey:
-    """(domain, task, convention, source) of an index row (``MIX_COLUMNS``; older shards may lack some)."""
-    return (row["domain"], row.get("task") or "parse_page", record_convention(row.get("metadata")), row["source"])
-
-
-def index_streams(files: list[str], split: str, eval_fraction: float) -> dict[StreamKey, dict[tuple[int, int], int]]:
-    """Rows per (file, row group) of each stream in ``split``, from the light ``MIX_COLUMNS`` only."""
-    found: dict[StreamKey, dict[tuple[int, int], int]] = {}
-    for f_idx, uri in enumerate(files):
-        pf = open_parquet(uri)
-        columns = [c for c in MIX_COLUMNS if c in pf.schema_arrow.names]
-        for rg in range(pf.metadata.num_row_groups):
-            for r in pf.read_row_group(rg, columns=columns).to_pylist():
-                if assigned_split(r["id"], r["split"] or "train", eval_fraction) == split:
-                    chunks = found.setdefault(stream_key(r), {})
-                    chunks[(f_idx, rg)] = chunks.get((f_idx, rg), 0) + 1
-    return found
 
 
 class DomainSampler:
