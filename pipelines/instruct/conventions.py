@@ -157,7 +157,7 @@ def plain_text(markdown: str) -> str:
     text = _HEADING.sub("", text)
     for _ in range(2):  # nested emphasis
         text = _EMPH.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
-    text = _MARKER.sub(lambda m: m.group(1) + " " if m.group(2) else "", text)
+    text = _MARKER.sub(lambda m: m.group(1) if m.group(2) else "", text)
     text = _MATH.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
     text = _TAG.sub("", text)
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"

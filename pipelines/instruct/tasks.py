@@ -146,25 +146,31 @@ def field_label(key: str, language: str) -> str:
 
 
 def table_cells(table: Table) -> list[tuple[str, str, str]]:
-    """(row heading, column heading, value) for each data cell of a table whose first row is a
-    heading row and whose row and column headings are unique (so the question has one answer)."""
+    """(row heading, column heading, value) for each data cell of a table that opens with heading
+    rows: the column heading is the lowest heading row's cell over the column, the row heading the
+    first column's text; only where both headings are unique, so each question has one answer."""
     placed = place_cells(table.rows)
     n_rows = max((r for r, _ in placed), default=-1) + 1
     n_cols = max((c for _, c in placed), default=-1) + 1
-    if n_rows < 2 or n_cols < 2 or not all(c.header for c in table.rows[0]):
+    n_head = 0
+    while n_head < len(table.rows) and table.rows[n_head] and all(c.header for c in table.rows[n_head]):
+        n_head += 1
+    if not n_head or n_rows - n_head < 1 or n_cols < 2:
         return []
 
-    def text(r: int, c: int) -> str:
+    def text(r: int, c: int, origin: bool = True) -> str:
         cell = placed.get((r, c))
-        return " ".join(cell[0].text.split()) if cell and cell[1] == 0 and cell[2] == 0 else ""
+        if cell is None or (origin and (cell[1] or cell[2])):
+            return ""
+        return " ".join(cell[0].text.split())
 
-    cols = [text(0, c) for c in range(n_cols)]
+    cols = [text(n_head - 1, c, origin=False) for c in range(n_cols)]
     rows = [text(r, 0) for r in range(n_rows)]
     out = []
-    for r in range(1, n_rows):
+    for r in range(n_head, n_rows):
         for c in range(1, n_cols):
             value = text(r, c)
-            if value and rows[r] and cols[c] and rows.count(rows[r]) == 1 and cols.count(cols[c]) == 1:
+            if value and rows[r] and cols[c] and rows[n_head:].count(rows[r]) == 1 and cols.count(cols[c]) == 1:
                 out.append((rows[r], cols[c], value))
     return out
 
