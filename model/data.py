@@ -251,8 +251,10 @@ class Mixture:
                 self.conventions[(d, t)] = level_shares(by_conv, convention_rates or {})
                 for c in self.conventions[(d, t)]:
                     self.sources[(d, t, c)] = sorted(k[3] for k in rows if k[:3] == (d, t, c))
-        self.domains = {d: p for d, p in self.domains.items() if self.tasks[d] and
-                        any(self.conventions[(d, t)] for t in self.tasks[d])}
+            kept = {t: p for t, p in self.tasks[d].items() if self.conventions[(d, t)]}  # a task whose
+            total = sum(kept.values())  # conventions all have rate 0 is not drawn
+            self.tasks[d] = {t: p / total for t, p in kept.items()} if total else {}
+        self.domains = {d: p for d, p in self.domains.items() if self.tasks[d]}
         total = sum(self.domains.values())
         if not total:
             raise ValueError("data: the configured rates leave no stream to sample")

@@ -130,7 +130,8 @@ def _hf_feature(arrow_type: pa.DataType) -> dict:
         return {"feature": _hf_feature(arrow_type.value_type), "_type": "List"}
     if pa.types.is_struct(arrow_type):
         return {f.name: _hf_feature(f.type) for f in arrow_type}
-    return {"dtype": str(arrow_type), "_type": "Value"}
+    dtype = {"double": "float64", "float": "float32"}.get(str(arrow_type), str(arrow_type))  # datasets' names
+    return {"dtype": dtype, "_type": "Value"}
 
 
 PAGE_SCHEMA: pa.Schema = pa.schema(
