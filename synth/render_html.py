@@ -232,7 +232,8 @@ FILL_JS = r"""
 # text leaves outside ``main`` as [above main?, box, text]; ``blocks``: per element of
 # ``main > .col`` (one per block, in column order) its parts as [role, box]. Text boxes are the
 # Range of the element's contents (the union of its line boxes: tight around the glyphs, not the
-# padded element); a table is the union of its rows (its caption apart), a picture its img/svg.
+# padded element; a list item reaches over the list's padding, where its marker is drawn); a table is
+# the union of its rows (its caption apart), a picture its img/svg.
 GEOMETRY_JS = r"""
 () => {
   const page = document.getElementById("page"), main = page.querySelector("main");
@@ -256,7 +257,10 @@ GEOMETRY_JS = r"""
   const blocks = [...main.querySelectorAll(":scope > .col")].flatMap((col) => [...col.children]).map((el) => {
     const tag = el.localName;
     if (/^h[1-6]$/.test(tag)) return [[tag, textBox(el)]];
-    if (tag === "ul" || tag === "ol") return [...el.children].map((li) => ["li", textBox(li)]);
+    if (tag === "ul" || tag === "ol") {  // an item's box reaches left over the list's padding, where its marker is
+      const left = el.getBoundingClientRect().left;
+      return [...el.children].map((li) => { const b = textBox(li); return ["li", [Math.min(left, b[0]), b[1], b[2], b[3]]]; });
+    }
     if (tag === "table") {
       const cap = el.querySelector(":scope > caption"), rows = [...el.querySelectorAll("tr")];
       return [...(cap ? [["caption", textBox(cap)]] : []), ["table", union(rows.length ? rows : [el])]];
