@@ -230,15 +230,25 @@ FILL_JS = r"""
 # Page geometry from the DOM (``synth.geometry`` turns it into ``schemas.layout`` elements): every box
 # in viewport pixels (the screenshot's), in DOM order, which is the reading order. ``furniture``: the
 # text leaves outside ``main`` as [above main?, box, text]; ``blocks``: per element of
-# ``main > .col`` (one per block, in column order) its parts as [role, box]. Text boxes are the
-# Range of the element's contents (the union of its line boxes: tight around the glyphs, not the
-# padded element; a list item reaches over the list's padding, where its marker is drawn); a table is
-# the union of its rows (its caption apart), a picture its img/svg.
+# ``main > .col`` (one per block, in column order) its parts as [role, box]. A text box spans the
+# Range of the element's contents across (tight around the glyphs) and its content box down (whole
+# lines: a fallback font's taller glyphs, CJK ones, stay inside); a list item reaches over the list's
+# padding, where its marker is drawn; a table is the union of its rows (its caption apart), a picture
+# its img/svg.
 GEOMETRY_JS = r"""
 () => {
   const page = document.getElementById("page"), main = page.querySelector("main");
   const rect = (r) => [r.left, r.top, r.right, r.bottom];
-  const textBox = (el) => { const g = document.createRange(); g.selectNodeContents(el); return rect(g.getBoundingClientRect()); };
+  const textBox = (el) => {  // the glyphs' extent across; down, the element's content box (full line height)
+    const g = document.createRange(); g.selectNodeContents(el);
+    const t = g.getBoundingClientRect(), r = el.getBoundingClientRect(), cs = getComputedStyle(el);
+    // lines tighter than 1.3 em: glyphs (CJK ones from a fallback font) may paint past them; widen by that
+    const fs = parseFloat(cs.fontSize), lh = cs.lineHeight === "normal" ? 1.2 * fs : parseFloat(cs.lineHeight);
+    const spill = Math.max(0, (1.3 * fs - lh) / 2);
+    const top = r.top + parseFloat(cs.paddingTop) + parseFloat(cs.borderTopWidth) - spill;
+    const bottom = r.bottom - parseFloat(cs.paddingBottom) - parseFloat(cs.borderBottomWidth) + spill;
+    return [t.left, Math.min(t.top, top), t.right, Math.max(t.bottom, bottom)];
+  };
   const union = (els) => { const rs = els.map((e) => e.getBoundingClientRect());
     return [Math.min(...rs.map((r) => r.left)), Math.min(...rs.map((r) => r.top)),
             Math.max(...rs.map((r) => r.right)), Math.max(...rs.map((r) => r.bottom))]; };

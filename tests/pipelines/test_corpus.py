@@ -154,7 +154,7 @@ def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
         "ReadRenderValidate", "Clean", "SpillPages", "Dedup", "SumCounts", "WritePages", "WriteDeadLetters",
         "WriteDuplicates", "WriteDroppedSamples", "WriteManifest"]
     assert [s for s in steps.labels if s.count("/") == 1 and s.startswith("Clean/")] == [
-        "Clean/conventions", "Clean/repeats", "Clean/short"]
+        "Clean/conventions", "Clean/repeats", "Clean/short", "Clean/instruct"]
 
 
 def test_corpus_module_defines_no_element_types():
