@@ -11,6 +11,7 @@ Robustness SFT degrades page images with ``synth.augment.degrade`` at ``degrade_
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model.processing import Encoded, PageProcessor
-from model.records import RECORD_COLUMNS, iter_records
+from model.records import RECORD_COLUMNS, assigned_split, iter_records, open_parquet
 from schemas.config import option
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,10 @@ class DataConfig:
     pack: bool = option(True, help="several samples per row (alignment SFT); false: one per row (robustness)")
     domain_rates: dict[str, float] = option({}, help="domain -> relative sampling rate (empty: uniform)")
     upweight: dict[str, float] = option({}, help="domain -> factor multiplying its rate (5.2)")
+    task_rates: dict[str, float] = option({}, help="task -> relative rate within a domain (empty: by rows; "
+                                                   "'*': tasks not listed)")
+    convention_rates: dict[str, float] = option({}, help="response convention -> relative rate within a "
+                                                         "(domain, task) (empty: by rows; '*': others)")
     degrade_prob: float = option(0.0, help="share of training pages degraded by synth.augment.degrade")
     degrade_domains: tuple[str, ...] = option((), help="degrade only pages of these domains (empty: all)")
     shift_prob: float = option(0.4, help="probability of the 5.1 response position-ID shift per sample")
@@ -57,7 +62,7 @@ class DataConfig:
                              f"max_length ({self.max_length}), or no sample could fit a row")
         if self.position_cap <= 0:
             raise ValueError(f"data: position_cap must be positive, got {self.position_cap}")
-        for name in ("domain_rates", "upweight"):
+        for name in ("domain_rates", "upweight", "task_rates", "convention_rates"):
             bad = {k: v for k, v in getattr(self, name).items() if not float(v) >= 0}
             if bad:
                 raise ValueError(f"data: {name} must be >= 0, got {bad}")
@@ -149,3 +154,219 @@ def eval_samples(cfg: DataConfig, processor: PageProcessor, limit: int | None = 
         if limit is not None and i >= limit:
             return
         yield sample
+
+
+# -- the mixture: domain -> task -> convention -> source levels (Jina-OCR-v1 4.3, 5.1) -----------------
+
+NO_CONVENTION = "-"  # records without a recorded response convention (pipelines/instruct did not run)
+MIX_COLUMNS = ("id", "domain", "source", "split", "task", "language", "metadata")
+StreamKey = tuple[str, str, str, str]  # (domain, task, convention, source)
+
+
+def record_convention(metadata: str | dict | None) -> str:
+    """The response convention a record's ``metadata["instruct"]`` names (``NO_CONVENTION`` if none)."""
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata or "{}")
+    return ((metadata or {}).get("instruct") or {}).get("convention") or NO_CONVENTION
+
+
+def stream_key(row: dict) -> StreamKey:
+    """(domain, task, convention, source) of an index row (``MIX_COLUMNS``; older shards may lack some)."""
+    return (row["domain"], row.get("task") or "parse_page", record_convention(row.get("metadata")), row["source"])
+
+
+Chunks = dict[tuple[int, int], int]  # (file, row group) -> rows
+
+
+def index_streams(files: list[str], split: str, eval_fraction: float,
+                  languages: dict[StreamKey, dict[str, int]] | None = None) -> dict[StreamKey, Chunks]:
+    """Rows per (file, row group) of each stream in ``split``, from the light ``MIX_COLUMNS`` only;
+    with ``languages``, also the rows per language of each stream (the mixture report)."""
+    found: dict[StreamKey, dict[tuple[int, int], int]] = {}
+    for f_idx, uri in enumerate(files):
+        pf = open_parquet(uri)
+        columns = [c for c in MIX_COLUMNS if c in pf.schema_arrow.names]
+        for rg in range(pf.metadata.num_row_groups):
+            for r in pf.read_row_group(rg, columns=columns).to_pylist():
+                if assigned_split(r["id"], r["split"] or "train", eval_fraction) == split:
+                    chunks = found.setdefault(stream_key(r), {})
+                    chunks[(f_idx, rg)] = chunks.get((f_idx, rg), 0) + 1
+                    if languages is not None:
+                        langs = languages.setdefault(stream_key(r), {})
+                        langs[r.get("language") or "und"] = langs.get(r.get("language") or "und", 0) + 1
+    return found
+
+
+def domain_probabilities(present: list[str], rates: dict[str, float],
+                         upweight: dict[str, float]) -> dict[str, float]:
+    """Normalized domain rates: configured (or uniform) rate x upweight, over the domains present."""
+    for name, given in (("domain_rates", rates), ("upweight", upweight)):
+        absent = sorted(set(given) - set(present) - {"*"})
+        if absent:
+            log.warning("data: %s names domains with no rows in this split: %s", name, absent)
+    if rates:
+        unlisted = [d for d in present if d not in rates]
+        if unlisted:
+            log.warning("data: domains without a configured rate get %s: %s", rates.get("*", 0.0), unlisted)
+    raw = {d: (rates.get(d, rates.get("*", 0.0)) if rates else 1.0) * upweight.get(d, 1.0) for d in present}
+    raw = {d: r for d, r in raw.items() if r > 0}
+    total = sum(raw.values())
+    if total <= 0:
+        raise ValueError(f"data: every domain present ({present}) has rate 0")
+    return {d: r / total for d, r in raw.items()}
+
+
+def level_shares(rows: dict[str, int], rates: dict[str, float]) -> dict[str, float]:
+    """Shares of one level's values present (value -> rows): configured rates (unlisted: key ``"*"``,
+    else 0), or proportional to rows when none are configured. Empty when every rate is 0."""
+    raw = {v: (rates.get(v, rates.get("*", 0.0)) if rates else float(n)) for v, n in rows.items()}
+    raw = {v: r for v, r in raw.items() if r > 0}
+    total = sum(raw.values())
+    return {v: r / total for v, r in sorted(raw.items())} if total > 0 else {}
+
+
+class Mixture:
+    """The sampler's levels over the streams present (rows per ``StreamKey``): a domain by
+    ``domain_probabilities``, then a task and a convention by ``level_shares`` within it, then a
+    source uniformly. ``probabilities`` is each stream's target share; ``draw`` picks one."""
+
+    def __init__(self, rows: dict[StreamKey, int], domain_rates: dict[str, float] | None = None,
+                 upweight: dict[str, float] | None = None, task_rates: dict[str, float] | None = None,
+                 convention_rates: dict[str, float] | None = None):
+        self.domains = domain_probabilities(sorted({k[0] for k in rows}), domain_rates or {}, upweight or {})
+        self.tasks: dict[str, dict[str, float]] = {}
+        self.conventions: dict[tuple[str, str], dict[str, float]] = {}
+        self.sources: dict[tuple[str, str, str], list[str]] = {}
+        for d in self.domains:
+            by_task: dict[str, int] = {}
+            for (dd, t, _, _), n in rows.items():
+                if dd == d:
+                    by_task[t] = by_task.get(t, 0) + n
+            self.tasks[d] = level_shares(by_task, task_rates or {})
+            for t in self.tasks[d]:
+                by_conv: dict[str, int] = {}
+                for (dd, tt, c, _), n in rows.items():
+                    if (dd, tt) == (d, t):
+                        by_conv[c] = by_conv.get(c, 0) + n
+                self.conventions[(d, t)] = level_shares(by_conv, convention_rates or {})
+                for c in self.conventions[(d, t)]:
+                    self.sources[(d, t, c)] = sorted(k[3] for k in rows if k[:3] == (d, t, c))
+            kept = {t: p for t, p in self.tasks[d].items() if self.conventions[(d, t)]}  # a task whose
+            total = sum(kept.values())  # conventions all have rate 0 is not drawn
+            self.tasks[d] = {t: p / total for t, p in kept.items()} if total else {}
+        self.domains = {d: p for d, p in self.domains.items() if self.tasks[d]}
+        total = sum(self.domains.values())
+        if not total:
+            raise ValueError("data: the configured rates leave no stream to sample")
+        self.domains = {d: p / total for d, p in self.domains.items()}
+
+    def probabilities(self) -> dict[StreamKey, float]:
+        out: dict[StreamKey, float] = {}
+        for d, pd in self.domains.items():
+            for t, pt in self.tasks[d].items():
+                for c, pc in self.conventions[(d, t)].items():
+                    sources = self.sources[(d, t, c)]
+                    for s in sources:
+                        out[(d, t, c, s)] = pd * pt * pc / len(sources)
+        return out
+
+    def draw(self, rng: np.random.Generator) -> StreamKey:
+        def pick(shares: dict[str, float]) -> str:
+            names = list(shares)
+            return names[int(rng.choice(len(names), p=np.array([shares[n] for n in names])))]
+
+        d = pick(self.domains)
+        t = pick(self.tasks[d])
+        c = pick(self.conventions[(d, t)])
+        sources = self.sources[(d, t, c)]
+        return (d, t, c, sources[int(rng.integers(len(sources)))])
+
+
+# -- the mixture report: python -m model.data --report ---------------------------------------------
+
+LEVELS = ("domain", "task", "convention", "language")
+
+
+def mixture_report(cfg: DataConfig, draws: int = 10_000, split: str = "train") -> dict:
+    """Target vs realised shares per domain, task, convention and language over ``draws`` draws of
+    the sampler's levels (``Mixture.draw`` with the sampler's seed; a stream's row is drawn by its
+    rows' languages, as a stream visits every row once per epoch). Reads the light columns only."""
+    from model.records import shard_files
+
+    languages: dict[StreamKey, dict[str, int]] = {}
+    found = index_streams(shard_files(cfg.path), split, cfg.eval_fraction, languages)
+    if not found:
+        raise ValueError(f"data: split {split!r} of {cfg.path} has no rows")
+    rows = {k: sum(c.values()) for k, c in found.items()}
+    mixture = Mixture(rows, cfg.domain_rates, cfg.upweight, cfg.task_rates, cfg.convention_rates)
+    target: dict[str, Counter] = {level: Counter() for level in LEVELS}
+    for key, p in mixture.probabilities().items():
+        for level, value in zip(LEVELS[:3], (key[0], key[1], key[2])):
+            target[level][value] += p
+        n = sum(languages[key].values())
+        for lang, k in languages[key].items():
+            target["language"][lang] += p * k / n
+    rng = np.random.default_rng(cfg.seed)
+    realised: dict[str, Counter] = {level: Counter() for level in LEVELS}
+    for _ in range(draws):
+        key = mixture.draw(rng)
+        langs = languages[key]
+        names = sorted(langs)
+        counts = np.array([langs[n] for n in names], dtype=float)
+        lang = names[int(rng.choice(len(names), p=counts / counts.sum()))]
+        for level, value in zip(LEVELS, (key[0], key[1], key[2], lang)):
+            realised[level][value] += 1
+    row_counts: dict[str, Counter] = {level: Counter() for level in LEVELS}
+    for key, n in rows.items():
+        for level, value in zip(LEVELS[:3], key[:3]):
+            row_counts[level][value] += n
+    for langs in languages.values():
+        row_counts["language"].update(langs)
+    levels = {level: {v: {"rows": row_counts[level][v], "target": round(target[level][v], 6),
+                          "realised": round(realised[level][v] / draws, 6)}
+                      for v in sorted(set(row_counts[level]) | set(realised[level]))}
+              for level in LEVELS}
+    return {"path": str(cfg.path), "split": split, "draws": draws, "rows": sum(rows.values()), "levels": levels}
+
+
+def format_report(report: dict) -> str:
+    lines = [f"mixture of {report['path']} ({report['split']}: {report['rows']} rows), {report['draws']} draws",
+             f"{'level':<11} {'value':<28} {'rows':>7} {'target':>8} {'realised':>9}"]
+    for level, values in report["levels"].items():
+        for value, r in values.items():
+            lines.append(f"{level:<11} {value[:28]:<28} {r['rows']:>7} {r['target']:>8.3f} {r['realised']:>9.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from schemas.config import load, merge, parse_sets
+
+    parser = argparse.ArgumentParser(prog="python -m model.data", description="The training mixture: target "
+                                     "vs realised shares per domain, task, response convention and language.")
+    parser.add_argument("--report", action="store_true", help="print the mixture report (the only action)")
+    parser.add_argument("--path", default=None, help="corpus folder, shard or glob (default: data.path)")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--draws", type=int, default=10_000)
+    parser.add_argument("--json", default=None, help="also write the report here as JSON")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a DataConfig field, e.g. --set task_rates={parse_page: 3, vqa: 1}")
+    args = parser.parse_args(argv)
+    if not args.report:
+        parser.error("nothing to do: pass --report")
+    values = merge({}, parse_sets(args.set))
+    if args.path:
+        values["path"] = args.path
+    cfg = load(DataConfig, values, "data")
+    report = mixture_report(cfg, args.draws, args.split)
+    print(format_report(report))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, sort_keys=True)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

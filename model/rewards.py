@@ -100,6 +100,11 @@ def format_term(reference: str, completion: str, tests: Sequence[UnitTest], cfg:
     return METRICS["html_conformance"](reference, completion)[0]
 
 
+def kie_term(reference: str, completion: str, tests: Sequence[UnitTest], cfg: RewardConfig) -> float | None:
+    """Field-level F1 of a JSON answer (KIE records); None when the reference is not a JSON object."""
+    return METRICS["kie_f1"](reference, completion)[0]
+
+
 TERMS: dict[str, Term] = {
     "content": content_term,
     "formula": formula_term,
@@ -108,6 +113,7 @@ TERMS: dict[str, Term] = {
     "unit_tests": unit_tests_term,
     "repetition": repetition_term,
     "format": format_term,
+    "kie": kie_term,
 }
 UNFLOORED = frozenset({"repetition"})
 DEFAULT_FLOORS: dict[str, float] = {"structure": 0.2, "unit_tests": 0.2, "format": 0.2, "table": 0.1}

@@ -1,11 +1,12 @@
 """Hierarchical, domain-balanced sampling of corpus records (Jina-OCR-v1 5.1, 5.2): infinite and resumable.
 
 ``DomainSampler`` draws records with domain-balanced rates (5.1: "so that no single source
-dominates"): a domain by its configured (and upweighted, 5.2) rate, then a source of that domain
-uniformly, then the next row of that (domain, source) stream. A stream walks its Parquet row groups
-in a seeded order per epoch and its rows within a row group in a seeded order, holding one row
-group's matching rows at a time, and restarts forever. Its state is a few integers per stream plus
-the RNG, so resuming is exact.
+dominates"): a domain by its configured (and upweighted, 5.2) rate, then a task and a response
+convention within it (``task_rates``, ``convention_rates``; by rows when not configured; 4.3), then
+a source of that cell uniformly (``model.data.Mixture``), then the next row of that stream. A stream
+walks its Parquet row groups in a seeded order per epoch and its rows within a row group in a
+seeded order, holding one row group's matching rows at a time, and restarts forever. Its state is
+a few integers per stream plus the RNG, so resuming is exact.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from model.data import DataConfig
+from model.data import MIX_COLUMNS, DataConfig, Mixture, StreamKey, domain_probabilities, index_streams, stream_key
+
+__all__ = ["DomainSampler", "domain_probabilities", "index_streams", "key_seed", "stream_key"]
 from model.records import INDEX_COLUMNS, RECORD_COLUMNS, assigned_split, open_parquet, plain_row, shard_files
 
 log = logging.getLogger(__name__)
@@ -39,9 +42,10 @@ class _Stream:
     chunk, row.
     """
 
-    def __init__(self, domain: str, source: str, chunks: list[tuple[int, int]], n_rows: int,
+    def __init__(self, key: StreamKey, chunks: list[tuple[int, int]], n_rows: int,
                  files: list[str], split: str, eval_fraction: float, seed: int, columns: list[str]):
-        self.domain, self.source = domain, source
+        self.key = key
+        self.domain, self.task, self.convention, self.source = key
         self.chunks, self.n_rows = chunks, n_rows
         self._files, self._split, self._eval_fraction = files, split, eval_fraction
         self._seed, self._columns = seed, columns
@@ -65,13 +69,15 @@ class _Stream:
 
     def _read(self, file_idx: int, rg: int) -> list[dict]:
         pf = open_parquet(self._files[file_idx])
-        read = [c for c in pf.schema_arrow.names if c in set(self._columns) | set(INDEX_COLUMNS)]
+        names = pf.schema_arrow.names
+        read = [c for c in names if c in set(self._columns) | set(MIX_COLUMNS)]
         table = pf.read_row_group(rg, columns=read)
-        light = table.select(INDEX_COLUMNS).to_pylist()
-        keep = [i for i, r in enumerate(light)
-                if r["domain"] == self.domain and r["source"] == self.source
+        light = table.select([c for c in MIX_COLUMNS if c in names]).to_pylist()
+        keep = [i for i, r in enumerate(light) if stream_key(r) == self.key
                 and assigned_split(r["id"], r["split"] or "train", self._eval_fraction) == self._split]
         rows = [plain_row(r) for r in table.take(keep).to_pylist()] if keep else []
+        drop = set(MIX_COLUMNS) - set(self._columns) - set(INDEX_COLUMNS)
+        rows = [{k: v for k, v in r.items() if k not in drop} for r in rows]
         for r in rows:
             r["split"] = self._split
         return rows
@@ -93,7 +99,7 @@ class _Stream:
                 self.epoch, self.chunk = self.epoch + 1, 0
 
     def state(self) -> list:
-        return [self.domain, self.source, self.epoch, self.chunk, self.row]
+        return [*self.key, self.epoch, self.chunk, self.row]
 
     def load(self, epoch: int, chunk: int, row: int) -> None:
         if (epoch, chunk) != (self.epoch, self.chunk):
@@ -110,38 +116,31 @@ class DomainSampler:
 
     def __init__(self, path: str | Path, split: str = "train", domain_rates: dict[str, float] | None = None,
                  upweight: dict[str, float] | None = None, seed: int = 0, eval_fraction: float = 0.1,
-                 columns: Iterable[str] = RECORD_COLUMNS):
+                 columns: Iterable[str] = RECORD_COLUMNS, task_rates: dict[str, float] | None = None,
+                 convention_rates: dict[str, float] | None = None):
         self.split, self.seed = split, seed
         files = shard_files(path)
-        found: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
-        for f_idx, uri in enumerate(files):
-            pf = open_parquet(uri)
-            for rg in range(pf.metadata.num_row_groups):
-                for r in pf.read_row_group(rg, columns=INDEX_COLUMNS).to_pylist():
-                    if assigned_split(r["id"], r["split"] or "train", eval_fraction) == split:
-                        chunks = found.setdefault((r["domain"], r["source"]), {})
-                        chunks[(f_idx, rg)] = chunks.get((f_idx, rg), 0) + 1
+        found = index_streams(files, split, eval_fraction)
         if not found:
             raise ValueError(f"data: split {split!r} of {path} has no rows")
-        self.streams = {key: _Stream(key[0], key[1], sorted(chunks), sum(chunks.values()), files, split,
+        self.streams = {key: _Stream(key, sorted(chunks), sum(chunks.values()), files, split,
                                      eval_fraction, seed, list(columns))
                         for key, chunks in sorted(found.items())}
-        self.rates = domain_probabilities(sorted({d for d, _ in found}), domain_rates or {}, upweight or {})
-        self.domains = list(self.rates)
-        self.sources = {d: sorted(s for dd, s in found if dd == d) for d in self.domains}
-        self._p = np.array([self.rates[d] for d in self.domains])
+        self.mixture = Mixture({k: s.n_rows for k, s in self.streams.items()}, domain_rates, upweight,
+                               task_rates, convention_rates)
+        self.rates = domain_probabilities(sorted({k[0] for k in found}), domain_rates or {}, upweight or {})
+        self.domains = list(self.mixture.domains)
         self.rng = np.random.default_rng(key_seed("sampler", seed, split))
-        self.fingerprint = key_seed(*[f"{d}/{s}/{st.n_rows}/{st.chunks}" for (d, s), st in self.streams.items()])
+        self.fingerprint = key_seed(*[f"{'/'.join(k)}/{st.n_rows}/{st.chunks}" for k, st in self.streams.items()])
 
     @classmethod
     def from_config(cls, cfg: DataConfig, split: str = "train") -> "DomainSampler":
-        return cls(cfg.path, split, cfg.domain_rates, cfg.upweight, cfg.seed, cfg.eval_fraction)
+        return cls(cfg.path, split, cfg.domain_rates, cfg.upweight, cfg.seed, cfg.eval_fraction,
+                   task_rates=cfg.task_rates, convention_rates=cfg.convention_rates)
 
     def next_record(self) -> dict:
-        domain = self.domains[int(self.rng.choice(len(self.domains), p=self._p))]
-        sources = self.sources[domain]
-        source = sources[int(self.rng.integers(len(sources)))]
-        return self.streams[(domain, source)].next()
+        """A domain, then a task and a response convention within it, then a source (``Mixture``)."""
+        return self.streams[self.mixture.draw(self.rng)].next()
 
     def __iter__(self) -> Iterator[dict]:
         return self
@@ -157,24 +156,5 @@ class DomainSampler:
         if d["fingerprint"] != self.fingerprint:
             raise ValueError("data: sampler state was saved on a different corpus or split; cannot resume")
         self.rng.bit_generator.state = d["rng"]
-        for domain, source, epoch, chunk, row in d["streams"]:
-            self.streams[(domain, source)].load(epoch, chunk, row)
-
-
-def domain_probabilities(present: list[str], rates: dict[str, float],
-                         upweight: dict[str, float]) -> dict[str, float]:
-    """Normalized domain rates: configured (or uniform) rate x upweight, over the domains present."""
-    for name, given in (("domain_rates", rates), ("upweight", upweight)):
-        absent = sorted(set(given) - set(present) - {"*"})
-        if absent:
-            log.warning("data: %s names domains with no rows in this split: %s", name, absent)
-    if rates:
-        unlisted = [d for d in present if d not in rates]
-        if unlisted:
-            log.warning("data: domains without a configured rate get %s: %s", rates.get("*", 0.0), unlisted)
-    raw = {d: (rates.get(d, rates.get("*", 0.0)) if rates else 1.0) * upweight.get(d, 1.0) for d in present}
-    raw = {d: r for d, r in raw.items() if r > 0}
-    total = sum(raw.values())
-    if total <= 0:
-        raise ValueError(f"data: every domain present ({present}) has rate 0")
-    return {d: r / total for d, r in raw.items()}
+        for *key, epoch, chunk, row in d["streams"]:
+            self.streams[tuple(key)].load(epoch, chunk, row)

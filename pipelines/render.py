@@ -20,8 +20,9 @@ from pipelines.sources.base import SourcePage
 from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.images import encode_image, open_image
+from schemas.layout import element, scale_elements
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
-from schemas.pdf_pages import render_pdf_pixels
+from schemas.pdf_pages import pdf_line_boxes, render_pdf_pixels
 
 VERSION = "1"
 
@@ -44,6 +45,7 @@ class RenderConfig:
     max_pixels: int = option(64_000_000, help="decoded image cap (decompression bombs)")
     resize_images: bool = option(True, help="downscale scans larger than longest_side")
     keep_text_layer: bool = option(True, help="store a PDF page's embedded text in the record's text_layer")
+    keep_line_boxes: bool = option(True, help="store a PDF page's text-layer line boxes as text_line elements")
 
 
 def decode_image(data: bytes, cfg: RenderConfig, rotation: int = 0) -> Image.Image:
@@ -77,9 +79,20 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
             grey_when_achromatic=cfg.image_format == "png" and cfg.png_gray_when_achromatic,
         )
         height, width = image.shape[:2]
+        elements = list(page.elements)
+        if cfg.keep_line_boxes and not elements and page.rotation == 0:
+            boxes = pdf_line_boxes(page.payload, page.pdf_page_index, cfg.longest_side)
+            clipped = [(max(0.0, x0), max(0.0, y0), min(float(width), x1), min(float(height), y1), text)
+                       for x0, y0, x1, y1, text in boxes]
+            elements = [element("text_line", (x0, y0, x1, y1), i, text)
+                        for i, (x0, y0, x1, y1, text) in enumerate(b for b in clipped if b[2] > b[0] and b[3] > b[1])]
     elif page.payload_kind == "image":
         image = decode_image(page.payload, cfg, page.rotation)
         width, height = image.size
+        elements = []
+        if page.elements and page.rotation == 0:  # boxes of a rotated scan are not carried over
+            source_w, source_h = open_image(page.payload, cfg.max_pixels).size
+            elements = scale_elements(page.elements, width / source_w, height / source_h)
     else:
         raise RecordError("bad_payload", f"unknown payload kind {page.payload_kind!r}")
     encoded = encode_image(image, cfg, flat=page.payload_kind == "pdf")
@@ -108,4 +121,5 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
         split=page.split,
         text_layer=text_layer,
         metadata=dict(page.metadata),
+        elements=elements,
     )

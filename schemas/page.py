@@ -17,6 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from schemas.layout import ELEMENT_TYPE, Element, validate_elements
+
 TASKS = (
     "parse_page", "transcribe_table", "transcribe_formula", "chart_to_table", "caption", "vqa", "kie", "preference",
 )
@@ -71,6 +73,8 @@ class PageRecord:
     rejected: str | None = None
     chosen_score: float | None = None
     rejected_score: float | None = None
+    # Page geometry in reading order (schemas/layout.py): empty when the source gives none.
+    elements: list[Element] = field(default_factory=list)
 
     def to_row(self) -> dict[str, Any]:
         """The Arrow row: image as the HF ``Image`` struct, dicts as JSON strings."""
@@ -79,6 +83,7 @@ class PageRecord:
         row["quality"] = json.dumps(self.quality, sort_keys=True)
         row["metadata"] = json.dumps(self.metadata, sort_keys=True)
         row["provenance"] = [asdict(p) for p in self.provenance]
+        row["elements"] = [e.to_row() for e in self.elements]
         return row
 
     @classmethod
@@ -90,6 +95,7 @@ class PageRecord:
         values["metadata"] = json.loads(values.get("metadata") or "{}")
         values["provenance"] = [ProvenanceStep(**p) for p in values.get("provenance") or []]
         values["unit_tests"] = list(values.get("unit_tests") or [])
+        values["elements"] = [Element.from_row(e) for e in values.get("elements") or []]
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
@@ -120,6 +126,7 @@ _FIELDS = [
     ("rejected", pa.string()),
     ("chosen_score", pa.float64()),
     ("rejected_score", pa.float64()),
+    ("elements", pa.list_(ELEMENT_TYPE)),
 ]
 
 
@@ -218,6 +225,8 @@ def validate(record: PageRecord) -> list[str]:
             problems.append(f"{name} is not JSON-serialisable")
     if not record.provenance:
         problems.append("provenance is empty")
+    if record.elements and isinstance(record.width, int) and isinstance(record.height, int):
+        problems.extend(validate_elements(record.elements, record.width, record.height))
     problems.extend(_preference_problems(record))
     return problems
 

@@ -186,3 +186,68 @@ def render_pdf_pixels(data: bytes, index: int, longest_side: int, rotation: int 
             raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
         finally:
             page.close()
+
+
+def _text_lines(textpage, height: float, scale: float) -> list[tuple[float, float, float, float, str]]:
+    """Lines of a text page from its characters: one pass over pdfium's char boxes (``FPDFText_GetCharBox``),
+    a line ending at a generated line break or where the next char does not overlap the line vertically."""
+    n = textpage.count_chars()
+    if n <= 0:
+        return []
+    raw, tp = pdfium.raw, textpage.raw
+    text = textpage.get_text_range(0, n)
+    if len(text) != n:  # chars outside the BMP make the text and char indexes disagree: no boxes
+        return []
+    left, right, bottom, top = (ctypes.c_double() for _ in range(4))
+    lines: list[tuple[float, float, float, float, str]] = []
+    box: list[float] | None = None
+    chars: list[str] = []
+
+    def flush() -> None:
+        content = " ".join("".join(chars).split())
+        if box is not None and content and box[2] > box[0] and box[3] > box[1]:
+            lines.append((box[0] * scale, (height - box[3]) * scale, box[2] * scale, (height - box[1]) * scale,
+                          content))
+
+    for i in range(n):
+        ch = text[i]
+        if ch in "\r\n":
+            flush()
+            box, chars = None, []
+            continue
+        if not raw.FPDFText_GetCharBox(tp, i, left, right, bottom, top) or ch.isspace():
+            chars.append(ch)
+            continue
+        if box is not None and (bottom.value > box[3] or top.value < box[1]):  # no vertical overlap: new line
+            flush()
+            box, chars = None, []
+        if box is None:
+            box = [left.value, bottom.value, right.value, top.value]
+        else:
+            box = [min(box[0], left.value), min(box[1], bottom.value), max(box[2], right.value), max(box[3], top.value)]
+        chars.append(ch)
+    flush()
+    return lines
+
+
+def pdf_line_boxes(data: bytes, index: int, longest_side: int) -> list[tuple[float, float, float, float, str]]:
+    """The text layer's line boxes of page ``index`` as ``(x0, y0, x1, y1, text)`` in pixels of the page
+    rendered with its longest side ``longest_side`` (``render_pdf_pixels``' scale, no rotation), in the
+    text layer's order (``_text_lines``). Empty for a page without a text layer."""
+    with _PDFIUM_LOCK:
+        pdf = _last_document.open(data)
+        if not 0 <= index < len(pdf):
+            raise RecordError("page_out_of_range", f"page index {index} not in PDF of {len(pdf)} pages")
+        page = pdf[index]
+        try:
+            width, height = page.get_size()
+            textpage = page.get_textpage()
+            try:
+                return _text_lines(textpage, height, longest_side / max(width, height))
+            finally:
+                textpage.close()
+        except pdfium.PdfiumError as exc:
+            _last_document.close()
+            raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
+        finally:
+            page.close()

@@ -25,3 +25,50 @@ def default_instruction(task: str, language: str = "en") -> str:
         return PROMPTS[(task, language)]
     except KeyError:
         raise ValueError(f"no default prompt for task {task!r} in language {language!r}") from None
+
+
+# Full-page parsing per response convention (pipelines/instruct/conventions.py), English and Chinese.
+_BOX_EN = "Give each element's bounding box as <x_..><y_..> top-left and bottom-right corners on a 1024x1280 grid"
+_BOX_ZH = "每个元素用 <x_..><y_..> 给出左上角和右下角坐标（1024x1280 网格）"
+CONVENTION_PROMPTS: dict[tuple[str, str], str] = {
+    ("markdown", "en"): PROMPTS[("parse_page", "en")],
+    ("markdown", "zh"): PROMPTS[("parse_page", "zh")],
+    ("plain", "en"): "Transcribe the text of this page as plain text, in reading order, without any formatting.",
+    ("plain", "zh"): "按阅读顺序将此页面的文字转写为纯文本，不加任何格式。",
+    ("markdown_tables", "en"): "Convert this document page to Markdown. Write equations in LaTeX with \\( \\) "
+                               "and \\[ \\], and tables as Markdown pipe tables.",
+    ("markdown_tables", "zh"): "将此文档页面转换为 Markdown。公式使用 \\( \\) 和 \\[ \\] 包裹的 LaTeX，"
+                               "表格使用 Markdown 管道表格。",
+    ("latex_tables", "en"): "Convert this document page to Markdown. Write equations in LaTeX with \\( \\) "
+                            "and \\[ \\], and tables as LaTeX tabular environments.",
+    ("latex_tables", "zh"): "将此文档页面转换为 Markdown。公式使用 \\( \\) 和 \\[ \\] 包裹的 LaTeX，"
+                            "表格使用 LaTeX tabular 环境。",
+    ("nemotron_md_bbox_cls", "en"): f"Parse this page into its elements in reading order. {_BOX_EN}, the "
+                                    "element's Markdown between them, then its class as <class_..>.",
+    ("nemotron_md_bbox_cls", "zh"): f"按阅读顺序将此页面解析为元素。{_BOX_ZH}，"
+                                    "其间为元素的 Markdown 内容，随后用 <class_..> 给出类别。",
+    ("nemotron_plain_bbox", "en"): f"Transcribe this page's text blocks in reading order as plain text. {_BOX_EN}, "
+                                   "the block's text between them.",
+    ("nemotron_plain_bbox", "zh"): f"按阅读顺序将此页面的文字块转写为纯文本。{_BOX_ZH}，其间为该块的文字。",
+    ("nemotron_bbox_cls", "en"): f"Detect the layout elements of this page in reading order. {_BOX_EN}, then "
+                                 "the element's class as <class_..>; no text.",
+    ("nemotron_bbox_cls", "zh"): f"按阅读顺序检测此页面的版面元素。{_BOX_ZH}，随后用 <class_..> 给出类别，不输出文字。",
+    ("json_layout", "en"): "Return this page's layout as JSON: {\"width\", \"height\", \"elements\": [{\"class\", "
+                           "\"bbox\": [x0, y0, x1, y1] in pixels, \"text\"}]} in reading order.",
+    ("json_layout", "zh"): "以 JSON 返回此页面的版面：{\"width\", \"height\", \"elements\": [{\"class\", "
+                           "\"bbox\": [x0, y0, x1, y1]（像素）, \"text\"}]}，按阅读顺序。",
+}
+# Key information extraction: the JSON schema of the fields goes where {schema} is.
+KIE_PROMPTS: dict[str, str] = {
+    "en": "Extract the key information from this document. Answer with JSON only, valid against this "
+          "JSON schema: {schema}",
+    "zh": "提取此文档中的关键信息。只回答 JSON，且须符合以下 JSON Schema：{schema}",
+}
+
+
+def convention_instruction(convention: str, language: str = "en") -> str:
+    """The bank's full-page prompt for a response convention; ``ValueError`` when it has none."""
+    try:
+        return CONVENTION_PROMPTS[(convention, language)]
+    except KeyError:
+        raise ValueError(f"no prompt for convention {convention!r} in language {language!r}") from None

@@ -13,6 +13,7 @@ structure of that kind (no table for the table metrics, no formula for the formu
   ``metrics_for(convention)`` and ``score_all(..., teds_convention=...)`` pick the other.
 * structural validity: brace balance, HTML tag closure, table integrity (rectangular grids).
 * HTML conformance: only allow-listed tags and attributes.
+* key-information extraction: ``kie_f1``, field-level F1 of a JSON answer (``schemas.kie_metrics``).
 
 The metrics live in ``schemas.edit_distance`` (and the ``MetricResult`` type),
 ``schemas.table_metrics``, ``schemas.formula_metrics`` and ``schemas.markup_validity``; this module
@@ -48,6 +49,7 @@ from schemas.formula_metrics import (
     formula_tokens,
     normalize_formula,
 )
+from schemas.kie_metrics import flatten_fields, kie_f1, parse_json_answer
 from schemas.markup_validity import ALLOWED_HTML, VOID_TAGS, brace_balance, html_conformance, tag_closure
 from schemas.table_metrics import (
     DEFAULT_TEDS_CONVENTION,
@@ -73,7 +75,7 @@ __all__ = [
     "formula_exact_match", "formula_match", "formula_similarity", "formula_tokens", "html_conformance",
     "normalize_formula", "normalized_edit_distance", "score_all", "structural_validity", "table_edit_similarity",
     "table_integrity", "table_node_count", "table_ted", "table_teds", "table_to_html", "tag_closure", "teds",
-    "teds_details", "text_similarity",
+    "teds_details", "text_similarity", "flatten_fields", "kie_f1", "parse_json_answer",
 ]
 
 
@@ -141,6 +143,7 @@ METRICS: dict[str, Metric] = {
     "table_integrity": _table_integrity_metric,
     "structural_validity": structural_validity,
     "html_conformance": _html_conformance_metric,
+    "kie_f1": kie_f1,
 }
 
 

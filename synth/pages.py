@@ -11,6 +11,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from schemas.layout import Element
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
 from schemas.prompts import default_instruction
 from schemas.unit_tests import UnitTest, unit_test_to_json
@@ -18,6 +19,8 @@ from synth.blocks import (
     PageSpec,
 )
 from synth.content import make_page_spec, sources_shown, without_optional
+from synth.fields import page_fields
+from synth.geometry import rendered_elements
 from synth.reference import reading_order, reference_markdown
 from synth.tests_from_blocks import unit_tests_for_page
 
@@ -41,6 +44,7 @@ class SynthPage:
     height: int = 0
     renderer: str = "html"
     spec: PageSpec | None = None  # the blocks on the page (after filling and trimming)
+    elements: list[Element] = field(default_factory=list)  # geometry in reading order (synth.geometry)
 
 
 def pdf_name(spec: PageSpec) -> str:
@@ -62,8 +66,9 @@ def synthesize_page(spec: PageSpec, renderer: Renderer) -> SynthPage:
     order = reading_order(shown)  # once per page: the reference and the tests both walk it
     reference = reference_markdown(shown, order)
     kept, dropped = unit_tests_for_page(shown, reference, pdf_name(shown), page=1, order=order)
+    elements = rendered_elements(shown, getattr(rendered, "geometry", None), rendered.width, rendered.height)
     return SynthPage(spec.id, rendered.png, rendered.html, reference, list(kept), dict(dropped),
-                     rendered.width, rendered.height, spec=shown)
+                     rendered.width, rendered.height, spec=shown, elements=elements)
 
 
 def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
@@ -94,7 +99,9 @@ def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
         provenance=[ProvenanceStep(stage=f"synth:{page.renderer}", version=VERSION, params_hash=params_hash(params))],
         split="train",
         text_layer=None,
+        elements=list(page.elements),
         metadata={"layout": spec.layout, "suite": spec.suite, "seed": spec.seed,
+                  **({"fields": fields} if (fields := page_fields(page.spec or spec)) else {}),
                   "sources": list((page.spec or spec).sources), "renderer": page.renderer,
                   **({"theme": spec.theme.as_dict()} if spec.theme is not None else {})},
     )

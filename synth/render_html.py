@@ -227,6 +227,67 @@ FILL_JS = r"""
 }
 """
 
+# Page geometry from the DOM (``synth.geometry`` turns it into ``schemas.layout`` elements): every box
+# in viewport pixels (the screenshot's), in DOM order, which is the reading order. ``furniture``: the
+# text leaves outside ``main`` as [above main?, box, text]; ``blocks``: per element of
+# ``main > .col`` (one per block, in column order) its parts as [role, box]. A text box spans the
+# Range of the element's contents across (tight around the glyphs) and its content box down (whole
+# lines: a fallback font's taller glyphs, CJK ones, stay inside); a list item reaches over the list's
+# padding, where its marker is drawn; a table is the union of its rows (its caption apart), a picture
+# its img/svg.
+GEOMETRY_JS = r"""
+() => {
+  const page = document.getElementById("page"), main = page.querySelector("main");
+  const rect = (r) => [r.left, r.top, r.right, r.bottom];
+  const textBox = (el) => {  // the glyphs' extent across; down, the element's content box (full line height)
+    const g = document.createRange(); g.selectNodeContents(el);
+    const t = g.getBoundingClientRect(), r = el.getBoundingClientRect(), cs = getComputedStyle(el);
+    // lines tighter than 1.3 em: glyphs (CJK ones from a fallback font) may paint past them; widen by that
+    const fs = parseFloat(cs.fontSize), lh = cs.lineHeight === "normal" ? 1.2 * fs : parseFloat(cs.lineHeight);
+    const spill = Math.max(0, (1.3 * fs - lh) / 2);
+    const top = r.top + parseFloat(cs.paddingTop) + parseFloat(cs.borderTopWidth) - spill;
+    const bottom = r.bottom - parseFloat(cs.paddingBottom) - parseFloat(cs.borderBottomWidth) + spill;
+    return [t.left, Math.min(t.top, top), t.right, Math.max(t.bottom, bottom)];
+  };
+  const union = (els) => { const rs = els.map((e) => e.getBoundingClientRect());
+    return [Math.min(...rs.map((r) => r.left)), Math.min(...rs.map((r) => r.top)),
+            Math.max(...rs.map((r) => r.right)), Math.max(...rs.map((r) => r.bottom))]; };
+  const hasText = (el) => (el.textContent || "").trim().length > 0;
+  const leaves = (el) => {  // the text-bearing descendants, down to elements that hold text themselves
+    const kids = [...el.children].filter(hasText);
+    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    return kids.length && !own ? kids.flatMap(leaves) : [el];
+  };
+  const M = main.getBoundingClientRect();
+  const furniture = [];
+  for (const part of page.children) {
+    if (part === main || !hasText(part)) continue;
+    for (const leaf of leaves(part)) furniture.push([part.getBoundingClientRect().top < M.top, textBox(leaf), leaf.textContent.trim()]);
+  }
+  const blocks = [...main.querySelectorAll(":scope > .col")].flatMap((col) => [...col.children]).map((el) => {
+    const tag = el.localName;
+    if (/^h[1-6]$/.test(tag)) return [[tag, textBox(el)]];
+    if (tag === "ul" || tag === "ol") {  // an item's box reaches left over the list's padding, where its marker is
+      const left = el.getBoundingClientRect().left;
+      return [...el.children].map((li) => { const b = textBox(li); return ["li", [Math.min(left, b[0]), b[1], b[2], b[3]]]; });
+    }
+    if (tag === "table") {
+      const cap = el.querySelector(":scope > caption"), rows = [...el.querySelectorAll("tr")];
+      return [...(cap ? [["caption", textBox(cap)]] : []), ["table", union(rows.length ? rows : [el])]];
+    }
+    if (tag === "figure") {
+      const pic = el.querySelector("img, svg"), cap = el.querySelector("figcaption");
+      return [...(pic ? [["picture", rect(pic.getBoundingClientRect())]] : []), ...(cap ? [["caption", textBox(cap)]] : [])];
+    }
+    if (el.classList.contains("math-display") || (tag === "p" && el.querySelector(".math-inline") && !el.textContent.trim().length))
+      return [["formula", textBox(el)]];
+    if (el.classList.contains("footnote")) return [["footnote", textBox(el)]];
+    return [["text", textBox(el)]];
+  });
+  return {furniture, blocks};
+}
+"""  # noqa: E501
+
 # Runs in a standalone page (the saved ``html/<id>.html``) once KaTeX has loaded.
 PAGE_SCRIPT = ("window.pmReport = null;\n(" + CHECK_JS.strip() + ")(" + str(DEFAULT_TIMEOUT_MS)
                + ").then((r) => { window.pmReport = r; });\n")
@@ -412,6 +473,7 @@ class RenderedPage:
     width: int
     height: int
     spec: PageSpec | None = None  # what the page shows, when the renderer left optional blocks out
+    geometry: dict | None = None  # GEOMETRY_JS's boxes (HTML pages); synth.geometry makes elements of them
 
 
 class HtmlRenderer:
@@ -499,6 +561,7 @@ class HtmlRenderer:
             if report["nproblems"]:
                 problems = "; ".join(report["problems"][:3])
                 raise RecordError("synth_overflow", f"{spec.id}: {report['nproblems']} geometry problems: " + problems)
+            geometry = page.evaluate(GEOMETRY_JS)
             assert self._cdp is not None
             # Chromium's PNG is only a lossless carrier here (re-encoded below like the corpus), so
             # let it use its fast zlib settings.
@@ -517,7 +580,7 @@ class HtmlRenderer:
         if image.mode != "RGB":
             image = image.convert("RGB")
         return RenderedPage(png=encode_image(image, self._encode_cfg), html=html, width=size[0], height=size[1],
-                            spec=final)
+                            spec=final, geometry=geometry)
 
     def close(self) -> None:
         self._drop_page()

@@ -38,7 +38,7 @@ from PIL import Image
 
 from schemas.deadletter import RecordError
 from schemas.images import ImageEncoding, encode_image
-from schemas.pdf_pages import pdf_page_count, rasterize_pdf_page
+from schemas.pdf_pages import pdf_line_boxes, pdf_page_count, rasterize_pdf_page
 from schemas.tables import place_cells
 from synth.blocks import (
     Block,
@@ -413,6 +413,7 @@ class LatexRenderer:
             raise RecordError("synth_overflow", f"{spec.id}: content runs to {pages} pages")
         size = (spec.width_px, spec.height_px)
         image, _ = rasterize_pdf_page(pdf, 0, max(size))
+        raster_size = image.size
         if image.size != size:
             if abs(image.size[0] - size[0]) > 2 or abs(image.size[1] - size[1]) > 2:
                 raise RecordError("synth_bad_size", f"{spec.id}: raster {image.size} != {size}")
@@ -420,7 +421,12 @@ class LatexRenderer:
             image = image.resize(size, Image.Resampling.LANCZOS)
             if achromatic is not None:
                 image.info["achromatic"] = achromatic
-        return RenderedPage(png=encode_image(image, self._encode_cfg), html=tex, width=size[0], height=size[1])
+        # Line boxes from the PDF's text layer (classless: pdflatex gives no element classes here).
+        lines = pdf_line_boxes(pdf, 0, max(size))
+        sx, sy = size[0] / raster_size[0], size[1] / raster_size[1]
+        geometry = {"lines": [[x0 * sx, y0 * sy, x1 * sx, y1 * sy, text] for x0, y0, x1, y1, text in lines]}
+        return RenderedPage(png=encode_image(image, self._encode_cfg), html=tex, width=size[0], height=size[1],
+                            geometry=geometry)
 
     def close(self) -> None:
         """Nothing is held between jobs; kept for symmetry with ``HtmlRenderer``."""

@@ -61,6 +61,7 @@ it (they still meet in their other bands).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -163,6 +164,11 @@ def extract_keys(record: PageRecord, cfg: DedupConfig = DedupConfig(), rank: flo
             text_sketch = sketch(signature) if text_keys else None
         info["text_keys"] = len(text_keys)
         keys.extend(text_keys)
+    if record.task != "parse_page":
+        # Records derived from one page share its image (KIE, VQA): they duplicate one another only
+        # when their task and instruction match too.
+        scope = f"{record.task}:{hashlib.sha256(record.instruction.encode('utf-8')).hexdigest()[:12]}:"
+        keys = [k.replace(":", f":{scope}", 1) for k in keys]  # after the kind prefix (key_kind)
     record.quality[STAGE] = info
     member = Member(record.id, record.source, cfg.rank(record.source) if rank is None else float(rank),
                     phash, text_sketch, record.split)

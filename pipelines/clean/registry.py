@@ -26,6 +26,8 @@ STAGES = {
     "relabel": "pipelines.relabel_stages:RelabelStage",
     "audit": "pipelines.relabel_stages:AuditStage",
     "preference": "pipelines.relabel_stages:PreferenceStage",
+    # prompts, response conventions and derived task records (Jina 4.3); put it last
+    "instruct": "pipelines.instruct.stage:InstructStage",
 }
 
 

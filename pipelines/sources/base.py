@@ -46,6 +46,7 @@ class SourcePage:
     metadata: dict[str, Any] = field(default_factory=dict)
     provenance: list[ProvenanceStep] = field(default_factory=list)
     unit_tests: list[str] = field(default_factory=list)  # olmOCR-Bench JSON lines (synthetic pages)
+    elements: list = field(default_factory=list)  # schemas.layout.Element boxes in payload pixels, reading order
 
 
 @dataclass

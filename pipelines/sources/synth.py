@@ -94,6 +94,7 @@ class SynthSource:
                 metadata=record.metadata,
                 provenance=list(record.provenance),
                 unit_tests=list(record.unit_tests),
+                elements=list(record.elements),
             )])
 
     def _get_renderer(self, name: str):

@@ -268,7 +268,7 @@ def test_configured_rates_and_upweight_are_followed(corpus) -> None:
 
 def test_each_stream_yields_every_row_once_per_epoch_in_a_new_order(corpus) -> None:
     sampler = DomainSampler(corpus["path"], "train", domain_rates={"docs": 1.0}, seed=4, eval_fraction=0.2)
-    stream = sampler.streams[("docs", "docs-b")]
+    stream = next(s for k, s in sampler.streams.items() if (k[0], k[-1]) == ("docs", "docs-b"))
     n = stream.n_rows
     first = [stream.next()["id"] for _ in range(n)]
     second = [stream.next()["id"] for _ in range(n)]

@@ -69,8 +69,8 @@ def test_config_validation():
 def test_content_only_page_leaves_out_formula_table_and_tests():
     r = score("abcd", "abcf")
     assert r.terms == {"content": 0.75, "formula": None, "table": None, "structure": 1.0,
-                       "unit_tests": None, "repetition": 1.0, "format": 1.0}
-    assert r.left_out == ["formula", "table", "unit_tests"]
+                       "unit_tests": None, "repetition": 1.0, "format": 1.0, "kie": None}
+    assert r.left_out == ["formula", "table", "unit_tests", "kie"]
     assert r.total == pytest.approx(0.75)
 
 
@@ -147,7 +147,7 @@ def test_terms_by_dataset_selects_terms():
     # first listed key wins: (source, domain)
     assert list(score("abcd", "abcd", cfg=cfg, dataset=("finepdfs", "web-pdf")).terms) == ["content"]
     assert list(score("abcd", "abcd", cfg=cfg, dataset="other").terms) == list(cfg.terms)
-    assert cfg.terms == ("content", "formula", "table", "structure", "unit_tests", "repetition", "format")
+    assert cfg.terms == ("content", "formula", "table", "structure", "unit_tests", "repetition", "format", "kie")
 
 
 # --------------------------------------------------------------------------- pool
@@ -247,7 +247,7 @@ def test_cli_scores_a_jsonl(tmp_path):
     assert rows[1].split()[:3] == ["1", "0.7500", "0.7500"]
     # "ref" -> "alpha beta": 9 edits of 10 -> content 0.1; one unit test of two passes
     assert rows[2].split()[:3] == ["2", "0.0500", "0.1000"]
-    assert rows[3].split() == ["3", "1.0000", "1.0000"] + ["-"] * 6  # dataset synth: content only
+    assert rows[3].split() == ["3", "1.0000", "1.0000"] + ["-"] * 7  # dataset synth: content only
     # mean of totals (0.75 + 0.05 + 1) / 3, content mean (0.75 + 0.1 + 1) / 3
     assert rows[4].split()[:3] == ["mean", "0.6000", "0.6167"]
     done = _cli("--input", str(path), "--json", "--workers", "1", "--terms", "content,unit_tests")

@@ -154,7 +154,7 @@ def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
         "ReadRenderValidate", "Clean", "SpillPages", "Dedup", "SumCounts", "WritePages", "WriteDeadLetters",
         "WriteDuplicates", "WriteDroppedSamples", "WriteManifest"]
     assert [s for s in steps.labels if s.count("/") == 1 and s.startswith("Clean/")] == [
-        "Clean/conventions", "Clean/repeats", "Clean/short"]
+        "Clean/conventions", "Clean/repeats", "Clean/short", "Clean/instruct"]
 
 
 def test_corpus_module_defines_no_element_types():
@@ -189,7 +189,8 @@ def test_unknown_config_keys_are_rejected(tmp_path):
 
 def test_cleaning_stages_and_dedup_are_in_the_manifest(direct_run):
     cfg, manifest, out = direct_run
-    assert manifest.stage_order == ["read", "render", "validate", "conventions", "repeats", "short", "write", "dedup"]
+    assert manifest.stage_order == ["read", "render", "validate", "conventions", "repeats", "short", "instruct",
+                                    "write", "dedup"]
     assert manifest.totals("short").dropped.get("short_response", 0) > 0
     # one olmOCR sample label carries "$a+b,c+d$" and \\textbf{...}: the rewrites are counted
     assert manifest.totals("conventions").counters == {"split_formulas": 1, "inline_delimiters": 1, "bold": 1}
@@ -206,20 +207,36 @@ def test_cleaning_stages_and_dedup_are_in_the_manifest(direct_run):
 
 
 def test_synthetic_pages_carry_unit_tests_that_pass_on_their_response(direct_run):
+    from pipelines.instruct.conventions import checkable
     from schemas.unit_tests import unit_test_from_json
 
     _, _, out = direct_run
-    rows = [r for r in pq.read_table(out / "data").to_pylist() if r["source"].startswith("jinaocrsynth")]
+    rows = [r for r in pq.read_table(out / "data").to_pylist()
+            if r["source"].startswith("jinaocrsynth") and r["task"] == "parse_page"]
     html = [r for r in rows if r["source"] == "jinaocrsynth"]
     latex = [r for r in rows if r["source"] == "jinaocrsynth-latex"]
     assert len(html) == 3 and len(latex) >= 2  # the LaTeX source of configs/corpus.yaml is in the corpus
     assert all(r["source_id"].startswith("synth-latex-") and r["provenance"][0]["stage"] == "synth:latex"
                for r in latex)
     for row in rows:
-        assert row["unit_tests"], row["source_id"]
-        for line in row["unit_tests"]:
-            passed, why = unit_test_from_json(line).check(row["response"])
+        convention = json.loads(row["metadata"])["instruct"]["convention"]
+        assert row["unit_tests"] or convention == "nemotron_bbox_cls", row["source_id"]  # boxes only: no text
+        for line in row["unit_tests"]:  # the tests kept for the record's convention pass on its text
+            passed, why = unit_test_from_json(line).check(checkable(convention, row["response"]))
             assert passed, (row["source_id"], why)
+
+
+def test_the_corpus_holds_every_task_and_convention(direct_run):
+    _, manifest, out = direct_run
+    rows = pq.read_table(out / "data", columns=["task", "metadata", "elements", "source"]).to_pylist()
+    tasks = {r["task"] for r in rows}
+    # three synthetic pages here (report, paper, newspaper): no invoice or form, so no KIE (make corpus has it)
+    assert {"parse_page", "transcribe_table", "transcribe_formula", "caption", "vqa"} <= tasks
+    conventions = {json.loads(r["metadata"]).get("instruct", {}).get("convention") for r in rows}
+    assert {"markdown", "plain", "nemotron_plain_bbox"} <= conventions  # the rest need more synthetic pages
+    assert all(r["elements"] for r in rows if r["source"] == "jinaocrsynth" and r["task"] == "parse_page")
+    counters = manifest.totals("instruct").counters
+    assert counters["task:parse_page"] > 0 and counters["task:vqa"] >= 1 and counters["prompt:en"] > 0
 
 
 # --- a corpus of mostly duplicates: the losers are counted, written and excluded, never gathered --

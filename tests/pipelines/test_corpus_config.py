@@ -51,7 +51,7 @@ def test_bundled_config_loads_typed_and_keeps_raw_source_options():
     cfg = load_config()
     assert isinstance(cfg.clean.dedup, DedupConfig) and cfg.clean.dedup.enabled
     assert isinstance(cfg.clean.dedup.minhash, MinHashConfig)
-    assert [s["name"] for s in cfg.clean.stages] == ["conventions", "repeats", "short", "relabel", "audit"]
+    assert [s["name"] for s in cfg.clean.stages] == ["conventions", "repeats", "short", "relabel", "audit", "instruct"]
     assert cfg.clean.stages[2]["tokenizer_path"] == str(REPO / "assets/tokenizer/tokenizer.json")
     raw = {s["name"]: s.get("options") or {} for s in bundled()["sources"]}
     assert {s.kind for s in cfg.sources} == set(SOURCE_KINDS)  # the bundled config exercises every kind

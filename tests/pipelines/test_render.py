@@ -154,3 +154,19 @@ def test_scanned_page_pdf_renders_in_colour_with_its_invisible_text_layer():
     assert image.mode == "RGB" and max(image.size) == 1288  # paper tint: not achromatic
     assert "Invisible layer words here." in record.text_layer
     assert validate(record) == []
+
+
+def test_pdf_pages_carry_text_layer_line_boxes_and_scans_scale_theirs():
+    from schemas.layout import element
+
+    pdf = text_pdf([["Alpha beta gamma.", "Second line here."]])
+    record = render_page(page(pdf), RenderConfig(longest_side=800))
+    lines = record.elements
+    assert [e.cls for e in lines] == ["text_line"] * len(lines) and len(lines) >= 2
+    assert lines[0].text == "Alpha beta gamma." and lines[0].y1 <= lines[1].y0 + 1
+    assert all(0 <= e.x0 < e.x1 <= record.width and 0 <= e.y0 < e.y1 <= record.height for e in lines)
+    assert render_page(page(pdf), RenderConfig(keep_line_boxes=False)).elements == []
+    scan = scan_image(random.Random(0), "Some words", size=(1600, 1000))
+    boxed = page(scan, kind="image", elements=[element("text", (100, 200, 800, 300), 0, "Some words")])
+    scaled = render_page(boxed, RenderConfig(longest_side=800)).elements
+    assert scaled[0].box == (50, 100, 400, 150)

@@ -174,3 +174,46 @@ def test_saved_html_is_a_standalone_document(renderer: HtmlRenderer, tmp_path: P
         page.context.close()
     standalone = Image.open(io.BytesIO(shot)).convert("RGB")
     assert standalone.tobytes() == Image.open(io.BytesIO(rendered.png)).convert("RGB").tobytes()
+
+
+# -- geometry: element boxes, classes and reading order from the DOM (synth/geometry.py) -----------
+
+def _ink(png: bytes, box: tuple[float, float, float, float]) -> int:
+    """Dark-ish pixels (far from the box's own median) inside ``box``."""
+    import numpy as np
+
+    grey = np.asarray(Image.open(io.BytesIO(png)).convert("L"), dtype=np.int16)
+    x0, y0, x1, y1 = (int(v) for v in box)
+    patch = grey[max(0, y0):y1 + 1, max(0, x0):x1 + 1]
+    return int((np.abs(patch - np.median(patch)) > 60).sum()) if patch.size else 0
+
+
+@pytest.mark.parametrize("layout,suite", [("invoice", "table"), ("form", "layout"), ("paper", "formula")])
+def test_elements_follow_the_reference_order_with_boxes_on_ink(renderer: HtmlRenderer, layout: str, suite: str) -> None:
+    from schemas.layout import ELEMENT_CLASSES, validate_elements
+    from synth.fields import page_fields
+    from synth.pages import page_spec, synthesize_page
+
+    spec = page_spec(layout, suite, 11, f"geo-{layout}")
+    page = synthesize_page(spec, renderer)
+    record = to_page_record(page, spec)
+    assert validate(record) == [] and validate_elements(page.elements, page.width, page.height) == []
+    classes = {e.cls for e in page.elements}
+    assert {"title", "text"} <= classes and classes <= set(ELEMENT_CLASSES)
+    assert {"table": "table", "formula": "formula"}.get(suite, "text") in classes
+    pos = 0  # body elements appear in the reference in the same order (furniture and pictures are not in it)
+    for el in page.elements:
+        if el.cls in ("page_header", "page_footer", "picture"):
+            continue
+        at = page.reference.find(el.text.strip(), pos)
+        assert at >= 0, (el.cls, el.text[:60], page.reference[pos:pos + 200])
+        pos = at
+        if el.cls != "picture":
+            assert _ink(page.png, el.box) > 0, (el.cls, el.box)  # the box is where the text is drawn
+    assert any(e.cls.startswith("page_") for e in page.elements)  # furniture is laid out too
+    fields = page_fields(page.spec)
+    if layout in ("invoice", "form"):
+        assert fields and all(v in page.reference.replace("**", "") for v in fields.values())
+        assert record.metadata["fields"] == fields
+    else:
+        assert not fields

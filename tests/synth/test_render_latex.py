@@ -202,3 +202,16 @@ def test_non_english_pages_are_refused_up_front(renderer: LatexRenderer) -> None
     with pytest.raises(RecordError) as info:
         renderer.render(spec)
     assert info.value.reason == "synth_latex_language" and "zh-page" in str(info.value)
+
+
+def test_latex_pages_carry_text_layer_line_boxes(renderer: LatexRenderer) -> None:
+    from schemas.layout import validate_elements
+
+    spec = page_spec("report", "layout", 5, "latex-geo")
+    page = synthesize_page(spec, renderer)
+    assert page.elements and {e.cls for e in page.elements} == {"text_line"}
+    assert validate_elements(page.elements, page.width, page.height) == []
+    tops = [e.y0 for e in page.elements[:5]]
+    assert tops == sorted(tops)  # the text layer's order starts at the top of the page
+    title = next(p.block.text for p in page.spec.blocks if p.block.__class__.__name__ == "Heading")
+    assert title.split()[0] in page.elements[0].text + page.elements[1].text

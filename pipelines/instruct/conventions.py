@@ -1,0 +1,241 @@
+"""Response conventions: deterministic rewrites of one record's structured content (Jina-OCR-v1 4.3).
+
+A record's response in the corpus convention (``markdown``: Markdown, LaTeX math in ``\\( \\)`` /
+``\\[ \\]``, HTML tables) is rewritten into another convention from the record alone: its response
+and, for the box conventions, its ``elements`` (``schemas.layout``). ``CONVENTIONS`` lists them:
+
+* ``markdown``: unchanged (today's corpus convention);
+* ``plain``: plain text: no heading marks, emphasis or footnote markers, formulas as bare LaTeX,
+  table rows as tab-separated cells;
+* ``markdown_tables``: tables as GitHub pipe tables (a spanned cell's text in its first position);
+* ``latex_tables``: tables as ``tabular`` with ``\\multicolumn`` / ``\\multirow``;
+* ``nemotron_md_bbox_cls``, ``nemotron_plain_bbox``, ``nemotron_bbox_cls``: Nemotron-Parse's box
+  stream ``<x_..><y_..>text<x_..><y_..><class_..>`` on its 1024 x 1280 grid, in reading order:
+  Markdown text with boxes and classes (its maximal-information prompt), plain text with boxes and
+  no classes, and boxes with classes and no text (the three combinations with boxes);
+* ``json_layout``: ``{"width", "height", "elements": [{"class", "bbox", "text"}]}``, boxes in pixels.
+
+``KEPT_TESTS`` says which olmOCR-Bench test types each convention keeps the structure of, and
+``checkable`` turns a response back into the text those tests read (a box stream's text parts, in
+order); ``rewrite`` keeps only kept-type tests that pass on it. Box conventions lay out the page's
+furniture too, so they do not keep ``absent`` tests (which say headers and footers are left out).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+
+from schemas.layout import Element, grid_box, nemotron_class
+from schemas.tables import Table, parse_html_tables, place_cells
+from schemas.unit_tests import unit_test_from_json, unit_test_to_json
+
+CONVENTIONS: tuple[str, ...] = (
+    "markdown", "plain", "markdown_tables", "latex_tables",
+    "nemotron_md_bbox_cls", "nemotron_plain_bbox", "nemotron_bbox_cls", "json_layout",
+)
+BOX_CONVENTIONS = ("nemotron_md_bbox_cls", "nemotron_plain_bbox", "nemotron_bbox_cls", "json_layout")
+CLASS_CONVENTIONS = ("nemotron_md_bbox_cls", "nemotron_bbox_cls", "json_layout")  # need semantic classes
+TABLE_CONVENTIONS = ("markdown_tables", "latex_tables")  # need a table in the response
+RESPONSE_FORMAT = {"markdown": "markdown", "plain": "text", "markdown_tables": "markdown",
+                   "latex_tables": "markdown", "nemotron_md_bbox_cls": "text", "nemotron_plain_bbox": "text",
+                   "nemotron_bbox_cls": "text", "json_layout": "json"}
+_TEXT_TESTS = ("present", "absent", "order", "baseline")
+KEPT_TESTS: dict[str, tuple[str, ...]] = {
+    "markdown": ("present", "absent", "order", "baseline", "table", "math", "format", "footnote"),
+    "plain": _TEXT_TESTS,
+    "markdown_tables": ("present", "absent", "order", "baseline", "table", "math", "format", "footnote"),
+    "latex_tables": ("present", "absent", "order", "baseline", "math", "format", "footnote"),
+    "nemotron_md_bbox_cls": ("present", "order", "baseline", "table", "math", "format", "footnote"),
+    "nemotron_plain_bbox": ("present", "order", "baseline"),
+    "nemotron_bbox_cls": (),
+    "json_layout": ("present", "order", "baseline", "table", "math", "format", "footnote"),
+}
+
+_TABLE = re.compile(r"<table\b.*?</table>", re.DOTALL | re.IGNORECASE)
+_TAG = re.compile(r"<[^>]+>")
+_HEADING = re.compile(r"^#{1,6}\s+", re.MULTILINE)
+_EMPH = re.compile(r"\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", re.DOTALL)
+_MARKER = re.compile(r"\[\^([^\]\s]+)\](:?)")
+_MATH = re.compile(r"\\\[\s*(.+?)\s*\\\]|\\\(\s*(.+?)\s*\\\)", re.DOTALL)
+_STREAM = re.compile(r"<x_(\d+)><y_(\d+)>(.*?)<x_(\d+)><y_(\d+)>(<class_[^>]+>)?", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    response: str
+    response_format: str
+    convention: str
+
+
+def applicable(convention: str, response: str, elements: list[Element]) -> bool:
+    """Whether ``convention`` says something of this record: box conventions need elements (classed
+    ones semantic classes, not only text-layer lines), table conventions a table."""
+    if convention in BOX_CONVENTIONS and not elements:
+        return False
+    if convention in CLASS_CONVENTIONS and all(e.cls == "text_line" for e in elements):
+        return False
+    if convention in TABLE_CONVENTIONS and "<table" not in response.lower():
+        return False
+    return convention in CONVENTIONS
+
+
+def _cell_text(text: str) -> str:
+    return " ".join(text.split())
+
+
+def table_markdown(table: Table) -> str:
+    """A GFM pipe table: the first row is the header; a spanned cell's text in its first position."""
+    placed = place_cells(table.rows)
+    n_rows = max((r for r, _ in placed), default=-1) + 1
+    n_cols = max((c for _, c in placed), default=-1) + 1
+    grid = [["" for _ in range(n_cols)] for _ in range(n_rows)]
+    for (r, c), (cell, dr, dc) in placed.items():
+        if dr == 0 and dc == 0:
+            grid[r][c] = _cell_text(cell.text).replace("|", "\\|")
+    lines = ["| " + " | ".join(row) + " |" for row in grid]
+    if lines:
+        lines.insert(1, "|" + "|".join("---" for _ in range(n_cols)) + "|")
+    return "\n".join(lines)
+
+
+def _latex_escape(text: str) -> str:
+    """Escape LaTeX specials outside inline math (``\\( \\)`` kept as math)."""
+    out, pos = [], 0
+    for m in re.finditer(r"\\\((.+?)\\\)", text):
+        out.append(re.sub(r"([&%$#_{}])", r"\\\1", text[pos:m.start()]))
+        out.append(f"${m.group(1).strip()}$")
+        pos = m.end()
+    out.append(re.sub(r"([&%$#_{}])", r"\\\1", text[pos:]))
+    return "".join(out)
+
+
+def table_latex(table: Table) -> str:
+    """A ``tabular`` with ``\\multicolumn{n}{c}{..}`` and ``\\multirow{n}{*}{..}``; one column spec per
+    grid column, ``\\hline`` after a header row."""
+    placed = place_cells(table.rows)
+    n_cols = max((c for _, c in placed), default=-1) + 1
+    lines = [f"\\begin{{tabular}}{{{'l' * n_cols}}}"]
+    for r, row in enumerate(table.rows):
+        parts, c = [], 0
+        while c < n_cols:
+            cell, dr, dc = placed.get((r, c), (None, 0, 0))
+            if cell is None:
+                parts.append("")
+                c += 1
+                continue
+            span = max(1, cell.colspan)
+            text = "" if dr else _latex_escape(_cell_text(cell.text))
+            if dr == 0 and cell.rowspan > 1:
+                text = f"\\multirow{{{cell.rowspan}}}{{*}}{{{text}}}"
+            if span > 1:
+                text = f"\\multicolumn{{{span}}}{{c}}{{{text}}}"
+            parts.append(text)
+            c += span - dc
+        lines.append(" & ".join(parts) + " \\\\" + (" \\hline" if row and all(x.header for x in row) else ""))
+    lines.append("\\end{tabular}")
+    return "\n".join(lines)
+
+
+def table_plain(table: Table) -> str:
+    return "\n".join("\t".join(_cell_text(c.text) for c in row) for row in table.rows)
+
+
+def _tables_as(response: str, fn) -> str:
+    def one(m: re.Match) -> str:
+        tables = parse_html_tables(m.group(0))
+        return fn(tables[0]) if tables else m.group(0)
+
+    return _TABLE.sub(one, response)
+
+
+def plain_text(markdown: str) -> str:
+    """Markdown -> plain text: tables as tab-separated rows, heading marks, emphasis and footnote
+    markers removed (a footnote definition keeps its marker as ``m``), formulas as bare LaTeX."""
+    text = _tables_as(markdown, table_plain)
+    text = _HEADING.sub("", text)
+    for _ in range(2):  # nested emphasis
+        text = _EMPH.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
+    text = _MARKER.sub(lambda m: m.group(1) if m.group(2) else "", text)
+    text = _MATH.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
+    text = _TAG.sub("", text)
+    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+
+
+def _element_text(el: Element, plain: bool) -> str:
+    text = el.text.strip()
+    return plain_text(text).strip() if plain and text else text
+
+
+def nemotron_stream(elements: list[Element], width: int, height: int, text: str | None, classes: bool) -> str:
+    """Nemotron-Parse's output: per element ``<x_a><y_b>text<x_c><y_d>`` (top-left, bottom-right on
+    the 1024 x 1280 grid) then ``<class_Name>`` when ``classes``; ``text``: ``"markdown"``,
+    ``"plain"`` or None (no text); one element per line, in reading order."""
+    lines = []
+    for el in elements:
+        x0, y0, x1, y1 = grid_box(el, width, height)
+        body = "" if text is None else _element_text(el, text == "plain")
+        cls = f"<class_{nemotron_class(el.cls)}>" if classes else ""
+        lines.append(f"<x_{x0}><y_{y0}>{body}<x_{x1}><y_{y1}>{cls}")
+    return "\n".join(lines) + "\n"
+
+
+def json_layout(elements: list[Element], width: int, height: int) -> str:
+    items = [{"class": el.cls, "bbox": [round(el.x0), round(el.y0), round(el.x1), round(el.y1)], "text": el.text}
+             for el in elements]
+    return json.dumps({"width": width, "height": height, "elements": items}, ensure_ascii=False)
+
+
+def rewrite(convention: str, response: str, elements: list[Element], width: int, height: int) -> Rewrite:
+    """``response`` (corpus Markdown) in ``convention``; ``ValueError`` when it does not apply."""
+    if not applicable(convention, response, elements):
+        raise ValueError(f"convention {convention!r} does not apply to this record")
+    if convention == "markdown":
+        out = response
+    elif convention == "plain":
+        out = plain_text(response)
+    elif convention == "markdown_tables":
+        out = _tables_as(response, table_markdown)
+    elif convention == "latex_tables":
+        out = _tables_as(response, table_latex)
+    elif convention == "nemotron_md_bbox_cls":
+        out = nemotron_stream(elements, width, height, "markdown", True)
+    elif convention == "nemotron_plain_bbox":
+        out = nemotron_stream(elements, width, height, "plain", False)
+    elif convention == "nemotron_bbox_cls":
+        out = nemotron_stream(elements, width, height, None, True)
+    else:
+        out = json_layout(elements, width, height)
+    return Rewrite(out, RESPONSE_FORMAT[convention], convention)
+
+
+def checkable(convention: str, response: str) -> str:
+    """The text a unit test reads in a response of ``convention``: the response itself, or a box
+    stream's / JSON layout's element texts in order, separated by blank lines."""
+    if convention == "json_layout":
+        return "\n\n".join(e["text"] for e in json.loads(response)["elements"] if e["text"]) + "\n"
+    if convention in BOX_CONVENTIONS:
+        return "\n\n".join(m.group(3) for m in _STREAM.finditer(response) if m.group(3)) + "\n"
+    return response
+
+
+def adapt_test(convention: str, line: str) -> str | None:
+    """A page test as it applies to a response of ``convention`` (JSON line), or None when the
+    convention does not keep its type. Table tests read Markdown tables under ``markdown_tables``."""
+    test = unit_test_from_json(line)
+    if test.type not in KEPT_TESTS[convention]:
+        return None
+    if convention == "markdown_tables" and test.type == "table" and getattr(test, "ignore_markdown_tables", False):
+        return unit_test_to_json(replace(test, ignore_markdown_tables=False))
+    return line
+
+
+def kept_tests(convention: str, tests: list[str], text: str) -> list[str]:
+    """The page's tests adapted to ``convention`` that pass on ``text`` (its ``checkable`` text)."""
+    kept = []
+    for line in tests:
+        adapted = adapt_test(convention, line)
+        if adapted is not None and unit_test_from_json(adapted).check(text)[0]:
+            kept.append(adapted)
+    return kept

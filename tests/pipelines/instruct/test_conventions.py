@@ -1,0 +1,140 @@
+"""pipelines/instruct/conventions.py: each convention's rewrite of one hand-built page, the tests
+each keeps, and the box streams' grid, classes and reading order."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+
+import pytest
+
+from pipelines.instruct.conventions import (
+    CONVENTIONS,
+    KEPT_TESTS,
+    adapt_test,
+    applicable,
+    checkable,
+    kept_tests,
+    rewrite,
+)
+from schemas.layout import element
+from schemas.page import PageRecord, ProvenanceStep, validate
+from schemas.tables import parse_markdown_tables
+from tests.helpers import corpus_png
+
+TABLE = ('<table>\n<tr><th rowspan="2">Item</th><th colspan="2">Cost</th></tr>\n'
+         '<tr><th>2023</th><th>2024</th></tr>\n<tr><td>Pumps &amp; valves</td><td>12</td><td>15</td></tr>\n</table>')
+RESPONSE = ("# Annual Report\n\n## Costs\n\nThe **budget** rose by \\(x^2\\) units[^1].\n\n"
+            f"{TABLE}\n\n\\[ E = mc^2 \\]\n\n- first item\n- second item\n\n[^1]: Audited figures.\n")
+ELEMENTS = [element("page_header", (40, 10, 300, 24), 0, "Acme Water Board"),
+            element("title", (40, 40, 400, 70), 1, "# Annual Report"),
+            element("section_header", (40, 80, 200, 100), 2, "## Costs"),
+            element("text", (40, 110, 600, 130), 3, "The **budget** rose by \\(x^2\\) units[^1]."),
+            element("table", (40, 140, 600, 240), 4, TABLE),
+            element("formula", (200, 250, 420, 280), 5, "\\[ E = mc^2 \\]"),
+            element("list_item", (40, 290, 300, 305), 6, "- first item"),
+            element("list_item", (40, 306, 300, 321), 7, "- second item"),
+            element("footnote", (40, 700, 400, 715), 8, "[^1]: Audited figures."),
+            element("page_footer", (40, 760, 80, 775), 9, "3")]
+W, H = 800, 800
+
+
+def t(kind: str, **kw) -> str:
+    return json.dumps({"type": kind, "pdf": "p.pdf", "page": 1, "id": f"{kind}-{len(kw)}-{sorted(kw.items())}",
+                       **kw})
+
+
+TESTS = [t("present", text="The budget rose by"), t("absent", text="Acme Water Board"),
+         t("order", before="Annual Report", after="second item"),
+         t("table", cell="12", up="2023", left="Pumps & valves", ignore_markdown_tables=True),
+         t("math", math="E = mc^2")]
+
+
+@functools.lru_cache(maxsize=1)
+def page_png() -> bytes:
+    return corpus_png("conv", (W, H))
+
+
+def record(**kw) -> PageRecord:
+    png = page_png()
+    values = dict(id="r1", source="s", source_id="1", page_number=1, domain="d", language="en", license="cc0",
+                  image=png, image_sha256=hashlib.sha256(png).hexdigest(), width=W, height=H, task="parse_page",
+                  instruction="x", response=RESPONSE, unit_tests=list(TESTS),
+                  provenance=[ProvenanceStep("t", "1", "x")], elements=list(ELEMENTS))
+    return PageRecord(**{**values, **kw})
+
+
+def test_markdown_is_unchanged_and_every_test_passes() -> None:
+    out = rewrite("markdown", RESPONSE, ELEMENTS, W, H)
+    assert out.response == RESPONSE and out.response_format == "markdown"
+    assert kept_tests("markdown", TESTS, out.response) == TESTS
+
+
+def test_plain_text_drops_markup_and_keeps_text_tests() -> None:
+    out = rewrite("plain", RESPONSE, ELEMENTS, W, H).response
+    assert out.startswith("Annual Report\n\nCosts\n\nThe budget rose by x^2 units.")
+    assert "Item\tCost\n2023\t2024\nPumps & valves\t12\t15" in out and "E = mc^2" in out
+    assert not re.search(r"[#*]|\\\[|<t", out) and "1 Audited figures." in out
+    kept = kept_tests("plain", TESTS, out)
+    assert [json.loads(k)["type"] for k in kept] == ["present", "absent", "order"]
+
+
+def test_markdown_tables_read_back_with_spans_in_their_first_cell() -> None:
+    out = rewrite("markdown_tables", RESPONSE, ELEMENTS, W, H).response
+    assert "<table" not in out and "| Item | Cost |  |\n|---|---|---|\n|  | 2023 | 2024 |" in out
+    table = parse_markdown_tables(out)[0]
+    assert [c.text for c in table.rows[2]] == ["Pumps & valves", "12", "15"]
+    adapted = json.loads(adapt_test("markdown_tables", TESTS[3]))
+    assert adapted["ignore_markdown_tables"] is False  # the table test now reads Markdown tables
+    assert len(kept_tests("markdown_tables", TESTS, out)) == 5
+
+
+def test_latex_tables_use_multicolumn_and_multirow() -> None:
+    out = rewrite("latex_tables", RESPONSE, ELEMENTS, W, H).response
+    assert "\\begin{tabular}{lll}" in out and "\\multirow{2}{*}{Item} & \\multicolumn{2}{c}{Cost} \\\\ \\hline" in out
+    assert "Pumps \\& valves & 12 & 15 \\\\" in out and "\\[ E = mc^2 \\]" in out
+    assert "table" not in KEPT_TESTS["latex_tables"]
+    assert [json.loads(k)["type"] for k in kept_tests("latex_tables", TESTS, out)] == [
+        "present", "absent", "order", "math"]
+
+
+STREAM = re.compile(r"^<x_(\d+)><y_(\d+)>(.*?)<x_(\d+)><y_(\d+)>(<class_[A-Za-z-]+>)?$", re.DOTALL)
+
+
+def test_nemotron_streams_have_grid_boxes_classes_and_reading_order() -> None:
+    md = rewrite("nemotron_md_bbox_cls", RESPONSE, ELEMENTS, W, H).response
+    lines = md.strip().split("\n<x_")
+    assert len(lines) == len(ELEMENTS)
+    first = STREAM.match(md.split("\n")[0])
+    assert first and first.groups() == ("51", "16", "Acme Water Board", "384", "38", "<class_Page-Header>")
+    assert "<class_Section-Header>" in md and "<class_List-Item>" in md and md.rstrip().endswith("<class_Page-Footer>")
+    plain = rewrite("nemotron_plain_bbox", RESPONSE, ELEMENTS, W, H).response
+    assert "<class_" not in plain and "The budget rose by x^2 units." in plain
+    boxes = rewrite("nemotron_bbox_cls", RESPONSE, ELEMENTS, W, H).response
+    assert re.fullmatch(r"(<x_\d+><y_\d+><x_\d+><y_\d+><class_[A-Za-z-]+>\n)+", boxes)
+    # the text a unit test reads: the elements' texts in order (so furniture is present: no 'absent' tests)
+    text = checkable("nemotron_md_bbox_cls", md)
+    assert text.index("Annual Report") < text.index("E = mc^2") < text.index("second item")
+    assert [json.loads(k)["type"] for k in kept_tests("nemotron_md_bbox_cls", TESTS, text)] == [
+        "present", "order", "table", "math"]
+
+
+def test_json_layout_round_trips() -> None:
+    out = rewrite("json_layout", RESPONSE, ELEMENTS, W, H)
+    doc = json.loads(out.response)
+    assert out.response_format == "json" and doc["width"] == W and len(doc["elements"]) == len(ELEMENTS)
+    assert doc["elements"][4] == {"class": "table", "bbox": [40, 140, 600, 240], "text": TABLE}
+    assert checkable("json_layout", out.response).startswith("Acme Water Board\n\n# Annual Report")
+
+
+def test_applicability_and_records_stay_valid() -> None:
+    lines = [element("text_line", (10, 10, 100, 20), 0, "a line")]
+    assert applicable("nemotron_plain_bbox", "x", lines) and not applicable("nemotron_md_bbox_cls", "x", lines)
+    assert not applicable("json_layout", RESPONSE, []) and not applicable("latex_tables", "no table", ELEMENTS)
+    for c in CONVENTIONS:
+        out = rewrite(c, RESPONSE, ELEMENTS, W, H)
+        assert validate(record(response=out.response, response_format=out.response_format)) == []
+    with pytest.raises(ValueError):
+        rewrite("json_layout", RESPONSE, [], W, H)

@@ -1,0 +1,130 @@
+"""pipelines/instruct/tasks.py, stage.py and dynamic.py: element crops, KIE and VQA records and
+their checks, the field-F1 metric and reward term, and the instruct stage's draws and counters."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+
+import pytest
+from PIL import Image
+
+from model.rewards import TERMS, RewardConfig
+from pipelines.clean.registry import stage_config
+from pipelines.instruct.stage import InstructConfig, InstructStage
+from pipelines.instruct.tasks import check_kie, check_vqa, crop_records, kie_record, kie_schema, vqa_records
+from schemas.config import ConfigError
+from schemas.layout import element
+from schemas.page import validate
+from schemas.prompts import CONVENTION_PROMPTS
+from schemas.similarity import METRICS
+from tests.pipelines.instruct.test_conventions import ELEMENTS, TESTS, record
+
+FIELDS = {"invoice_number": "INV-12345", "billed_to": "Ada Byron", "total_due": "1,234.50", "currency": "EUR"}
+
+
+def test_crops_are_element_records_with_their_own_tests() -> None:
+    elements = ELEMENTS[:5] + [element("picture", (40, 330, 300, 500), 5, ""),
+                               element("caption", (40, 505, 300, 520), 6, "Figure 1: Pumps")] + ELEMENTS[5:6]
+    elements = [replace(e, order=i) for i, e in enumerate(elements)]
+    rec = record(elements=elements)
+    crops = {c.task: c for c in crop_records(rec)}
+    assert set(crops) == {"transcribe_table", "transcribe_formula", "caption"}
+    table = crops["transcribe_table"]
+    assert Image.open(io.BytesIO(table.image)).size == (table.width, table.height) == (568, 108)  # box + 4 px
+    assert table.response.strip() == ELEMENTS[4].text and table.response_format == "html"
+    assert [json.loads(x)["type"] for x in table.unit_tests] == ["table"]
+    assert [json.loads(x)["type"] for x in crops["transcribe_formula"].unit_tests] == ["math"]
+    assert crops["caption"].response == "Figure 1: Pumps\n" and crops["caption"].height == 178
+    for c in crops.values():
+        assert validate(c) == [] and c.id != rec.id and c.metadata["derived_from"] == rec.id and not c.elements
+    assert len(crop_records(rec, limit=1)) == 1
+
+
+def test_kie_answers_are_valid_against_the_schema_in_the_instruction() -> None:
+    rec = record(metadata={"layout": "invoice", "fields": FIELDS})
+    kie = kie_record(rec)
+    schema = kie_schema(FIELDS)
+    assert kie.task == "kie" and json.dumps(schema, ensure_ascii=False) in kie.instruction
+    assert json.loads(kie.response) == FIELDS and check_kie(kie.response, schema) == []
+    assert check_kie('{"invoice_number": 5}', schema) == [
+        "missing 'billed_to'", "missing 'total_due'", "missing 'currency'", "'invoice_number' is not a string"]
+    assert check_kie("not json", schema)[0].startswith("not JSON")
+    assert kie_record(record()) is None and "JSON Schema" in kie_record(rec, "zh").instruction
+
+
+def test_vqa_answers_come_from_fields_and_table_cells() -> None:
+    rec = record(metadata={"layout": "invoice", "fields": FIELDS})
+    qas = vqa_records(rec, 20, seed=0)
+    by_q = {q.instruction: q.response for q in qas}
+    assert by_q["What is the total due on this invoice? Answer with the value only."] == "1,234.50"
+    cell_q = 'In the table, what is the value in the row "Pumps & valves" under the column "2023"? ' \
+             "Answer with the value only."
+    assert by_q[cell_q] == "12" and all(q.task == "vqa" and validate(q) == [] for q in qas)
+    assert check_vqa(RESPONSE_TABLE, {"kind": "cell", "row": "Pumps & valves", "col": "2024", "answer": "15"})
+    assert not check_vqa(RESPONSE_TABLE, {"kind": "cell", "row": "Pumps & valves", "col": "2024", "answer": "12"})
+    assert [q.id for q in vqa_records(rec, 3, seed=0)] == [q.id for q in vqa_records(rec, 3, seed=0)]
+    assert "这份发票上的应付总额是什么" in "".join(q.instruction for q in vqa_records(rec, 20, seed=0, language="zh"))
+
+
+RESPONSE_TABLE = record().response
+
+
+def test_kie_field_f1_metric_and_reward_term() -> None:
+    ref = json.dumps(FIELDS)
+    assert METRICS["kie_f1"](ref, ref)[0] == 1.0
+    half = json.dumps({"invoice_number": "INV-12345", "billed_to": "Ada  BYRON", "total_due": "9", "x": "y"})
+    score, details = METRICS["kie_f1"](ref, half)
+    assert score == pytest.approx(0.5) and details["matched"] == 2  # case and spaces folded
+    assert METRICS["kie_f1"](ref, "```json\n" + ref + "\n```")[0] == 1.0
+    assert METRICS["kie_f1"](ref, "no json")[0] == 0.0 and METRICS["kie_f1"]("# page", ref)[0] is None
+    assert TERMS["kie"](ref, half, [], RewardConfig()) == pytest.approx(0.5)
+    assert TERMS["kie"]("# a page", half, [], RewardConfig()) is None
+
+
+def test_stage_rewrites_counts_and_derives() -> None:
+    cfg = InstructConfig(conventions={"nemotron_md_bbox_cls": 1.0}, vqa_per_page=1)
+    rec = record(metadata={"layout": "invoice", "fields": FIELDS})
+    out = InstructStage(cfg)(rec)
+    page = out[0]
+    assert page.task == "parse_page" and page.response.startswith("<x_") and page.response_format == "text"
+    assert page.instruction == CONVENTION_PROMPTS[("nemotron_md_bbox_cls", "en")]
+    assert page.metadata["instruct"] == {"convention": "nemotron_md_bbox_cls", "prompt_language": "en",
+                                         "dynamic": False}
+    assert page.quality["instruct"]["counters"] == {"task:parse_page": 1, "prompt:en": 1,
+                                                    "convention:nemotron_md_bbox_cls": 1}
+    assert [json.loads(x)["type"] for x in page.unit_tests] == ["present", "order", "table", "math"]
+    assert sorted(r.task for r in out) == ["kie", "parse_page", "transcribe_formula", "transcribe_table", "vqa"]
+    assert all(validate(r) == [] for r in out) and page.provenance[-1].stage == "instruct:instruct"
+    assert TESTS == record().unit_tests  # the input's tests are not edited in place
+
+
+def test_stage_draws_are_seeded_and_assign_wins() -> None:
+    cfg = InstructConfig(conventions={"markdown": 1, "plain": 1, "json_layout": 1}, zh_prompt_share=0.5,
+                         dynamic_share=0.5, crops=(), kie=False, vqa_per_page=0)
+    stage = InstructStage(cfg)
+    recs = [record(id=f"r{i}", source_id=str(i)) for i in range(40)]
+    first = [stage(r)[0].metadata["instruct"] for r in recs]
+    again = [InstructStage(cfg)(record(id=f"r{i}", source_id=str(i)))[0].metadata["instruct"] for i in range(40)]
+    assert first == again
+    assert {m["convention"] for m in first} == {"markdown", "plain", "json_layout"}
+    assert {m["prompt_language"] for m in first} == {"en", "zh"} and {m["dynamic"] for m in first} == {True, False}
+    dyn = next(stage(r)[0] for r, m in zip(recs, first) if m["dynamic"] and m["prompt_language"] == "en")
+    assert "1 table, 1 formula" in dyn.instruction  # composed from the page's own elements
+    zh = stage(record(id="z", language="zh"))[0]
+    assert zh.metadata["instruct"]["prompt_language"] == "zh"
+    fixed = InstructStage(replace(cfg, assign={"s": "plain"}))(record())[0]
+    assert fixed.metadata["instruct"]["convention"] == "plain"
+    nobox = InstructStage(replace(cfg, assign={"s": "json_layout"}))(record(elements=[]))[0]
+    assert nobox.metadata["instruct"]["convention"] == "markdown"  # a convention that does not apply falls back
+    other = InstructStage(cfg)(record(task="vqa", response="12"))
+    assert len(other) == 1 and other[0].response == "12" and other[0].quality["instruct"]["counters"] == {"task:vqa": 1}
+
+
+def test_stage_config_is_checked_at_load() -> None:
+    assert stage_config({"name": "instruct", "conventions": {"plain": 2}}).conventions == {"plain": 2}
+    with pytest.raises(ConfigError, match="unknown conventions"):
+        stage_config({"name": "instruct", "conventions": {"markdwn": 1}})
+    with pytest.raises(ConfigError, match="dynamic_share"):
+        stage_config({"name": "instruct", "dynamic_share": 2})
