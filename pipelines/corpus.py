@@ -279,7 +279,8 @@ def summed_unit_count(key: tuple[str, str, str, str], total: float) -> Envelope:
 
 
 def is_unit_event(event: CountEvent, stages: frozenset[str]) -> bool:
-    """A count a unit's records make before writing: what a later run carries over with the unit."""
+    """A count a unit's records make up to writing (at ``write`` only a dead letter names its unit: the
+    pages written are counted again when carried): what a later run carries over with the unit."""
     return bool(event.unit) and event.stage in stages and event.kind != "seconds"
 
 
@@ -617,7 +618,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
     )
     results = (
         envelopes | "SumCounts" >> SumCounts(),
-        envelopes | "UnitTable" >> UnitTable(stage_order(cfg)[:stage_order(cfg).index("write")]),
+        envelopes | "UnitTable" >> UnitTable(stage_order(cfg)[:stage_order(cfg).index("write") + 1]),
         envelopes | "WritePages" >> WriteShards(PAGES, Kind.SHARD, cfg, dedup_on=dedup is not None),
         envelopes | "WriteDeadLetters" >> WriteDeadLetters(spill_dir, cfg),
         envelopes | "WriteDuplicates" >> WriteDuplicates(cfg),

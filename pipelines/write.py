@@ -408,7 +408,7 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
         "bytes": sink.written,
         "sha256": digest.hexdigest(),
     }
-    if table is PAGES and len(excluded):
+    if table.folder == PAGES.folder and len(excluded):  # (compared by name: Beam hands the plan a copy)
         result["losers_file"] = _write_losers(plan, output, cfg, excluded)
     return result
 
