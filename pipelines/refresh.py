@@ -121,7 +121,15 @@ def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
 
 @functools.lru_cache(maxsize=4096)
 def file_digest(uri: str) -> str:
-    """sha256 of a local file's bytes; for an object store its own content id (no download)."""
+    """sha256 of a local file's bytes; for an object store its own content id (no download);
+    ``missing`` when there is no such file (the reader reports it)."""
+    try:
+        return _digest(uri)
+    except (FileNotFoundError, IndexError, OSError):
+        return "missing"
+
+
+def _digest(uri: str) -> str:
     if "://" not in uri:
         digest = hashlib.sha256()
         with open(uri, "rb") as f:
@@ -201,6 +209,18 @@ def _files_and_shape(unit: Any) -> tuple[list[str], Any]:
     return files, shape
 
 
+_sources: dict = {}
+
+
+def _source(settings):
+    from pipelines.sources import build_source
+
+    key = repr(settings)  # settings hold a dict: not hashable
+    if key not in _sources:
+        _sources[key] = build_source(settings)
+    return _sources[key]
+
+
 def describe_unit(settings, unit: Any, fingerprints: dict[str, str]) -> UnitInfo:
     """The unit's portable name, content hash and config hash, and its key."""
     files, shape = _files_and_shape(unit)
@@ -216,8 +236,14 @@ def describe_unit(settings, unit: Any, fingerprints: dict[str, str]) -> UnitInfo
         return x
 
     name = f"{settings.name}:{json.dumps(name_of(shape), sort_keys=True)}"
-    hashed = sorted({s for f in files for s in (_siblings(f) if "://" not in f else [f])})
-    content = _sha([[_relative(f, bases), file_digest(f)] for f in hashed])
+    own = getattr(_source(settings), "unit_digest", None)  # a reader that knows which bytes a unit reads
+    try:
+        content = own(unit) if own is not None else None
+    except Exception:  # e.g. an unreadable parquet: hash its files; the reader dead-letters it
+        content = None
+    if content is None:
+        hashed = sorted({s for f in files for s in (_siblings(f) if "://" not in f else [f])})
+        content = _sha([[_relative(f, bases), file_digest(f)] for f in hashed])
     config = _sha([FORMAT, fingerprints])
     return UnitInfo(_sha([name, content, config]), name, settings.name, content, config,
                     json.dumps(fingerprints, sort_keys=True))

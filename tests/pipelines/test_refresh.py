@@ -77,6 +77,43 @@ def test_a_moved_checkout_reprocesses_nothing(first, samples, tmp_path):
     assert digests(out2, "data") == digests(out, "data")
 
 
+def add_tarball(mix: Path) -> None:
+    """One more olmOCR-mix-1025 tarball (one new PDF) and its row in the subset's parquet file."""
+    import random
+
+    import pandas as pd
+
+    from samples.make.olmocr import write_tar
+    from samples.make.pdfs import paragraphs, text_pdf
+
+    rng = random.Random(2026)
+    paras = paragraphs(rng, 6, (60, 90))
+    text = "\n\n".join(paras)
+    write_tar(mix / "pdf_tarballs" / "00_documents_train_00001.tar.gz", [("rg_200/new.pdf", text_pdf([paras]))])
+    frame = pd.read_parquet(mix / "00_documents_train.parquet")
+    row = frame.iloc[[0]].copy()
+    row.index = pd.Index(["rg_200/new"], name=frame.index.name)
+    row["pdf_relpath"] = "pdf_tarballs/00_documents_train_00001.tar.gz:rg_200/new.pdf"
+    row["natural_text"] = text
+    pd.concat([frame, row]).to_parquet(mix / "00_documents_train.parquet")
+
+
+def test_adding_one_tarball_reads_only_it(first, samples, tmp_path):
+    _, out = first
+    grown = tmp_path / "samples"
+    shutil.copytree(samples, grown)
+    add_tarball(grown / "olmocr-mix-1025")
+    incremental, out2 = run(grown, tmp_path / "inc", previous=out)
+    summary = incremental.run["refresh"]
+    assert summary["processed_by_reason"] == {"added": 1}  # the parquet changed, its other units did not
+    assert incremental.totals("read").inputs == 1 + first[0].totals("read").inputs
+    full, out3 = run(grown, tmp_path / "full")
+    assert digests(out2, "data") == digests(out3, "data")
+    assert digests(out2, "dead_letter") == digests(out3, "dead_letter")
+    assert counts(incremental) == counts(full)
+
+
+@pytest.mark.slow
 def test_one_new_input_unit_is_the_only_one_read(first, samples, tmp_path):
     _, out = first
     grown = tmp_path / "samples"
