@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines import io
+from pipelines.io import content_id as file_digest
 from schemas.deadletter import DeadLetter
 from schemas.page import PAGE_SCHEMA
 
@@ -117,33 +118,6 @@ def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
 
 
 # --- unit identity ------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4096)
-def file_digest(uri: str) -> str:
-    """sha256 of a local file's bytes; for an object store its own content id (no download);
-    ``missing`` when there is no such file (the reader reports it)."""
-    try:
-        return _digest(uri)
-    except (FileNotFoundError, IndexError, OSError):
-        return "missing"
-
-
-def _digest(uri: str) -> str:
-    if "://" not in uri:
-        digest = hashlib.sha256()
-        with open(uri, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()
-    if uri.startswith("hf://"):
-        info = io._hf_fs().info(uri[len("hf://"):])
-        lfs = info.get("lfs") or {}
-        return str(lfs.get("sha256") or info.get("blob_id") or info.get("size"))
-    from apache_beam.io.filesystems import FileSystems
-
-    meta = FileSystems.match([uri])[0].metadata_list[0]
-    return f"{meta.size_in_bytes}:{meta.last_updated_in_seconds}"
 
 
 def _bases(settings) -> list[str]:

@@ -337,11 +337,10 @@ class OlmOcrMixSource(_MixBase):
         """The unit's content id for incremental refresh (``pipelines/refresh.py``): the parquet rows it
         reads (those pointing into its tarball; for the no-tarball unit, those pointing nowhere valid)
         and its tarball's bytes, so adding a tarball and its rows leaves the other units unchanged."""
-        from pipelines.refresh import file_digest
-
-        rows = _rows_by_tarball(unit.parquet, file_digest(unit.parquet), self._root(unit.parquet))
+        rows = _rows_by_tarball(unit.parquet, io.content_id(unit.parquet), self._root(unit.parquet))
         tarball = unit.tarballs[0] if unit.tarballs else None
-        return hashlib.sha256(f"{rows.get(tarball, '')}:{file_digest(tarball) if tarball else ''}".encode()).hexdigest()
+        own = f"{rows.get(tarball, '')}:{io.content_id(tarball) if tarball else ''}"
+        return hashlib.sha256(own.encode()).hexdigest()
 
     def member_key(self, row: dict[str, Any], tar_names: set[str]) -> tuple[str, str]:
         rel = row.get("pdf_relpath")
