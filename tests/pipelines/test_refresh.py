@@ -34,13 +34,13 @@ def counts(manifest: RunManifest) -> str:
 
 
 @pytest.fixture(scope="module")
-def samples(small_corpus_samples) -> Path:
-    return small_corpus_samples
+def samples(subset_samples) -> Path:
+    return subset_samples
 
 
 @pytest.fixture(scope="module")
-def first(small_corpus) -> tuple[RunManifest, Path]:
-    return small_corpus
+def first(subset_run) -> tuple[RunManifest, Path]:
+    return subset_run
 
 
 def test_a_full_run_writes_the_units_table_and_stamps_pages(first):

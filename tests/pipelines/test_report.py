@@ -10,8 +10,8 @@ from schemas.browser import new_offline_page, shared_browser
 
 
 @pytest.fixture(scope="module")
-def opened(small_corpus, tmp_path_factory):
-    manifest, corpus = small_corpus
+def opened(subset_run, tmp_path_factory):
+    manifest, corpus = subset_run
     out = tmp_path_factory.mktemp("report")
     assert report.main(["--corpus", str(corpus), "--out", str(out), "--per-source", "2"]) == 0
     # the process's shared browser: the synthetic pages of the corpus run were rendered with it
