@@ -7,7 +7,8 @@ Builds an olmOCR-mix-1025-layout input of ``--pages`` distinct single-page text 
 ``--per-tar`` pages (one unit per tarball), runs the corpus DAG
 (configs/corpus.yaml's render, clean stages and dedup; DirectRunner, ``--workers`` processes) in
 full, then again with ``--previous`` on the unchanged input, then after adding one tarball of
-``--per-tar`` new pages (and their parquet rows). Prints each wall time, the units read and
+``--per-tar`` new pages (and their parquet rows); each run is its own ``python -m pipelines.corpus``
+process, as a scheduler would start it. Prints each wall time, the units read and
 reused, the ratios, and the load average while it ran (the machine may be shared).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,11 +29,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipelines import corpus  # noqa: E402
-from pipelines.config import load_config  # noqa: E402
-from pipelines.quiet import quiet_beam_args, quiet_stderr  # noqa: E402
 from samples.make.olmocr import write_tar  # noqa: E402
 from samples.make.pdfs import paragraphs, text_pdf  # noqa: E402
+from schemas.manifest import RunManifest  # noqa: E402
 
 
 def build_input(root: Path, first: int, pages: int, per_tar: int) -> None:
@@ -70,13 +70,17 @@ def config(root: Path, out: Path) -> Path:
 
 
 def timed_run(root: Path, out: Path, workers: int, previous: Path | None = None) -> tuple[float, dict]:
-    cfg = load_config(config(root, out))
-    args = (["--direct_running_mode=in_memory", "--direct_num_workers=1"] if workers == 1 else
+    """One ``python -m pipelines.corpus`` process (cold, as a scheduler runs it): wall seconds and the
+    manifest's refresh summary."""
+    beam = (["--direct_running_mode=in_memory", "--direct_num_workers=1"] if workers == 1 else
             ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"])
+    command = [sys.executable, "-m", "pipelines.corpus", "--config", str(config(root, out)), *beam]
+    if previous is not None:
+        command += ["--previous", str(previous)]
     started = time.perf_counter()
-    with quiet_stderr():
-        manifest = corpus.run(cfg, quiet_beam_args(args), previous=str(previous) if previous else None)
+    subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seconds = time.perf_counter() - started
+    manifest = RunManifest.from_json((out / "manifest.json").read_text())
     assert manifest.imbalances() == [], manifest.imbalances()
     return seconds, {**manifest.run["refresh"], "written": manifest.records_written}
 
