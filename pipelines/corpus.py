@@ -682,6 +682,11 @@ def main(argv: list[str] | None = None) -> int:
     print(manifest.summary_table())
     print(f"\nwrote {cfg.run.output}: {len(manifest.shards)} shard(s), manifest.json, "
           f"{len(manifest.dead_letter_files)} dead-letter file(s)")
+    refresh = manifest.run.get("refresh") or {}
+    if refresh.get("previous"):
+        reasons = ", ".join(f"{n} {reason}" for reason, n in refresh["processed_by_reason"].items()) or "none"
+        print(f"refresh from {refresh['previous']}: {refresh['units_reused']} unit(s) reused "
+              f"({refresh['pages_carried']} pages carried), read: {reasons}, removed: {refresh['units_removed']}")
     problems = manifest.imbalances()
     if problems:
         print("manifest does not balance:\n  " + "\n  ".join(problems), file=sys.stderr)
