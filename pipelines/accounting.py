@@ -47,8 +47,7 @@ class Kind(str, enum.Enum):
     UNIT_DEAD = "unit_dead"  # (unit key, DeadLetter): a dead letter of a known unit, for the units table
     UNIT_COUNT = "unit_count"  # (unit key, stage, kind, reason, value) summed over the run
     UNIT_INFO = "unit_info"  # a pipelines.refresh.UnitInfo of this run (processed or reused)
-    CARRY = "carry"  # (table, path, stage, reason): a previous run's file to carry reused units' rows from
-    REUSED = "reused"  # the frozenset of reused unit keys (one per run)
+    CARRY = "carry"  # (table, path, stage, reason, reused keys file): a previous run's file to carry rows from
     REFRESH = "refresh"  # the reuse decision's summary, for the manifest
 
     def __str__(self) -> str:

@@ -216,10 +216,12 @@ def described_units(element, fingerprints: dict[str, dict[str, str]]) -> Iterato
         yield settings, unit, describe_unit(settings, unit, fingerprints[settings.name])
 
 
-def decide_reuse(planned: Iterable[tuple], previous_uri: str | None) -> Iterator[Envelope]:
+def decide_reuse(planned: Iterable[tuple], previous_uri: str | None, spill_dir: str) -> Iterator[Envelope]:
     """The reuse decision over every planned unit: units to read (``UNIT``), the reused units'
     counts and dead letters as their previous run recorded them, the previous files to carry pages
-    and dropped samples from (``CARRY``), the reused keys (``REUSED``), every unit's info and a summary."""
+    and dropped samples from (``CARRY``, each naming the file of reused keys written under
+    ``spill_dir``: a file, not a side input, which Beam's DaskRunner computes inside each task),
+    every unit's info and a summary."""
     planned = list(planned)
     previous = PreviousRun.load(previous_uri)
     decision = decide([info for _, _, info in planned], previous)
@@ -234,16 +236,17 @@ def decide_reuse(planned: Iterable[tuple], previous_uri: str | None) -> Iterator
         for letter in carried_dead_letters(row):
             yield Envelope(Kind.DEAD, letter)
             yield Envelope(Kind.UNIT_DEAD, (key, letter))
-    yield Envelope(Kind.REUSED, frozenset(decision.reused))
     yield Envelope(Kind.REFRESH, decision.summary(previous.folder if previous else None))
     if previous is not None and decision.reused:
+        keys = io.join(spill_dir, "reused_units.json")
+        io.write_bytes_atomic(keys, json.dumps(sorted(decision.reused)).encode())
         for path in previous.files("data/*.parquet") + previous.files("refresh/dedup_losers/*.parquet"):
-            yield Envelope(Kind.CARRY, ("pages", path, "", ""))
+            yield Envelope(Kind.CARRY, ("pages", path, "", "", keys))
         names = {"dropped/" + f"{stage}-{reason}.parquet".replace(":", "_").replace("/", "_"): (stage, reason)
                  for stage, per in _previous_drops(previous) for reason in per}
         for name in previous.dropped_files:
             if name in names:
-                yield Envelope(Kind.CARRY, ("sample", io.join(previous.folder, name), *names[name]))
+                yield Envelope(Kind.CARRY, ("sample", io.join(previous.folder, name), *names[name], keys))
 
 
 def _previous_drops(previous: PreviousRun) -> Iterator[tuple[str, set[str]]]:
@@ -252,10 +255,15 @@ def _previous_drops(previous: PreviousRun) -> Iterator[tuple[str, set[str]]]:
         yield stage, set(manifest.totals(stage).dropped)
 
 
-def read_carried(task: tuple[str, str, str, str], reused: frozenset[str]) -> Iterator[Envelope]:
+@functools.lru_cache(maxsize=4)
+def _reused_keys(path: str) -> frozenset[str]:
+    return frozenset(json.loads(io.read_bytes(path)))
+
+
+def read_carried(task: tuple[str, str, str, str, str]) -> Iterator[Envelope]:
     """A previous run's page file -> the reused units' pages (``ITEM``) or dropped samples (``SAMPLE``)."""
-    table, path, stage, reason = task
-    for row in carried_rows(path, reused):
+    table, path, stage, reason, keys = task
+    for row in carried_rows(path, _reused_keys(keys)):
         record = PageRecord.from_row(row)
         yield Envelope(Kind.ITEM, record) if table == "pages" else Envelope(Kind.SAMPLE,
                                                                            DroppedSample(stage, reason, record))
@@ -263,7 +271,7 @@ def read_carried(task: tuple[str, str, str, str], reused: frozenset[str]) -> Ite
 
 def is_accounted(envelope: Envelope) -> bool:
     """What the reuse decision passes on to the rest of the DAG (not its internal routing)."""
-    return envelope.kind not in (Kind.UNIT, Kind.CARRY, Kind.REUSED)
+    return envelope.kind not in (Kind.UNIT, Kind.CARRY)
 
 
 def is_unit_result(envelope: Envelope) -> bool:
@@ -350,18 +358,18 @@ class ReuseUnchanged(beam.PTransform):
     Without ``previous`` every unit is read. Either way every unit's info and a summary ride along
     to the manifest step."""
 
-    def __init__(self, previous: str | None):
+    def __init__(self, previous: str | None, spill_dir: str):
         super().__init__()
-        self.previous = previous
+        self.previous, self.spill_dir = previous, spill_dir
 
     def expand(self, planned):
-        decided = planned | "GatherUnits" >> GatherAll() | "Decide" >> beam.FlatMap(decide_reuse, self.previous)
-        reused = decided | "ReusedKeys" >> payloads(Kind.REUSED)
+        decided = (planned | "GatherUnits" >> GatherAll()
+                   | "Decide" >> beam.FlatMap(decide_reuse, self.previous, self.spill_dir))
         pages = (
             decided
             | "CarryFiles" >> payloads(Kind.CARRY)
             | "SpreadCarryFiles" >> beam.Reshuffle()
-            | "ReadCarried" >> beam.FlatMap(read_carried, beam.pvalue.AsSingleton(reused))
+            | "ReadCarried" >> beam.FlatMap(read_carried)
         )
         accounted = decided | "Accounted" >> beam.Filter(is_accounted)
         return {
@@ -607,7 +615,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
     units = (
         p
         | "PlanUnits" >> PlanUnits(cfg)
-        | "ReuseUnchanged" >> ReuseUnchanged(previous)
+        | "ReuseUnchanged" >> ReuseUnchanged(previous, spill_dir)
     )
     envelopes = (
         (units["read"] | "ReadRenderValidate" >> ReadRenderValidate(cfg) | "Clean" >> Clean(cfg.clean),
