@@ -42,6 +42,13 @@ class Kind(str, enum.Enum):
     DEAD_FILE = "dead_file"  # write_shard's result for a dead-letter shard
     SAMPLE_FILE = "sample_file"  # dropped/<stage>-<reason>.parquet, relative to the output
     DEDUP_FILE = "dedup_file"  # write_shard's result for a shard of dropped/dedup-duplicates-*.parquet
+    # incremental refresh (pipelines/refresh.py, the ReuseUnchanged step)
+    UNIT = "unit"  # (settings, unit, UnitInfo): a planned input unit
+    UNIT_DEAD = "unit_dead"  # (unit key, DeadLetter): a dead letter of a known unit, for the units table
+    UNIT_COUNT = "unit_count"  # (unit key, stage, kind, reason, value) summed over the run
+    UNIT_INFO = "unit_info"  # a pipelines.refresh.UnitInfo of this run (processed or reused)
+    CARRY = "carry"  # (table, path, stage, reason, reused keys file): a previous run's file to carry rows from
+    REFRESH = "refresh"  # the reuse decision's summary, for the manifest
 
     def __str__(self) -> str:
         return self.value
@@ -91,24 +98,33 @@ def _dead(stage: str, source: str, source_id: str, exc: BaseException) -> DeadLe
     return DeadLetter(source, source_id, stage, reason, type(exc).__name__, message)
 
 
+def unit_of(item: Any) -> str:
+    """The input unit a record came from (``pipelines.refresh.UNIT_FIELD`` in its metadata), or ""."""
+    metadata = getattr(item, "metadata", None)
+    return metadata.get("refresh_unit", "") if isinstance(metadata, dict) else ""
+
+
 def _outcome(stage: str, source: str, source_id: str, outputs: list | None,
-             error: BaseException | None) -> Iterator[Envelope]:
-    yield Envelope(Kind.EVENT, CountEvent(stage, source, "in", "", 1))
+             error: BaseException | None, unit: str = "") -> Iterator[Envelope]:
+    yield Envelope(Kind.EVENT, CountEvent(stage, source, "in", "", 1, unit))
     if error is None:
-        yield Envelope(Kind.EVENT, CountEvent(stage, source, "out", "", 1))
-        yield Envelope(Kind.EVENT, CountEvent(stage, source, "emitted", "", len(outputs or [])))
+        yield Envelope(Kind.EVENT, CountEvent(stage, source, "out", "", 1, unit))
+        yield Envelope(Kind.EVENT, CountEvent(stage, source, "emitted", "", len(outputs or []), unit))
         for output in outputs or []:
             yield Envelope(Kind.ITEM, output)
     elif isinstance(error, Dropped):
-        yield Envelope(Kind.EVENT, CountEvent(stage, source, "dropped", error.reason, 1))
+        yield Envelope(Kind.EVENT, CountEvent(stage, source, "dropped", error.reason, 1, unit))
     else:
         letter = _dead(stage, source, source_id, error)
-        yield Envelope(Kind.EVENT, CountEvent(stage, source, "dead", letter.reason, 1))
+        yield Envelope(Kind.EVENT, CountEvent(stage, source, "dead", letter.reason, 1, unit))
         yield Envelope(Kind.DEAD, letter)
+        if unit:
+            yield Envelope(Kind.UNIT_DEAD, (unit, letter))
 
 
-def account_rows(stage: str, source: str, rows: Iterable[Row]) -> Iterator[Envelope]:
-    """Envelopes for a source's rows; a crash of the reader itself is one dead letter for the unit."""
+def account_rows(stage: str, source: str, rows: Iterable[Row], unit: str = "") -> Iterator[Envelope]:
+    """Envelopes for a source's rows; a crash of the reader itself is one dead letter for the unit.
+    ``unit``: the unit's refresh key, put on its count events and dead letters (``pipelines.refresh``)."""
     started = time.perf_counter()
     iterator = iter(rows)
     while True:
@@ -117,13 +133,13 @@ def account_rows(stage: str, source: str, rows: Iterable[Row]) -> Iterator[Envel
         except StopIteration:
             break
         except Exception as exc:  # the reader failed outside any row: account for the unit
-            yield from _outcome(stage, source, "<unit>", None, exc)
+            yield from _outcome(stage, source, "<unit>", None, exc, unit)
             break
         if row.continues and row.error is None:  # more pages of a record counted in an earlier row
-            yield Envelope(Kind.EVENT, CountEvent(stage, source, "emitted", "", len(row.pages)))
+            yield Envelope(Kind.EVENT, CountEvent(stage, source, "emitted", "", len(row.pages), unit))
             yield from (Envelope(Kind.ITEM, page) for page in row.pages)
         else:
-            yield from _outcome(stage, source, row.source_id, row.pages, row.error)
+            yield from _outcome(stage, source, row.source_id, row.pages, row.error, unit)
     yield Envelope(Kind.EVENT, CountEvent(stage, source, "seconds", "", time.perf_counter() - started))
 
 
@@ -140,12 +156,13 @@ def apply_stage(stage: str, fn: Callable[[Any], list], item: Any,
         outputs, error = fn(item), None
     except Exception as exc:
         outputs, error = None, exc
-    yield from _outcome(stage, item.source, item.source_id, outputs, error)
+    unit = unit_of(item)
+    yield from _outcome(stage, item.source, item.source_id, outputs, error, unit)
     for output in outputs or []:
         counters = (getattr(output, "quality", None) or {}).get(stage, {})
         for name, value in (counters.get("counters") or {}).items() if isinstance(counters, dict) else ():
             if value:
-                yield Envelope(Kind.EVENT, CountEvent(stage, item.source, "counter", name, value))
+                yield Envelope(Kind.EVENT, CountEvent(stage, item.source, "counter", name, value, unit))
     if keep_dropped and isinstance(error, Dropped):
         yield Envelope(Kind.SAMPLE, DroppedSample(stage, error.reason, item))
     yield Envelope(Kind.EVENT, CountEvent(stage, item.source, "seconds", "", time.perf_counter() - started))

@@ -1,7 +1,14 @@
 """The corpus DAG: sources -> render -> validate -> clean -> write, dedup -> sharded Parquet, dead
 letters, dropped samples and manifest.
 
-    python -m pipelines.corpus [--config configs/corpus.yaml] [--output DIR] [beam options...]
+    python -m pipelines.corpus [--config configs/corpus.yaml] [--output DIR] [--previous RUN] [beam options...]
+    python -m pipelines.corpus --releases out/releases [--version V] [beam options...]
+
+``--previous`` (a run folder, or a releases root whose ``LATEST`` names one) makes the run
+incremental: units whose content and stage configs are unchanged are carried over from it, the
+rest are read (``pipelines/refresh.py``; docs/refresh.md). ``--releases ROOT`` writes to
+``ROOT/<version>``, refreshes from ``ROOT``'s latest version when there is one, and points
+``ROOT/LATEST`` at the new version once the run balances.
 
 Any option this module does not know (``--runner=DataflowRunner --project=... --region=...``,
 ``--runner=FlinkRunner --flink_master=...``, ``--runner=SparkRunner ...``,
@@ -47,6 +54,19 @@ from pipelines.clean.dedup_stage import (
 from pipelines.clean.registry import build_stage
 from pipelines.config import CleanConfig, CorpusConfig, SourceSettings, load_config
 from pipelines.quiet import quiet_beam_args, quiet_stderr
+from pipelines.refresh import (
+    LATEST,
+    UNITS_FILE,
+    PreviousRun,
+    carried_dead_letters,
+    carried_events,
+    carried_rows,
+    decide,
+    describe_unit,
+    stage_fingerprints,
+    units_table,
+    version_name,
+)
 from pipelines.render import render_page
 from pipelines.transforms import (
     ApplyBatchStage,
@@ -191,9 +211,93 @@ def write_samples(group: tuple[tuple[str, str], list[PageRecord]], dropped_dir: 
     return Envelope(Kind.SAMPLE_FILE, write_dropped_samples(stage_reason, records, dropped_dir))
 
 
+def described_units(element, fingerprints: dict[str, dict[str, str]]) -> Iterator[tuple]:
+    """``(settings, uri)`` -> ``(settings, unit, UnitInfo)`` for each unit the source plans."""
+    for settings, unit in plan_units(element):
+        yield settings, unit, describe_unit(settings, unit, fingerprints[settings.name])
+
+
+def decide_reuse(planned: Iterable[tuple], previous_uri: str | None, spill_dir: str) -> Iterator[Envelope]:
+    """The reuse decision over every planned unit: units to read (``UNIT``), the reused units'
+    counts and dead letters as their previous run recorded them, the previous files to carry pages
+    and dropped samples from (``CARRY``, each naming the file of reused keys written under
+    ``spill_dir``: a file, not a side input, which Beam's DaskRunner computes inside each task),
+    every unit's info and a summary."""
+    planned = list(planned)
+    previous = PreviousRun.load(previous_uri)
+    decision = decide([info for _, _, info in planned], previous)
+    todo = dict(decision.process)
+    for settings, unit, info in planned:
+        yield Envelope(Kind.UNIT_INFO, info)
+        if info.key in todo:
+            yield Envelope(Kind.UNIT, (settings, unit, info.key))
+    for key, row in sorted(decision.reused.items()):
+        for event in carried_events(row):
+            yield Envelope(Kind.EVENT, CountEvent(*event, key))
+        for letter in carried_dead_letters(row):
+            yield Envelope(Kind.DEAD, letter)
+            yield Envelope(Kind.UNIT_DEAD, (key, letter))
+    yield Envelope(Kind.REFRESH, decision.summary(previous.folder if previous else None))
+    if previous is not None and decision.reused:
+        keys = io.join(spill_dir, "reused_units.json")
+        io.write_bytes_atomic(keys, json.dumps(sorted(decision.reused)).encode())
+        for path in previous.files("data/*.parquet") + previous.files("refresh/dedup_losers/*.parquet"):
+            yield Envelope(Kind.CARRY, ("pages", path, "", "", keys))
+        names = {"dropped/" + f"{stage}-{reason}.parquet".replace(":", "_").replace("/", "_"): (stage, reason)
+                 for stage, per in _previous_drops(previous) for reason in per}
+        for name in previous.dropped_files:
+            if name in names:
+                yield Envelope(Kind.CARRY, ("sample", io.join(previous.folder, name), *names[name], keys))
+
+
+def _previous_drops(previous: PreviousRun) -> Iterator[tuple[str, set[str]]]:
+    manifest = RunManifest.from_json(io.read_bytes(io.join(previous.folder, "manifest.json")).decode())
+    for stage in manifest.stage_order:
+        yield stage, set(manifest.totals(stage).dropped)
+
+
+@functools.lru_cache(maxsize=4)
+def _reused_keys(path: str) -> frozenset[str]:
+    return frozenset(json.loads(io.read_bytes(path)))
+
+
+def read_carried(task: tuple[str, str, str, str, str]) -> Iterator[Envelope]:
+    """A previous run's page file -> the reused units' pages (``ITEM``) or dropped samples (``SAMPLE``)."""
+    table, path, stage, reason, keys = task
+    for row in carried_rows(path, _reused_keys(keys)):
+        record = PageRecord.from_row(row)
+        yield Envelope(Kind.ITEM, record) if table == "pages" else Envelope(Kind.SAMPLE,
+                                                                           DroppedSample(stage, reason, record))
+
+
+def is_accounted(envelope: Envelope) -> bool:
+    """What the reuse decision passes on to the rest of the DAG (not its internal routing)."""
+    return envelope.kind not in (Kind.UNIT, Kind.CARRY)
+
+
+def is_unit_result(envelope: Envelope) -> bool:
+    return envelope.kind in (Kind.UNIT_INFO, Kind.UNIT_DEAD, Kind.REFRESH)
+
+
+def keyed_unit_count(event: CountEvent) -> tuple[tuple[str, str, str, str], float]:
+    return (event.unit, event.stage, event.kind, event.reason), event.value
+
+
+def summed_unit_count(key: tuple[str, str, str, str], total: float) -> Envelope:
+    return Envelope(Kind.UNIT_COUNT, (*key, total))
+
+
+def is_unit_event(event: CountEvent, stages: frozenset[str]) -> bool:
+    """A count a unit's records make up to writing (at ``write`` only a dead letter names its unit: the
+    pages written are counted again when carried): what a later run carries over with the unit."""
+    return bool(event.unit) and event.stage in stages and event.kind != "seconds"
+
+
 def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_args: list[str]) -> None:
-    """The last step: manifest.json from the summed counts, shard and dead-letter results."""
-    routed = by_kind(items, Kind.COUNT, Kind.SHARD, Kind.DEAD_FILE, Kind.SAMPLE_FILE, Kind.DEDUP_FILE)
+    """The last step: manifest.json from the summed counts, shard and dead-letter results; the units
+    table an incremental refresh reads (``refresh/units.parquet``)."""
+    routed = by_kind(items, Kind.COUNT, Kind.SHARD, Kind.DEAD_FILE, Kind.SAMPLE_FILE, Kind.DEDUP_FILE,
+                     Kind.UNIT_INFO, Kind.UNIT_COUNT, Kind.UNIT_DEAD, Kind.REFRESH)
     shards = sorted(routed[Kind.SHARD], key=lambda s: s["file"])
     dead_files = sorted(routed[Kind.DEAD_FILE], key=lambda d: d["file"])
     sample_files = routed[Kind.SAMPLE_FILE] + [d["file"] for d in routed[Kind.DEDUP_FILE]]
@@ -205,17 +309,24 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
             "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
             "beam_args": beam_args,
             "seconds": round(time.time() - started, 3),
+            **({"refresh": routed[Kind.REFRESH][0]} if routed[Kind.REFRESH] else {}),
         },
         shards=shards,
         dead_letter_files=[d["file"] for d in dead_files],
         dropped_sample_files=sorted(sample_files),
     )
     out = cfg.run.output
-    keep = {s["file"] for s in shards} | {d["file"] for d in dead_files} | set(sample_files)
-    stale = [p for folder in ("data", "dead_letter", "dropped") for p in io.match(io.join(out, folder, "*.parquet"))
-             if "/".join(p.replace("\\", "/").split("/")[-2:]) not in keep]
+    losers = {s["losers_file"] for s in shards if "losers_file" in s}
+    keep = {s["file"] for s in shards} | {d["file"] for d in dead_files} | set(sample_files) | losers
+    stale = [p for folder in ("data", "dead_letter", "dropped", "refresh/dedup_losers")
+             for p in io.match(io.join(out, folder, "*.parquet"))
+             if "/".join(p.replace("\\", "/").split("/")[-2:]) not in keep
+             and "/".join(p.replace("\\", "/").split("/")[-3:]) not in keep]
     io.delete(stale)
     io.delete_tree(io.join(out, "_tmp"))
+    if routed[Kind.UNIT_INFO]:
+        io.write_bytes_atomic(io.join(out, UNITS_FILE),
+                              units_table(routed[Kind.UNIT_INFO], routed[Kind.UNIT_COUNT], routed[Kind.UNIT_DEAD]))
     io.write_bytes_atomic(io.join(out, "manifest.json"), manifest.to_json().encode("utf-8"))
 
 
@@ -224,21 +335,61 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
 # module is ``__main__``, and Beam pickles elements by class reference, which a worker cannot resolve.
 
 
-class ReadRenderValidate(beam.PTransform):
-    """Every input of every source -> planned units -> records, rendered and checked against the schema."""
+class PlanUnits(beam.PTransform):
+    """Every input of every source -> its units, each described for reuse: ``(settings, unit, UnitInfo)``."""
 
     def __init__(self, cfg: CorpusConfig):
         super().__init__()
-        self.cfg = cfg
         self.inputs = source_inputs(cfg.sources)  # fails while the DAG is built, before any work
+        self.fingerprints = stage_fingerprints(cfg)
 
     def expand(self, pbegin):
-        render = functools.partial(_render, self.cfg.render)
         return (
             pbegin
             | "Inputs" >> beam.Create(self.inputs)
             | "SpreadInputs" >> beam.Reshuffle()
-            | "PlanUnits" >> beam.FlatMap(plan_units)
+            | "PlanAndDescribe" >> beam.FlatMap(described_units, self.fingerprints)
+        )
+
+
+class ReuseUnchanged(beam.PTransform):
+    """Incremental refresh (``pipelines/refresh.py``): the planned units -> ``{"read": the units to
+    read as (settings, unit, key), "carried": envelopes of what the reused units had in ``previous``}``:
+    their pages, dead letters and dropped samples from its files, their counts from its units table.
+    Without ``previous`` every unit is read. Either way every unit's info and a summary ride along
+    to the manifest step."""
+
+    def __init__(self, previous: str | None, spill_dir: str):
+        super().__init__()
+        self.previous, self.spill_dir = previous, spill_dir
+
+    def expand(self, planned):
+        decided = (planned | "GatherUnits" >> GatherAll()
+                   | "Decide" >> beam.FlatMap(decide_reuse, self.previous, self.spill_dir))
+        pages = (
+            decided
+            | "CarryFiles" >> payloads(Kind.CARRY)
+            | "SpreadCarryFiles" >> beam.Reshuffle()
+            | "ReadCarried" >> beam.FlatMap(read_carried)
+        )
+        accounted = decided | "Accounted" >> beam.Filter(is_accounted)
+        return {
+            "read": decided | "ToRead" >> payloads(Kind.UNIT),
+            "carried": (accounted, pages) | "Carried" >> beam.Flatten(),
+        }
+
+
+class ReadRenderValidate(beam.PTransform):
+    """Units to read -> records, rendered and checked against the schema."""
+
+    def __init__(self, cfg: CorpusConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, units):
+        render = functools.partial(_render, self.cfg.render)
+        return (
+            units
             | "SpreadUnits" >> beam.Reshuffle()
             | "Read" >> beam.ParDo(ReadUnits("read"))
             | "Render" >> beam.ParDo(ApplyStage("render", render, self.cfg.run.progress_every))
@@ -429,6 +580,27 @@ class WriteDroppedSamples(beam.PTransform):
         )
 
 
+class UnitTable(beam.PTransform):
+    """What the units table needs: each unit's counts before writing (summed per unit, stage, kind
+    and reason), its dead letters, every unit's info and the reuse summary."""
+
+    def __init__(self, stages: list[str]):
+        super().__init__()
+        self.stages = frozenset(stages)
+
+    def expand(self, envelopes):
+        counts = (
+            envelopes
+            | "Events" >> payloads(Kind.EVENT)
+            | "UnitEvents" >> beam.Filter(is_unit_event, self.stages)
+            | "KeyUnitEvents" >> beam.Map(keyed_unit_count)
+            | "SumUnitEvents" >> beam.CombinePerKey(sum)
+            | "TagUnitCounts" >> beam.MapTuple(summed_unit_count)
+        )
+        infos = envelopes | "UnitInfos" >> beam.Filter(is_unit_result)
+        return (counts, infos) | "UnitResults" >> beam.Flatten()
+
+
 class WriteManifest(beam.PTransform):
     """Every step's results, gathered -> ``manifest.json`` (and stale files removed). The one last
     step that depends on everything: Beam's DaskRunner computes only the last transform's graph."""
@@ -446,20 +618,27 @@ class WriteManifest(beam.PTransform):
         )
 
 
-def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) -> None:
-    """The DAG, one step a line; everything travels as envelopes in one collection (``Kind``)."""
+def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], previous: str | None = None) -> None:
+    """The DAG, one step a line; everything travels as envelopes in one collection (``Kind``).
+    ``previous``: a run to refresh from (``ReuseUnchanged``), else every unit is read."""
     started = time.time()
     spill_dir = io.join(cfg.run.output, "_tmp", uuid.uuid4().hex[:12])
     dedup = dedup_config(cfg.clean.dedup) if "dedup" in stage_order(cfg) else None
-    envelopes = (
+    units = (
         p
-        | "ReadRenderValidate" >> ReadRenderValidate(cfg)
-        | "Clean" >> Clean(cfg.clean, cfg.run.output)
+        | "PlanUnits" >> PlanUnits(cfg)
+        | "ReuseUnchanged" >> ReuseUnchanged(previous, spill_dir)
+    )
+    envelopes = (
+        (units["read"] | "ReadRenderValidate" >> ReadRenderValidate(cfg) | "Clean" >> Clean(cfg.clean, cfg.run.output),
+         units["carried"])
+        | "WithCarried" >> beam.Flatten()
         | "SpillPages" >> SpillPages(spill_dir, cfg.write, dedup)
         | "Dedup" >> Dedup(dedup, spill_dir, cfg.write)
     )
     results = (
         envelopes | "SumCounts" >> SumCounts(),
+        envelopes | "UnitTable" >> UnitTable(stage_order(cfg)[:stage_order(cfg).index("write") + 1]),
         envelopes | "WritePages" >> WriteShards(PAGES, Kind.SHARD, cfg, dedup_on=dedup is not None),
         envelopes | "WriteDeadLetters" >> WriteDeadLetters(spill_dir, cfg),
         envelopes | "WriteDuplicates" >> WriteDuplicates(cfg),
@@ -468,11 +647,12 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str]) ->
     results | "WriteManifest" >> WriteManifest(cfg, started, beam_args)
 
 
-def run(cfg: CorpusConfig, beam_args: list[str] | None = None) -> RunManifest:
-    """Run the DAG and return the manifest it wrote (raises if the run does not balance)."""
+def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | None = None) -> RunManifest:
+    """Run the DAG and return the manifest it wrote (raises if the run does not balance).
+    ``previous``: refresh incrementally from that run (a run folder or a releases root)."""
     args = list(cfg.run.beam_args) + list(beam_args or [])
     p = beam.Pipeline(options=PipelineOptions(args))
-    build_pipeline(p, cfg, args)
+    build_pipeline(p, cfg, args, previous)
     result = p.run()
     try:
         result.wait_until_finish()
@@ -493,8 +673,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true",
                         help="show Beam's own log lines (INFO and up, workers included); by default a run prints "
                              "progress lines and the summary only")
+    parser.add_argument("--previous", help="refresh incrementally from this run: its folder (manifest.json, "
+                                             "refresh/units.parquet) or a releases root (follows its LATEST); "
+                                             "unchanged input units are carried over, the rest are read")
+    parser.add_argument("--releases", help="versions side by side: write ROOT/<version>, refresh from ROOT's LATEST "
+                                           "version (unless --previous is given), then point ROOT/LATEST at it")
+    parser.add_argument("--version", help="with --releases: the version folder's name (default: UTC time)")
     args, beam_args = parser.parse_known_args(argv)
     overrides: dict = {"run": {}}
+    previous = args.previous
+    if args.releases:
+        version = version_name(args.version or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        overrides["run"]["output"] = io.join(args.releases, version)
+        if previous is None and io.exists(io.join(args.releases, LATEST)):
+            previous = args.releases
     if args.output:
         overrides["run"]["output"] = args.output
     if args.max_dead_letter_rate is not None:
@@ -503,13 +695,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose:
         logging.basicConfig()  # a no-op when Beam's import already configured the root logger
         logging.getLogger().setLevel(logging.INFO)
-        manifest = run(cfg, beam_args)
+        manifest = run(cfg, beam_args, previous)
     else:
         with quiet_stderr():
-            manifest = run(cfg, quiet_beam_args(beam_args))
+            manifest = run(cfg, quiet_beam_args(beam_args), previous)
     print(manifest.summary_table())
     print(f"\nwrote {cfg.run.output}: {len(manifest.shards)} shard(s), manifest.json, "
           f"{len(manifest.dead_letter_files)} dead-letter file(s)")
+    refresh = manifest.run.get("refresh") or {}
+    if refresh.get("previous"):
+        reasons = ", ".join(f"{n} {reason}" for reason, n in refresh["processed_by_reason"].items()) or "none"
+        print(f"refresh from {refresh['previous']}: {refresh['units_reused']} unit(s) reused "
+              f"({refresh['pages_carried']} pages carried), read: {reasons}, removed: {refresh['units_removed']}")
     problems = manifest.imbalances()
     if problems:
         print("manifest does not balance:\n  " + "\n  ".join(problems), file=sys.stderr)
@@ -519,6 +716,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dead-letter rate {rate:.1%} exceeds --max-dead-letter-rate {cfg.run.max_dead_letter_rate:.1%}",
               file=sys.stderr)
         return 3
+    if args.releases:
+        io.write_bytes_atomic(io.join(args.releases, LATEST), cfg.run.output.rstrip("/").rsplit("/", 1)[-1].encode())
+        print(f"{io.join(args.releases, LATEST)} -> {cfg.run.output}")
     return 0
 
 

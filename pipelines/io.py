@@ -8,7 +8,9 @@ laptop and on a cluster whose workers share no disk.
 from __future__ import annotations
 
 import copy
+import functools
 import glob as _glob
+import hashlib
 import os
 from typing import IO
 
@@ -183,3 +185,30 @@ def write_bytes_atomic(uri: str, data: bytes) -> None:
     with open_write(tmp) as fh:
         fh.write(data)
     rename(tmp, uri)
+
+
+@functools.lru_cache(maxsize=4096)
+def content_id(uri: str) -> str:
+    """What a file holds, as an id (incremental refresh, ``pipelines/refresh.py``): sha256 of a local
+    file's bytes; for an object store its own content id, without downloading (Hub: the LFS sha256 or
+    blob id; others: size and mtime); ``missing`` when there is no such file (the reader reports it).
+    Cached per process."""
+    try:
+        return _digest(uri)
+    except (FileNotFoundError, IndexError, OSError):
+        return "missing"
+
+
+def _digest(uri: str) -> str:
+    if "://" not in uri:
+        digest = hashlib.sha256()
+        with open(uri, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    if uri.startswith("hf://"):
+        info = _hf_fs().info(uri[len("hf://"):])
+        lfs = info.get("lfs") or {}
+        return str(lfs.get("sha256") or info.get("blob_id") or info.get("size"))
+    meta = FileSystems.match([uri])[0].metadata_list[0]
+    return f"{meta.size_in_bytes}:{meta.last_updated_in_seconds}"

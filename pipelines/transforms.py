@@ -24,16 +24,21 @@ from schemas.manifest import CountEvent
 
 
 class ReadUnits(beam.DoFn):
-    """``(source settings, unit)`` -> envelopes of ``SourcePage`` rows for the ``read`` stage."""
+    """``(source settings, unit[, refresh key])`` -> envelopes of ``SourcePage`` rows for the ``read``
+    stage. With a key (``pipelines.refresh``), each page carries it in ``metadata["refresh_unit"]``
+    and the unit's count events and dead letters name it."""
 
     def __init__(self, stage: str = "read"):
         self.stage = stage
         self._sources: dict = {}
 
     def process(self, element) -> Iterator:
-        settings, unit = element
+        settings, unit, *key = element
         source = self._source(settings)
-        yield from account_rows(self.stage, settings.name, source.read(unit))
+        rows = source.read(unit)
+        if key:
+            rows = _stamped(rows, key[0])
+        yield from account_rows(self.stage, settings.name, rows, key[0] if key else "")
 
     def _source(self, settings):
         from pipelines.sources import build_source
@@ -41,6 +46,13 @@ class ReadUnits(beam.DoFn):
         if settings.name not in self._sources:
             self._sources[settings.name] = build_source(settings)
         return self._sources[settings.name]
+
+
+def _stamped(rows, key: str) -> Iterator:
+    for row in rows:
+        for page in row.pages:
+            page.metadata["refresh_unit"] = key
+        yield row
 
 
 def plan_units(element) -> Iterator:

@@ -71,6 +71,9 @@ class ShardedTable:
 PAGES = ShardedTable("data", PAGE_SCHEMA, ("id", "image_sha256"))
 # Dead letters are sharded like pages (a run may dead-letter millions); one "split" per stage.
 DEAD_LETTERS = ShardedTable("dead_letter", DEAD_LETTER_SCHEMA, ("id", "source", "source_id", "reason", "message"))
+# The full records dedup dropped, one file per page shard that lost any (named like it): what an
+# incremental refresh carries over with the kept pages (pipelines/refresh.py).
+LOSER_PAGES = ShardedTable("refresh/dedup_losers", PAGE_SCHEMA, ("id", "image_sha256"))
 
 
 @dataclass(frozen=True)
@@ -399,13 +402,33 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
                 chunk = rows.take(order.slice(start, stop - start))
                 writer.write_table(chunk.replace_schema_metadata(schema.metadata), row_group_size=stop - start)
     io.rename(tmp, final)
-    return {
+    result = {
         "file": f"{table.folder}/{plan.name}",
         "split": plan.split,
         "rows": rows.num_rows,
         "bytes": sink.written,
         "sha256": digest.hexdigest(),
     }
+    if table.folder == PAGES.folder and len(excluded):  # (compared by name: Beam hands the plan a copy)
+        result["losers_file"] = _write_losers(plan, output, cfg, excluded)
+    return result
+
+
+def _write_losers(plan: ShardPlan, output: str, cfg: WriteConfig, excluded: pa.Array) -> str:
+    """The shard range's records that dedup dropped, in full (``LOSER_PAGES``): at most the shard's size."""
+    def lost(batch: pa.RecordBatch) -> pa.RecordBatch:
+        ids = batch.column("id")
+        return batch.filter(pc.and_(plan.in_range(ids), pc.is_in(ids, value_set=excluded)))
+
+    batches = [kept for path, index in plan.files for kept in _spill_batches(path, index, plan.spill_buckets(cfg), lost)
+               if kept.num_rows]
+    rows = pa.Table.from_batches(batches, schema=PAGE_SCHEMA) if batches else PAGE_SCHEMA.empty_table()
+    rows = rows.take(pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in LOSER_PAGES.sort_keys]))
+    buf = _io.BytesIO()
+    pq.write_table(rows.replace_schema_metadata(PAGE_SCHEMA.metadata), buf, compression=cfg.compression)
+    name = f"{LOSER_PAGES.folder}/{plan.name}"
+    io.write_bytes_atomic(io.join(output, name), buf.getvalue())
+    return name
 
 
 def parquet_writer(sink, schema: pa.Schema, compression: str) -> pq.ParquetWriter:

@@ -20,6 +20,7 @@ class CountEvent(NamedTuple):
     kind: str  # in | out | emitted | dropped | dead | counter | seconds
     reason: str
     value: float
+    unit: str = ""  # the input unit the record came from (pipelines/refresh.py), when known
 
 
 @dataclass

@@ -153,6 +153,38 @@ def sample_config(samples_root: Path, tmp_path: Path, **write) -> Path:
     return path
 
 
+# A few cheap sources of the samples, for corpus runs repeated in one test module (incremental refresh,
+# the report): olmOCR-mix tarball units (a 1025 page loses to a 0225 page in dedup), a parquet file,
+# local files and two synthetic pages (with unit tests).
+SMALL_CORPUS_SOURCES = ("olmocr-mix-1025", "olmocr-mix-0225", "europeana-newspapers", "local-pdfs", "jinaocrsynth")
+SMALL_CORPUS_SAMPLES = ("olmocr-mix-1025", "olmocr-mix-0225", "europeana", "local")
+
+
+def small_corpus_config(samples_root: Path, work: Path, edit=None) -> Path:
+    """``sample_config`` cut to ``SMALL_CORPUS_SOURCES``; ``edit(raw)`` may change the parsed YAML."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = sample_config(samples_root, work)
+    raw = yaml.safe_load(path.read_text())
+    raw["sources"] = [s for s in raw["sources"] if s["name"] in SMALL_CORPUS_SOURCES]
+    for source in raw["sources"]:
+        if source["kind"] == "jinaocrsynth":
+            source["options"].update(pages=2, pages_per_unit=1)
+    if edit:
+        edit(raw)
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def run_small_corpus(samples_root: Path, work: Path, previous: Path | None = None, edit=None):
+    """(manifest, output folder) of a small corpus run, incremental from ``previous`` when given."""
+    from pipelines import corpus
+    from pipelines.config import load_config
+
+    cfg = load_config(small_corpus_config(samples_root, work, edit))
+    manifest = corpus.run(cfg, IN_MEMORY, previous=str(previous) if previous else None)
+    return manifest, Path(cfg.run.output)
+
+
 # --------------------------------------------------------------------------- PubTabNet TEDS reference
 # Written from PubTabNet's src/metric.py (github.com/ibm-aur-nlp/PubTabNet), independently of
 # schemas/teds_pubtabnet.py, for tests/schemas/test_teds_conventions.py and benchmarks/teds.py:

@@ -18,6 +18,8 @@ one tarball's rows plus one row group.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import posixpath
@@ -331,6 +333,15 @@ class OlmOcrMixSource(_MixBase):
         for tar in tarballs:
             yield JoinUnit(uri, (tar,))
 
+    def unit_digest(self, unit: JoinUnit) -> str:
+        """The unit's content id for incremental refresh (``pipelines/refresh.py``): the parquet rows it
+        reads (those pointing into its tarball; for the no-tarball unit, those pointing nowhere valid)
+        and its tarball's bytes, so adding a tarball and its rows leaves the other units unchanged."""
+        rows = _rows_by_tarball(unit.parquet, io.content_id(unit.parquet), self._root(unit.parquet))
+        tarball = unit.tarballs[0] if unit.tarballs else None
+        own = f"{rows.get(tarball, '')}:{io.content_id(tarball) if tarball else ''}"
+        return hashlib.sha256(own.encode()).hexdigest()
+
     def member_key(self, row: dict[str, Any], tar_names: set[str]) -> tuple[str, str]:
         rel = row.get("pdf_relpath")
         if not rel or ":" not in rel:
@@ -352,12 +363,27 @@ class OlmOcrMixSource(_MixBase):
         yield from super().read(unit)
 
 
+@functools.lru_cache(maxsize=64)
+def _rows_by_tarball(parquet_uri: str, digest: str, root: str) -> dict[str | None, str]:
+    """Tarball URI (None: no valid ``pdf_relpath``) -> sha256 of the parquet rows pointing into it
+    (``digest``, the file's, keys the cache: a changed file is read again)."""
+    hashes: dict[str | None, Any] = {}
+    for batch in open_parquet(parquet_uri).iter_batches():
+        for row in batch.to_pylist():
+            rel = row.get("pdf_relpath")
+            name = rel.split(":", 1)[0] if rel and ":" in rel else None
+            key = io.join(root, name) if name and safe_member_name(name) else None
+            hashes.setdefault(key, hashlib.sha256()).update(json.dumps(row, sort_keys=True, default=str).encode())
+    return {key: h.hexdigest() for key, h in hashes.items()}
+
+
 class OlmOcrMix0225Source(OlmOcrMixSource):
     """olmOCR-mix-0225: JSON ``response`` column; PDFs ``{id}.pdf`` in the ``tarballs`` option's glob."""
 
     kind = "olmocr_mix_0225"
     key_columns = ()
     required_columns = ("url", "page_number", "response")
+    unit_digest = None  # one unit reads every tarball: its content is all of its files (pipelines/refresh.py)
 
     @dataclass(frozen=True)
     class Options(OlmOcrMixSource.Options):

@@ -151,8 +151,9 @@ def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
     steps = StepLabels()
     p.visit(steps)
     assert [s for s in steps.labels if s and "/" not in s] == [
-        "ReadRenderValidate", "Clean", "SpillPages", "Dedup", "SumCounts", "WritePages", "WriteDeadLetters",
-        "WriteDuplicates", "WriteDroppedSamples", "WriteManifest"]
+        "PlanUnits", "ReuseUnchanged", "ReadRenderValidate", "Clean", "WithCarried", "SpillPages", "Dedup",
+        "SumCounts", "UnitTable", "WritePages", "WriteDeadLetters", "WriteDuplicates", "WriteDroppedSamples",
+        "WriteManifest"]
     assert [s for s in steps.labels if s.count("/") == 1 and s.startswith("Clean/")] == [
         "Clean/conventions", "Clean/repeats", "Clean/short", "Clean/instruct"]
 

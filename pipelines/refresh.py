@@ -1,0 +1,411 @@
+"""Incremental refresh: which input units a run can carry over from a previous run, and how.
+
+A source plans its inputs into *units* (a parquet file joined with a tarball, a FinePDFs parquet
+file, a local file or page range, a block of synthetic pages). Each unit gets a ``UnitInfo``:
+
+- ``name``: what the unit is, portably (source name, unit kind, paths relative to the source's own
+  paths, page ranges): the same in a moved checkout;
+- ``content``: sha256 of the bytes it reads (each file and its same-stem siblings, e.g. a PDF's
+  ``.md`` label; for object stores the store's own id: Hub blob/LFS sha, else size and mtime);
+- ``config``: a hash of the code versions and portable configs of every stage its records pass
+  before writing (the source's reader, render, validate, each clean stage in order);
+- ``key``: hash of the three; pages carry it in ``metadata["refresh_unit"]``.
+
+Given the previous run's ``refresh/units.parquet`` (one row per unit: its info, its per-stage
+counts and its dead letters), ``decide`` sorts the current units: same key -> *reused* (its pages,
+dead letters, counts and dropped samples are carried over from the previous run's files), else
+*processed* with a reason (``added``, ``content changed``, ``config changed: <stages>``, ``no
+previous run``), and previous units not planned now are *removed*. One more rule keeps dedup
+exact: a reused unit whose pages lost a dedup comparison to a page of a unit that is not reused
+is processed again (``kept duplicate gone``), since its losers may now be kept. Dedup, write and
+the manifest always run over everything, so the run's shards and counts equal a full run's.
+
+Plain Python, no Beam import: ``pipelines/corpus.py`` wraps it in the ``ReuseUnchanged`` step.
+Path options that name folders (``mirror``, ``warc_root``, ``root``, ``cache_dir``) are taken
+as stores of immutable objects: their contents are not hashed, their location is made relative.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import posixpath
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipelines import io
+from pipelines.io import content_id as file_digest
+from schemas.deadletter import DeadLetter
+from schemas.page import PAGE_SCHEMA
+
+UNIT_FIELD = "refresh_unit"  # the key of a page's unit, in PageRecord.metadata
+UNITS_FILE = "refresh/units.parquet"
+LOSER_PAGES_FOLDER = "refresh/dedup_losers"  # full records of dedup's losers (data/ holds the kept ones)
+LATEST = "LATEST"  # a releases root's pointer file: the name of the newest version folder
+FORMAT = "1"  # of the unit table and the keys; a change reprocesses everything
+REPO = Path(__file__).resolve().parent.parent
+# extra code versions a source kind's pages depend on (its own module's VERSION is always taken)
+KIND_MODULES = {"jinaocrsynth": ("synth.pages", "synth.render_html", "synth.render_latex")}
+UNITS_SCHEMA = pa.schema([(n, pa.string()) for n in ("key", "name", "source", "content", "config", "stages",
+                                                     "counts", "dead_letters")])
+
+
+class UnitInfo(NamedTuple):
+    key: str
+    name: str
+    source: str
+    content: str
+    config: str
+    stages: str  # JSON {stage: fingerprint}: says which stage's change made a unit's config differ
+
+
+def _sha(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+# --- portable configs and stage fingerprints --------------------------------------------------
+
+
+def portable(value: Any) -> Any:
+    """``value`` with local absolute paths made location-free: a file by its content hash, a folder
+    by its path relative to the repository (or its name when outside it). Object-store URIs stay."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v) for v in value]
+    if isinstance(value, str) and os.path.isabs(value) and "://" not in value:
+        if os.path.isfile(value):
+            return f"sha256:{file_digest(value)}"
+        try:
+            return "repo:" + Path(value).resolve().relative_to(REPO).as_posix()
+        except ValueError:
+            return "dir:" + os.path.basename(value.rstrip("/"))
+    return value
+
+
+def _version(module_name: str) -> str:
+    __import__(module_name)
+    return str(getattr(sys.modules[module_name], "VERSION", "0"))
+
+
+def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
+    """source name -> {stage: fingerprint} for the stages a source's records pass before writing."""
+    from pipelines.clean.registry import stage_class
+    from pipelines.sources import source_class
+
+    shared = {"render": _sha(["render", _version("pipelines.render"), portable(dataclasses.asdict(cfg.render))]),
+              "validate": _sha(["validate", PAGE_SCHEMA.to_string()])}
+    for spec in cfg.clean.stages:
+        module = stage_class(spec["name"]).__module__
+        shared[spec["name"]] = _sha([spec["name"], _version(module), portable(dict(spec))])
+    out = {}
+    for settings in cfg.sources:
+        cls = source_class(settings.kind)
+        versions = [_version(cls.__module__)] + [_version(m) for m in KIND_MODULES.get(settings.kind, ())]
+        fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name != "paths"}
+        out[settings.name] = {"read": _sha(["read", settings.kind, versions, portable(fields)]), **shared}
+    return out
+
+
+# --- unit identity ------------------------------------------------------------------------------
+
+
+def _bases(settings) -> list[str]:
+    """The folders the source's paths start from (the part before any wildcard)."""
+    bases = []
+    for pattern in settings.paths:
+        head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+        bases.append(head if head.endswith("/") or "*" not in pattern else posixpath.dirname(head))
+    return [b.rstrip("/") for b in bases]
+
+
+def _relative(uri: str, bases: list[str]) -> str:
+    if "://" in uri or not os.path.isabs(uri):
+        return uri
+    for base in bases:
+        if base and (uri == base or uri.startswith(base + "/")):
+            return posixpath.relpath(uri, base) if uri != base else "."
+    return posixpath.relpath(uri, bases[0]) if bases and os.path.isabs(bases[0]) else os.path.basename(uri)
+
+
+def _siblings(path: str) -> list[str]:
+    """A local file and the files beside it with the same stem (a PDF's ``.md``/``.txt`` label)."""
+    folder, name = os.path.split(path)
+    stem = name.split(".")[0]
+    return [os.path.join(folder, n) for n in _listdir(folder or ".") if n.split(".")[0] == stem] or [path]
+
+
+@functools.lru_cache(maxsize=256)
+def _listdir(folder: str) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n))))
+    except OSError:
+        return ()
+
+
+def _files_and_shape(unit: Any) -> tuple[list[str], Any]:
+    """The files a unit reads (to hash) and its shape with paths kept (to name)."""
+    if hasattr(unit, "_fields") and {"root", "rel"} <= set(unit._fields):  # local_folder's FolderFile
+        return [io.join(unit.root, unit.rel)], {k: getattr(unit, k) for k in unit._fields}
+    if isinstance(unit, tuple) and len(unit) == 2 and all(isinstance(x, str) for x in unit) \
+            and unit[1].endswith(".md"):  # olmocr_train_dir: (root, X.md) -> X.md and X.pdf
+        return [unit[1]], list(unit)
+    if dataclasses.is_dataclass(unit):
+        shape = {f.name: getattr(unit, f.name) for f in dataclasses.fields(unit)}
+    elif hasattr(unit, "_fields"):
+        shape = unit._asdict()
+    else:
+        shape = unit
+    files: list[str] = []
+
+    def collect(x):
+        if isinstance(x, str):
+            if ("://" in x and not x.startswith("synth://")) or (os.path.isabs(x) and os.path.isfile(x)):
+                files.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                collect(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                collect(v)
+
+    collect(shape)
+    return files, shape
+
+
+_sources: dict = {}
+
+
+def _source(settings):
+    from pipelines.sources import build_source
+
+    key = repr(settings)  # settings hold a dict: not hashable
+    if key not in _sources:
+        _sources[key] = build_source(settings)
+    return _sources[key]
+
+
+def describe_unit(settings, unit: Any, fingerprints: dict[str, str]) -> UnitInfo:
+    """The unit's portable name, content hash and config hash, and its key."""
+    files, shape = _files_and_shape(unit)
+    bases = _bases(settings)
+
+    def name_of(x):
+        if isinstance(x, str):
+            return _relative(x, bases)
+        if isinstance(x, dict):
+            return {k: name_of(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [name_of(v) for v in x]
+        return x
+
+    name = f"{settings.name}:{json.dumps(name_of(shape), sort_keys=True)}"
+    own = getattr(_source(settings), "unit_digest", None)  # a reader that knows which bytes a unit reads
+    try:
+        content = own(unit) if own is not None else None
+    except Exception:  # e.g. an unreadable parquet: hash its files; the reader dead-letters it
+        content = None
+    if content is None:
+        hashed = sorted({s for f in files for s in (_siblings(f) if "://" not in f else [f])})
+        content = _sha([[_relative(f, bases), file_digest(f)] for f in hashed])
+    config = _sha([FORMAT, fingerprints])
+    return UnitInfo(_sha([name, content, config]), name, settings.name, content, config,
+                    json.dumps(fingerprints, sort_keys=True))
+
+
+# --- the previous run ---------------------------------------------------------------------------
+
+
+def resolve_previous(uri: str) -> str:
+    """A run folder (holds ``manifest.json``) or a releases root (its ``LATEST`` names the version)."""
+    pointer = io.join(uri, LATEST)
+    if io.exists(pointer):
+        return io.join(uri, io.read_bytes(pointer).decode().strip())
+    return uri
+
+
+@dataclass
+class PreviousRun:
+    """What ``decide`` needs of the previous run: its units table and where its files are."""
+
+    folder: str
+    units: dict[str, dict]  # key -> row of UNITS_SCHEMA
+    dropped_files: list[str]
+
+    @classmethod
+    def load(cls, uri: str | None) -> PreviousRun | None:
+        if not uri:
+            return None
+        folder = resolve_previous(uri)
+        path = io.join(folder, UNITS_FILE)
+        if not io.exists(path):
+            raise ValueError(f"previous run {folder}: no {UNITS_FILE} (a run from before incremental refresh, "
+                             f"or not a corpus output); run without --previous once")
+        with io.open_read(path) as f:
+            rows = pq.read_table(f).to_pylist()
+        manifest = json.loads(io.read_bytes(io.join(folder, "manifest.json")))
+        return cls(folder, {r["key"]: r for r in rows}, list(manifest.get("dropped_sample_files", [])))
+
+    def files(self, pattern: str) -> list[str]:
+        return io.match(io.join(self.folder, pattern))
+
+
+def unit_keys(table: pa.Table) -> pa.Array:
+    """The ``refresh_unit`` of every row of a page table (from its metadata JSON; "" when none)."""
+    found = pc.extract_regex(table.column("metadata").combine_chunks().fill_null(""),
+                             f'"{UNIT_FIELD}": "(?P<u>[0-9a-f]+)"')
+    return pc.fill_null(pc.struct_field(found, [0]), "")
+
+
+def _id_units(paths: Iterable[str], wanted: set[str] | None = None) -> dict[str, str]:
+    """page id -> unit key of the pages in ``paths`` (only ids in ``wanted`` when given)."""
+    out: dict[str, str] = {}
+    for path in paths:
+        with io.open_read(path) as f:
+            pf = pq.ParquetFile(f)
+            for batch in pf.iter_batches(columns=["id", "metadata"]):
+                table = pa.Table.from_batches([batch])
+                for page_id, unit in zip(table.column("id").to_pylist(), unit_keys(table).to_pylist()):
+                    if wanted is None or page_id in wanted:
+                        out[page_id] = unit
+    return out
+
+
+def _lost_to(previous: PreviousRun) -> dict[str, set[str]]:
+    """unit key -> the unit keys of the pages its dedup losers lost to."""
+    loser_units = _id_units(previous.files(f"{LOSER_PAGES_FOLDER}/*.parquet"))
+    if not loser_units:
+        return {}
+    kept: dict[str, str] = {}
+    for path in previous.files("dropped/dedup-duplicates-*.parquet"):
+        with io.open_read(path) as f:
+            for row in pq.read_table(f, columns=["id", "kept"]).to_pylist():
+                kept[row["id"]] = row["kept"]
+    kept_units = _id_units(previous.files("data/*.parquet"), set(kept.values()))
+    kept_units.update({k: loser_units[k] for k in kept.values() if k in loser_units})
+    out: dict[str, set[str]] = {}
+    for loser, unit in loser_units.items():
+        if loser in kept and kept[loser] in kept_units:
+            out.setdefault(unit, set()).add(kept_units[kept[loser]])
+    return out
+
+
+# --- the decision ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Decision:
+    process: list[tuple[str, str]]  # (unit key, reason) to read
+    reused: dict[str, dict]  # unit key -> previous units row
+    removed: list[dict]  # previous units rows not planned now
+
+    def summary(self, previous: str | None) -> dict:
+        reasons: dict[str, int] = {}
+        for _, reason in self.process:
+            reasons[reason] = reasons.get(reason, 0) + 1
+
+        def pages(row):
+            return sum(int(c[3]) for c in json.loads(row["counts"]) if c[0] == "read" and c[1] == "emitted")
+
+        return {
+            "previous": previous,
+            "units_reused": len(self.reused),
+            "units_processed": len(self.process),
+            "processed_by_reason": dict(sorted(reasons.items())),
+            "units_removed": len(self.removed),
+            "removed": sorted(({"unit": r["name"], "pages": pages(r)} for r in self.removed),
+                              key=lambda r: r["unit"]),
+            "pages_carried": sum(pages(r) for r in self.reused.values()),
+        }
+
+
+def _changed_stages(old: str, new: str) -> list[str]:
+    a, b = json.loads(old), json.loads(new)
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def decide(current: Iterable[UnitInfo], previous: PreviousRun | None) -> Decision:
+    """Sort the current units into reused and processed (with a reason), and list the removed ones."""
+    units = sorted(set(current))
+    if previous is None:
+        return Decision([(u.key, "no previous run") for u in units], {}, [])
+    by_name = {row["name"]: row for row in previous.units.values()}
+    reused, process = {}, []
+    for u in units:
+        if u.key in previous.units:
+            reused[u.key] = previous.units[u.key]
+            continue
+        old = by_name.get(u.name)
+        if old is None:
+            reason = "added"
+        elif old["content"] != u.content:
+            reason = "content changed"
+        else:
+            reason = "config changed: " + ", ".join(_changed_stages(old["stages"], u.stages))
+        process.append((u.key, reason))
+    lost_to = _lost_to(previous) if reused else {}
+    for key in sorted(reused):
+        if lost_to.get(key, set()) - set(reused):
+            del reused[key]
+            process.append((key, "kept duplicate gone"))
+    current_keys = {u.key for u in units}
+    planned_names = {u.name for u in units}
+    removed = [row for key, row in sorted(previous.units.items())
+               if key not in current_keys and row["name"] not in planned_names]
+    return Decision(sorted(process), reused, removed)
+
+
+# --- carrying a reused unit over ------------------------------------------------------------------
+
+
+def carried_rows(path: str, reused: frozenset[str] | set[str]) -> Iterator[dict]:
+    """The rows of a previous page table (data/, refresh/dedup_losers/, dropped/) whose unit is reused."""
+    with io.open_read(path) as f:
+        pf = pq.ParquetFile(f)
+        for group in range(pf.num_row_groups):
+            table = pf.read_row_group(group)
+            keep = pc.is_in(unit_keys(table), value_set=pa.array(sorted(reused), pa.string()))
+            yield from table.filter(keep).to_pylist()
+
+
+def carried_events(row: dict) -> list[tuple[str, str, str, str, float]]:
+    """(stage, source, kind, reason, value) of a reused unit, as its previous run counted them."""
+    return [(stage, row["source"], kind, reason, value) for stage, kind, reason, value in json.loads(row["counts"])]
+
+
+def carried_dead_letters(row: dict) -> list[DeadLetter]:
+    return [DeadLetter(**d) for d in json.loads(row["dead_letters"])]
+
+
+def units_table(infos: Iterable[UnitInfo], counts: Iterable[tuple], letters: Iterable[tuple[str, DeadLetter]]) -> bytes:
+    """``refresh/units.parquet``: one row per unit of this run (processed or reused), with its counts
+    (``counts``: (unit, stage, kind, reason, value)) and dead letters, sorted by key."""
+    per_counts: dict[str, list] = {}
+    for unit, stage, kind, reason, value in counts:
+        per_counts.setdefault(unit, []).append([stage, kind, reason, value])
+    per_letters: dict[str, list] = {}
+    for unit, letter in letters:
+        per_letters.setdefault(unit, []).append(dataclasses.asdict(letter))
+    def letters_of(key):
+        return json.dumps(sorted(per_letters.get(key, []), key=lambda d: json.dumps(d, sort_keys=True)))
+
+    rows = [{**u._asdict(), "counts": json.dumps(sorted(per_counts.get(u.key, []))), "dead_letters": letters_of(u.key)}
+            for u in sorted(set(infos))]
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, schema=UNITS_SCHEMA), sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def version_name(text: str) -> str:
+    """A folder-safe release version (Airflow run ids hold ':' and '+')."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "v"

@@ -1,0 +1,188 @@
+"""Incremental refresh end to end (pipelines/refresh.py, the ReuseUnchanged step of pipelines/corpus.py):
+a run against a previous run reads only new or changed input units, carries the rest over, and
+writes what a full run over the same inputs writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import corpus, refresh
+from schemas.manifest import RunManifest
+from tests.helpers import IN_MEMORY, SMALL_CORPUS_SOURCES, run_small_corpus, small_corpus_config
+
+SOURCES = SMALL_CORPUS_SOURCES
+
+
+def run(samples: Path, work: Path, previous: Path | None = None, edit=None) -> tuple[RunManifest, Path]:
+    manifest, out = run_small_corpus(samples, work, previous, edit)
+    assert manifest.imbalances() == []
+    return manifest, out
+
+
+def digests(out: Path, folder: str) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / folder).glob("*.parquet"))}
+
+
+def counts(manifest: RunManifest) -> str:
+    return manifest.summary_table()  # every stage's in/out/dropped/dead by source and reason, no timings
+
+
+@pytest.fixture(scope="module")
+def samples(subset_samples) -> Path:
+    return subset_samples
+
+
+@pytest.fixture(scope="module")
+def first(subset_run) -> tuple[RunManifest, Path]:
+    return subset_run
+
+
+def test_a_full_run_writes_the_units_table_and_stamps_pages(first):
+    manifest, out = first
+    units = pq.read_table(out / refresh.UNITS_FILE).to_pylist()
+    assert {u["source"] for u in units} == set(SOURCES)
+    assert manifest.run["refresh"]["processed_by_reason"] == {"no previous run": len(units)}
+    pages = pq.read_table(out / "data", columns=["metadata"]).column("metadata").to_pylist()
+    assert {json.loads(m)[refresh.UNIT_FIELD] for m in pages} <= {u["key"] for u in units}
+    # dedup's losers are kept in full, so a later run can carry their units
+    losers = pq.read_table(out / refresh.LOSER_PAGES_FOLDER)
+    assert losers.num_rows == manifest.totals("dedup").n_dropped > 0
+
+
+def test_unchanged_rerun_reads_nothing_and_writes_identical_shards(first, samples, tmp_path):
+    manifest, out = first
+    again, out2 = run(samples, tmp_path, previous=out)
+    summary = again.run["refresh"]
+    assert summary["units_processed"] == 0 and summary["units_removed"] == 0
+    assert summary["units_reused"] == len(pq.read_table(out / refresh.UNITS_FILE))
+    assert "read" not in {s for s in again.stages if any(c.seconds for c in again.stages[s].values())}
+    for folder in ("data", "dead_letter", "dropped", refresh.LOSER_PAGES_FOLDER):
+        assert digests(out2, folder) == digests(out, folder), folder
+    assert counts(again) == counts(manifest)
+
+
+@pytest.mark.slow
+def test_a_moved_checkout_reprocesses_nothing(first, samples, tmp_path):
+    _, out = first
+    moved = tmp_path / "elsewhere" / "samples"
+    shutil.copytree(samples, moved)
+    again, out2 = run(moved, tmp_path / "run", previous=out)
+    assert again.run["refresh"]["units_processed"] == 0
+    assert digests(out2, "data") == digests(out, "data")
+
+
+def add_tarball(mix: Path) -> None:
+    """One more olmOCR-mix-1025 tarball (one new PDF) and its row in the subset's parquet file."""
+    import random
+
+    import pandas as pd
+
+    from samples.make.olmocr import write_tar
+    from samples.make.pdfs import paragraphs, text_pdf
+
+    rng = random.Random(2026)
+    paras = paragraphs(rng, 6, (60, 90))
+    text = "\n\n".join(paras)
+    write_tar(mix / "pdf_tarballs" / "00_documents_train_00001.tar.gz", [("rg_200/new.pdf", text_pdf([paras]))])
+    frame = pd.read_parquet(mix / "00_documents_train.parquet")
+    row = frame.iloc[[0]].copy()
+    row.index = pd.Index(["rg_200/new"], name=frame.index.name)
+    row["pdf_relpath"] = "pdf_tarballs/00_documents_train_00001.tar.gz:rg_200/new.pdf"
+    row["natural_text"] = text
+    pd.concat([frame, row]).to_parquet(mix / "00_documents_train.parquet")
+
+
+def test_adding_one_tarball_reads_only_it(first, samples, tmp_path):
+    _, out = first
+    grown = tmp_path / "samples"
+    shutil.copytree(samples, grown)
+    add_tarball(grown / "olmocr-mix-1025")
+    incremental, out2 = run(grown, tmp_path / "inc", previous=out)
+    summary = incremental.run["refresh"]
+    assert summary["processed_by_reason"] == {"added": 1}  # the parquet changed, its other units did not
+    assert incremental.totals("read").inputs == 1 + first[0].totals("read").inputs
+    full, out3 = run(grown, tmp_path / "full")
+    assert digests(out2, "data") == digests(out3, "data")
+    assert digests(out2, "dead_letter") == digests(out3, "dead_letter")
+    assert counts(incremental) == counts(full)
+
+
+@pytest.mark.slow
+def test_one_new_input_unit_is_the_only_one_read(first, samples, tmp_path):
+    _, out = first
+    grown = tmp_path / "samples"
+    shutil.copytree(samples, grown)
+    shutil.copy(grown / "local" / "report.pdf", grown / "local" / "report-copy.pdf")
+    shutil.copy(grown / "local" / "report.md", grown / "local" / "report-copy.md")
+    incremental, out2 = run(grown, tmp_path / "inc", previous=out)
+    summary = incremental.run["refresh"]
+    assert summary["processed_by_reason"] == {"added": 1}
+    assert incremental.totals("read").inputs == 1 + first[0].totals("read").inputs
+    full, out3 = run(grown, tmp_path / "full")
+    assert digests(out2, "data") == digests(out3, "data")
+    assert counts(incremental) == counts(full)
+    # the carried-over units sit beside the new one in the new units table
+    assert len(pq.read_table(out2 / refresh.UNITS_FILE)) == summary["units_reused"] + 1
+
+
+@pytest.mark.slow
+def test_a_stage_config_change_reprocesses_what_it_touches(first, samples, tmp_path):
+    _, out = first
+
+    def more_metadata(raw):  # a read option of one source: only that source's units are read again
+        europeana = next(s for s in raw["sources"] if s["name"] == "europeana-newspapers")
+        europeana["options"]["metadata_columns"] = ["iiif_url", "date"]
+
+    incremental, out2 = run(samples, tmp_path / "inc", previous=out, edit=more_metadata)
+    summary = incremental.run["refresh"]
+    europeana_units = sum(1 for u in pq.read_table(out / refresh.UNITS_FILE).to_pylist()
+                          if u["source"] == "europeana-newspapers")
+    assert summary["processed_by_reason"] == {"config changed: read": europeana_units}
+    full, out3 = run(samples, tmp_path / "full", edit=more_metadata)
+    assert digests(out2, "data") == digests(out3, "data")
+    assert counts(incremental) == counts(full)
+
+    def shorter(raw):  # a clean stage every record passes: every unit is read again
+        next(s for s in raw["clean"]["stages"] if s["name"] == "short")["min_tokens"] = 8
+
+    again, _ = run(samples, tmp_path / "short", previous=out, edit=shorter)
+    assert again.run["refresh"]["processed_by_reason"] == {
+        "config changed: short": len(pq.read_table(out / refresh.UNITS_FILE))}
+
+
+def test_removed_units_are_listed_and_their_duplicates_come_back(first):
+    """A reused unit whose dedup loser lost to a page of a removed unit is read again."""
+    _, out = first
+    previous = refresh.PreviousRun.load(str(out))
+    infos = [refresh.UnitInfo(**{k: row[k] for k in refresh.UnitInfo._fields}) for row in previous.units.values()]
+    lost_to = refresh._lost_to(previous)
+    loser_unit, kept_units = next(iter(lost_to.items()))
+    gone = next(iter(kept_units - {loser_unit}), None)
+    if gone is None:
+        pytest.fail("the samples' duplicate pair lies in one unit; this test needs it across two")
+    decision = refresh.decide([i for i in infos if i.key != gone], previous)
+    assert (loser_unit, "kept duplicate gone") in decision.process
+    assert [r["key"] for r in decision.removed] == [gone]
+    assert decision.summary(str(out))["units_removed"] == 1
+
+
+@pytest.mark.slow
+def test_releases_root_keeps_versions_side_by_side_with_a_latest_pointer(samples, tmp_path, capsys):
+    config = small_corpus_config(samples, tmp_path)
+    releases = tmp_path / "releases"
+    assert corpus.main(["--config", str(config), "--releases", str(releases), "--version", "v1", *IN_MEMORY]) == 0
+    assert (releases / refresh.LATEST).read_text() == "v1"
+    assert corpus.main(["--config", str(config), "--releases", str(releases),
+                        "--version", "manual__2026-12-03T10:00:00+00:00", *IN_MEMORY]) == 0
+    version = "manual__2026-12-03T10-00-00-00-00"
+    assert (releases / refresh.LATEST).read_text() == version
+    second = json.loads((releases / version / "manifest.json").read_text())
+    assert second["run"]["refresh"]["units_processed"] == 0
+    assert second["run"]["refresh"]["previous"] == str(releases / "v1")
+    assert digests(releases / "v1", "data") == digests(releases / version, "data")
