@@ -7,29 +7,33 @@ or Beam, so it can live in its own venv (``scripts/install_airflow.sh``: ``.venv
 DAG parses in milliseconds. Beam's own Airflow operator is not used: it needs the Google provider at
 parse time even for the DirectRunner.
 
-- ``corpus``: ``python -m pipelines.corpus --config CONFIG --output WORK/corpus [RUNNER ARGS]
-  [--previous PREVIOUS]``: the whole corpus DAG as one Beam job: ingest (read, render, validate),
-  clean (conventions, repeats, short, decontam, and relabel/audit when the config lists them),
-  synth (the ``jinaocrsynth`` sources), write and dedup, then the manifest check (balance,
+- ``corpus``: ``python -m pipelines.corpus --config CONFIG --releases ROOT/releases --version RUN
+  [RUNNER ARGS] [--previous PREVIOUS]``: the whole corpus DAG as one Beam job: ingest (read, render,
+  validate), clean (conventions, repeats, short, decontam, and relabel/audit when the config lists
+  them), synth (the ``jinaocrsynth`` sources), write and dedup, then the manifest check (balance,
   dead-letter rate). It stays one job on purpose: Beam fuses the stages (no corpus written to
   storage between them), dedup groups across every source, and the manifest's accounting (in == out
   + dropped + dead per stage and source) is checked over the whole chain; on Dataflow, Flink, Spark
   or Dask, the runner retries failed bundles inside the job. Split into Airflow tasks, each stage
-  would be a separate job that writes and re-reads the corpus. ``previous`` (a previous release or
-  manifest) is passed only when set, for an incremental refresh.
-- ``release``: ``python -m pipelines.release --corpus WORK/corpus --out WORK/release [--repo-id
+  would be a separate job that writes and re-reads the corpus. Every run is an incremental refresh:
+  versions sit side by side under ``ROOT/releases/<run>``, and the job carries over the input units
+  that are unchanged since the version ``ROOT/releases/LATEST`` names (docs/refresh.md), then points
+  ``LATEST`` at the new one once it balances. ``previous`` (another run's folder or releases root)
+  overrides where it refreshes from.
+- ``release``: ``python -m pipelines.release --corpus ROOT/releases/RUN --out WORK/release [--repo-id
   REPO]``: Hub-ready shards and dataset card, checked (``datasets`` loads the folder).
 - ``push``: ``python -m pipelines.release --out WORK/release --skip-build --repo-id REPO --push``
   when ``release_repo`` is set (``HF_TOKEN`` in the worker's environment), else skipped. A retry
   resumes: files already on the Hub are skipped. Refusals (401/403, storage limits) exit 3.
-- ``train``: ``python -m model.train --corpus WORK/corpus --out WORK/train`` (what ``make train``
+- ``train``: ``python -m model.train --corpus ROOT/releases/RUN --out WORK/train`` (what ``make train``
   runs) when ``train`` is true, else skipped.
 
-``WORK`` is ``work_root/<run_id>``: manual Airflow 3 runs have no logical date, so folders are
-keyed on the run id. Params (``airflow dags trigger pagemill_refresh -c '{...}'``): ``config``,
-``runner_args`` (Beam options, e.g. ``--runner=DataflowRunner --project=P --region=R
---temp_location=gs://B/tmp``), ``work_root`` (local or ``gs://``/``s3://`` for the corpus; the release
-folder must be local), ``release_repo``, ``previous``, ``train``.
+``ROOT`` is ``work_root``, ``WORK`` is ``ROOT/<run_id>`` and ``RUN`` the run id made safe for paths:
+manual Airflow 3 runs have no logical date, so folders are keyed on the run id. Params (``airflow
+dags trigger pagemill_refresh -c '{...}'``): ``config``, ``runner_args`` (Beam options, e.g.
+``--runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp``), ``work_root`` (local
+or ``gs://``/``s3://`` for the corpus; the release folder must be local), ``release_repo``,
+``previous``, ``train``.
 """
 
 from __future__ import annotations
@@ -68,16 +72,23 @@ def run_cli(args: list[str]) -> None:
     subprocess.run(command, cwd=PROJECT, check=True)
 
 
-def corpus_command(params: dict, work: str) -> list[str]:
-    command = ["-m", "pipelines.corpus", "--config", params["config"], "--output", f"{work}/corpus"]
+def corpus_dir(work_root: str, run_id: str) -> str:
+    """The run's corpus: version ``<run_id>`` under ``work_root/releases`` (the corpus job's ``--releases``)."""
+    root, key = work_dir(work_root, run_id).rsplit("/", 1)
+    return f"{root}/releases/{key}"
+
+
+def corpus_command(params: dict, run_id: str) -> list[str]:
+    releases, version = corpus_dir(params["work_root"], run_id).rsplit("/", 1)
+    command = ["-m", "pipelines.corpus", "--config", params["config"], "--releases", releases, "--version", version]
     command += shlex.split(params.get("runner_args") or "")
-    if params.get("previous"):  # incremental refresh: only when a previous release is named
+    if params.get("previous"):  # refresh from this run instead of the releases root's LATEST
         command += ["--previous", params["previous"]]
     return command
 
 
-def release_command(params: dict, work: str) -> list[str]:
-    command = ["-m", "pipelines.release", "--corpus", f"{work}/corpus", "--out", f"{work}/release"]
+def release_command(params: dict, work: str, corpus: str) -> list[str]:
+    command = ["-m", "pipelines.release", "--corpus", corpus, "--out", f"{work}/release"]
     return command + (["--repo-id", params["release_repo"]] if params.get("release_repo") else [])
 
 
@@ -96,7 +107,8 @@ with DAG(
                              "--runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp"),
         "work_root": Param("out/airflow", type="string", description="runs write under work_root/<run_id>"),
         "release_repo": Param("", type="string", description="Hub dataset ORG/NAME to push to (empty: no push)"),
-        "previous": Param("", type="string", description="previous release or manifest (incremental refresh)"),
+        "previous": Param("", type="string", description="refresh from this run folder or releases root instead "
+                          "of work_root/releases/LATEST"),
         "train": Param(False, type="boolean", description="run model.train on the new corpus"),
     },
     tags=["pagemill"],
@@ -105,13 +117,12 @@ with DAG(
 
     @task(execution_timeout=timedelta(hours=24))
     def corpus(params=None, run_id=None) -> str:
-        work = work_dir(params["work_root"], run_id)
-        run_cli(corpus_command(params, work))
-        return work
+        run_cli(corpus_command(params, run_id))
+        return work_dir(params["work_root"], run_id)
 
     @task(execution_timeout=timedelta(hours=6))
-    def release(work: str, params=None) -> str:
-        run_cli(release_command(params, work))
+    def release(work: str, params=None, run_id=None) -> str:
+        run_cli(release_command(params, work, corpus_dir(params["work_root"], run_id)))
         return work
 
     @task(execution_timeout=timedelta(hours=12))
@@ -123,10 +134,10 @@ with DAG(
         return work
 
     @task(execution_timeout=timedelta(hours=48), trigger_rule="none_failed")
-    def train(work: str, params=None) -> None:
+    def train(work: str, params=None, run_id=None) -> None:
         if not params.get("train"):
             raise AirflowSkipException("train is false")
-        run_cli(["-m", "model.train", "--corpus", f"{work}/corpus", "--out", f"{work}/train"])
+        run_cli(["-m", "model.train", "--corpus", corpus_dir(params["work_root"], run_id), "--out", f"{work}/train"])
 
     built = release(corpus())
     push(built) >> train(built)  # train waits for the push (skipped or done), not for its result

@@ -63,6 +63,7 @@ from pipelines.refresh import (
     carried_rows,
     decide,
     describe_unit,
+    reused_keys,
     stage_fingerprints,
     units_table,
     version_name,
@@ -256,15 +257,10 @@ def _previous_drops(previous: PreviousRun) -> Iterator[tuple[str, set[str]]]:
         yield stage, set(manifest.totals(stage).dropped)
 
 
-@functools.lru_cache(maxsize=4)
-def _reused_keys(path: str) -> frozenset[str]:
-    return frozenset(json.loads(io.read_bytes(path)))
-
-
 def read_carried(task: tuple[str, str, str, str, str]) -> Iterator[Envelope]:
     """A previous run's page file -> the reused units' pages (``ITEM``) or dropped samples (``SAMPLE``)."""
     table, path, stage, reason, keys = task
-    for row in carried_rows(path, _reused_keys(keys)):
+    for row in carried_rows(path, reused_keys(keys)):
         record = PageRecord.from_row(row)
         yield Envelope(Kind.ITEM, record) if table == "pages" else Envelope(Kind.SAMPLE,
                                                                            DroppedSample(stage, reason, record))

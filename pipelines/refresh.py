@@ -409,3 +409,11 @@ def units_table(infos: Iterable[UnitInfo], counts: Iterable[tuple], letters: Ite
 def version_name(text: str) -> str:
     """A folder-safe release version (Airflow run ids hold ':' and '+')."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "v"
+
+
+# In this module, not in pipelines/corpus.py: run as ``python -m pipelines.corpus`` that is ``__main__``, and
+# Beam's workers (multi_processing, Dask) cannot unpickle a cached function by reference to ``__main__``.
+@functools.lru_cache(maxsize=4)
+def reused_keys(path: str) -> frozenset[str]:
+    """The keys of the units a run carries over, from the file ``ReuseUnchanged`` wrote (read once per worker)."""
+    return frozenset(json.loads(io.read_bytes(path)))

@@ -37,8 +37,9 @@ def main() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     base = {k: dag.params[k] for k in dag.params.keys()}
-    out["corpus_commands"] = [module.corpus_command(base, "W"),
-                              module.corpus_command(base | {"previous": "P", "runner_args": "--a=1 --b"}, "W")]
+    base["work_root"] = "/w"
+    out["corpus_commands"] = [module.corpus_command(base, "R"),
+                              module.corpus_command(base | {"previous": "P", "runner_args": "--a=1 --b"}, "R")]
     out["work_dir"] = module.work_dir("/w", "manual__2026-01-05T00:00:00+00:00")
     if args.test:
         for t in dag.tasks:
