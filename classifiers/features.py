@@ -55,14 +55,14 @@ _DIGIT = re.compile(r"[0-9]")
 _DISPLAY = re.compile(r"\$\$.+?\$\$|\\\[.+?\\\]|\\begin\{(equation|align|gather|multline)\*?\}", re.S)
 _INLINE = re.compile(r"(?<![\$\\])\$(?!\$)[^$\n]+?\$|\\\(.+?\\\)", re.S)
 _LATEX_CLASSES = {
-    "lb_frac": re.compile(r"\\[dt]?frac|\\binom|\\over\b"),
-    "lb_big_ops": re.compile(r"\\(sum|int|iint|oint|prod|coprod|bigcup|bigcap|lim|sup|inf)\b"),
+    "lb_frac": re.compile(r"\\[dt]?frac|\\binom|\\over(?![A-Za-z])"),
+    "lb_big_ops": re.compile(r"\\(sum|int|iint|oint|prod|coprod|bigcup|bigcap|lim|sup|inf)(?![A-Za-z])"),
     "lb_greek": re.compile(r"\\(alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|"
                            r"lambda|mu|nu|xi|pi|rho|sigma|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|"
-                           r"Theta|Lambda|Xi|Pi|Sigma|Phi|Psi|Omega)\b"),
-    "lb_accents": re.compile(r"\\(hat|widehat|bar|overline|tilde|widetilde|vec|dot|ddot|breve|check|acute|grave)\b"),
+                           r"Theta|Lambda|Xi|Pi|Sigma|Phi|Psi|Omega)(?![A-Za-z])"),
+    "lb_accents": re.compile(r"\\(hat|widehat|bar|overline|tilde|widetilde|vec|dot|ddot|breve|check|acute|grave)(?![A-Za-z])"),
     "lb_fonts": re.compile(r"\\(mathbb|mathcal|mathfrak|mathscr|mathrm|mathbf|mathsf|mathit|boldsymbol|"
-                           r"operatorname)\b"),
+                           r"operatorname)(?![A-Za-z])"),
     "lb_matrices": re.compile(r"\\begin\{(matrix|pmatrix|bmatrix|Bmatrix|vmatrix|Vmatrix|array|cases|smallmatrix)\}"),
 }
 

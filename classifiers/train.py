@@ -207,6 +207,13 @@ def fit_head(x_emb: np.ndarray, y: np.ndarray, seed: int) -> tuple[np.ndarray, f
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):  # OMP_NUM_THREADS=1: on a busy 2-core box OpenMP threads only contend
+        return _train(cfg)
+
+
+def _train(cfg: TrainConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
