@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := poppler-utils
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: corpus train test test-all lint samples bench deps clean
+.PHONY: corpus train test test-all lint samples bench deps clean retrieve
 
 corpus: $(STAMP)
 	$(PY) -m pipelines.corpus $(ARGS)
@@ -16,6 +16,12 @@ corpus: $(STAMP)
 # Tiny VLM through SFT, GRPO, merge search and FastMTP on out/corpus (built first if missing).
 train: $(STAMP) out/corpus/manifest.json
 	$(PY) -m model.train $(ARGS)
+
+# Failure-mode classifiers on the corpus and errors.json of `make train`, then retrieval (docs/classifiers.md).
+retrieve: $(STAMP)
+	@test -f out/model/errors.json || { echo "out/model/errors.json is missing: run make train first"; exit 1; }
+	$(PY) -m classifiers.train --corpus out/corpus --errors out/model/errors.json --out out/classifiers
+	$(PY) -m classifiers.retrieve --corpus out/corpus --classifiers out/classifiers --k 1000 --out out/retrieval $(ARGS)
 
 out/corpus/manifest.json: | $(STAMP)
 	$(PY) -m pipelines.corpus

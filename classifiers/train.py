@@ -63,6 +63,8 @@ class TrainConfig:
     min_positives: int = option(4, help="a mode with fewer positives (or negatives) is skipped, with the reason")
     boosted_iter: int = option(100, help="HistGradientBoosting iterations")
     seed: int = option(0, help="CV split and model seeds")
+    eval_fraction: float = option(0.1, help="the training run's held-out share (model.data): eval-split pages are "
+                                            "not in the training mix, so retrieval may return them")
 
     def __post_init__(self) -> None:
         if self.embedding not in ("layout", "features", "vision"):
@@ -89,16 +91,18 @@ class CorpusPages:
 
 
 def read_corpus(cfg: TrainConfig) -> tuple[CorpusPages, pa.Table]:
-    """Feature rows of the first ``max_pages`` labelled pages, and (id, image_sha256) of every page."""
-    from model.records import shard_files
+    """Feature rows of the first ``max_pages`` labelled pages, and (id, image_sha256) of the training mix: every
+    page the model trains on (``split`` train, less the eval share ``model.records.assigned_split`` holds out)."""
+    from model.records import assigned_split, shard_files
 
     ids, domains, feats, thumbs, texts, vis = [], [], [], [], [], []
     mix_ids, mix_sha = [], []
     vision = VisionEmbedder(cfg.checkpoint) if cfg.embedding == "vision" else None
     for path in shard_files(cfg.corpus):
         for row in iter_rows(path):
-            mix_ids.append(row["id"])
-            mix_sha.append(row.get("image_sha256") or "")
+            if assigned_split(row["id"], row.get("split") or "train", cfg.eval_fraction) == "train":
+                mix_ids.append(row["id"])
+                mix_sha.append(row.get("image_sha256") or "")
             if len(ids) >= cfg.max_pages:
                 continue
             try:

@@ -40,6 +40,8 @@ class DataConfig:
     pack: bool = option(True, help="several samples per row (alignment SFT); false: one per row (robustness)")
     domain_rates: dict[str, float] = option({}, help="domain -> relative sampling rate (empty: uniform)")
     upweight: dict[str, float] = option({}, help="domain -> factor multiplying its rate (5.2)")
+    pages: dict[str, float] = option({}, help="page-id list file (one id a line: classifiers.retrieve's <mode>.ids) "
+                                              "-> how many times a listed page counts in its stream (4.1 retrieval)")
     degrade_prob: float = option(0.0, help="share of training pages degraded by synth.augment.degrade")
     degrade_domains: tuple[str, ...] = option((), help="degrade only pages of these domains (empty: all)")
     shift_prob: float = option(0.4, help="probability of the 5.1 response position-ID shift per sample")
@@ -57,11 +59,25 @@ class DataConfig:
                              f"max_length ({self.max_length}), or no sample could fit a row")
         if self.position_cap <= 0:
             raise ValueError(f"data: position_cap must be positive, got {self.position_cap}")
-        for name in ("domain_rates", "upweight"):
+        for name in ("domain_rates", "upweight", "pages"):
             bad = {k: v for k, v in getattr(self, name).items() if not float(v) >= 0}
             if bad:
                 raise ValueError(f"data: {name} must be >= 0, got {bad}")
         object.__setattr__(self, "degrade_domains", tuple(self.degrade_domains))
+
+
+def page_factors(cfg: DataConfig) -> dict[str, int]:
+    """Page id -> repeat count from ``cfg.pages`` (the largest when lists overlap; at least 1)."""
+    from pathlib import Path
+
+    out: dict[str, int] = {}
+    for path, factor in cfg.pages.items():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"data: pages list {path!r} does not exist")
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                out[line.strip()] = max(out.get(line.strip(), 1), max(1, round(float(factor))))
+    return out
 
 
 @dataclass

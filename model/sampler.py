@@ -40,8 +40,10 @@ class _Stream:
     """
 
     def __init__(self, domain: str, source: str, chunks: list[tuple[int, int]], n_rows: int,
-                 files: list[str], split: str, eval_fraction: float, seed: int, columns: list[str]):
+                 files: list[str], split: str, eval_fraction: float, seed: int, columns: list[str],
+                 factors: dict[str, int] | None = None):
         self.domain, self.source = domain, source
+        self._factors = factors or {}
         self.chunks, self.n_rows = chunks, n_rows
         self._files, self._split, self._eval_fraction = files, split, eval_fraction
         self._seed, self._columns = seed, columns
@@ -72,6 +74,8 @@ class _Stream:
                 if r["domain"] == self.domain and r["source"] == self.source
                 and assigned_split(r["id"], r["split"] or "train", self._eval_fraction) == self._split]
         rows = [plain_row(r) for r in table.take(keep).to_pylist()] if keep else []
+        if self._factors:  # DataConfig.pages: a listed page appears `factor` times in its stream
+            rows = [r for r in rows for _ in range(self._factors.get(r["id"], 1))]
         for r in rows:
             r["split"] = self._split
         return rows
@@ -110,7 +114,7 @@ class DomainSampler:
 
     def __init__(self, path: str | Path, split: str = "train", domain_rates: dict[str, float] | None = None,
                  upweight: dict[str, float] | None = None, seed: int = 0, eval_fraction: float = 0.1,
-                 columns: Iterable[str] = RECORD_COLUMNS):
+                 columns: Iterable[str] = RECORD_COLUMNS, page_factors: dict[str, int] | None = None):
         self.split, self.seed = split, seed
         files = shard_files(path)
         found: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
@@ -124,7 +128,7 @@ class DomainSampler:
         if not found:
             raise ValueError(f"data: split {split!r} of {path} has no rows")
         self.streams = {key: _Stream(key[0], key[1], sorted(chunks), sum(chunks.values()), files, split,
-                                     eval_fraction, seed, list(columns))
+                                     eval_fraction, seed, list(columns), page_factors)
                         for key, chunks in sorted(found.items())}
         self.rates = domain_probabilities(sorted({d for d, _ in found}), domain_rates or {}, upweight or {})
         self.domains = list(self.rates)
@@ -135,7 +139,10 @@ class DomainSampler:
 
     @classmethod
     def from_config(cls, cfg: DataConfig, split: str = "train") -> "DomainSampler":
-        return cls(cfg.path, split, cfg.domain_rates, cfg.upweight, cfg.seed, cfg.eval_fraction)
+        from model.data import page_factors
+
+        return cls(cfg.path, split, cfg.domain_rates, cfg.upweight, cfg.seed, cfg.eval_fraction,
+                   page_factors=page_factors(cfg))
 
     def next_record(self) -> dict:
         domain = self.domains[int(self.rng.choice(len(self.domains), p=self._p))]

@@ -13,6 +13,7 @@ from classifiers.retrieve import RetrieveConfig, retrieve
 from classifiers.store import UntrustedModelError, load_model
 from classifiers.train import TrainConfig, train
 from model.data import DataConfig
+from model.sampler import DomainSampler
 from schemas.config import load
 
 
@@ -20,7 +21,7 @@ from schemas.config import load
 def trained(small_world):
     root = small_world["root"]
     cfg = TrainConfig(corpus=str(root / "corpus"), errors=str(root / "errors.json"), out=str(root / "clf"),
-                      folds=3, boosted_iter=10)
+                      folds=3, boosted_iter=10, eval_fraction=0.0)
     return train(cfg), root / "clf"
 
 
@@ -81,8 +82,13 @@ def test_retrieval_on_a_small_pool(trained, small_world):
     assert not set(r["id"] for r in rows) & set(small_world["corpus"])
     block = yaml.safe_load((out / "mixture.yaml").read_text())
     assert block["upweight"] == {"benchpool": 2.0}
-    data = load(DataConfig, block, "data")
+    data = load(DataConfig, {**block, "path": str(root / "pool"), "eval_fraction": 0.0}, "data")
     assert data.upweight == {"benchpool": 2.0}
+    # make train takes the block: each listed page counts twice in its sampler stream
+    listed = set((out / "table@benchpool.ids").read_text().split())
+    sampler = DomainSampler.from_config(data)
+    draws = [sampler.next_record()["id"] for _ in range(360)]
+    assert sum(d in listed for d in draws) / len(draws) == pytest.approx(20 / 70, abs=0.04)  # 10/60 unweighted
     # the Beam job accounted for every pool page and wrote one feature and embedding shard per input shard
     assert len(list((out / "pool" / "features").glob("*.parquet"))) == 2
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in (out / "pool" / "embeddings").glob("*.parquet")) == 60
