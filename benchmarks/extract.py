@@ -45,8 +45,8 @@ def take(paths: list[str], n: int, dst: Path) -> Path:
 
 
 def child(shard: str, embedder: str, out: str) -> dict:
-    from classifiers.job import run_pool_job
     from classifiers.index import IndexConfig
+    from classifiers.job import run_pool_job
 
     c, t = time.process_time(), time.perf_counter()
     res = run_pool_job([shard], out, "layout", embedder, IndexConfig(kind="flat"))

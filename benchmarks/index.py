@@ -102,7 +102,8 @@ def main() -> None:
         np.save(cache / "truth.npy", flat.search(q, 10)[1])
         del x, flat
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    print("| kind | nprobe | build s (wall / CPU) | peak RSS MB | index MB | queries/s 1 thread (wall / CPU) | recall@10 |")
+    print("| kind | nprobe | build s (wall / CPU) | peak RSS MB | index MB | queries/s 1 thread (wall / CPU) "
+          "| recall@10 |")
     print("|---|---|---|---|---|---|---|")
     for kind in args.kinds.split(","):
         for nprobe in (args.nprobe.split(",") if kind != "flat" else ["1"]):

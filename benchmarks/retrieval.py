@@ -183,8 +183,8 @@ def main() -> None:
             prev = sum(truth.values()) / n
             p, r = metrics(ranked, truth)
             pe, re_ = metrics(exhaustive, truth)
-            lines.append(f"| {mode} | {kind} | {prev:.3f} | {prev:.2f} | {p:.2f} | {pe:.2f} | {p / max(prev, 1e-9):.1f}x "
-                         f"| {min(1.0, 1000 / n):.2f} | {r:.2f} | {re_:.2f} |")
+            lines.append(f"| {mode} | {kind} | {prev:.3f} | {prev:.2f} | {p:.2f} | {pe:.2f} "
+                         f"| {p / max(prev, 1e-9):.1f}x | {min(1.0, 1000 / n):.2f} | {r:.2f} | {re_:.2f} |")
     lines += ["", "seed-neighbour retrieval alone (exact cosine, no classifier), structure truth:", "",
               "| embedding | mode | p@100 | r@1000 |", "|---|---|---|---|"]
     comparison = embedding_comparison(out / "clf", out / "retrieval" / "pool", _corpus_features(out, corpus_files),

@@ -60,7 +60,8 @@ _LATEX_CLASSES = {
     "lb_greek": re.compile(r"\\(alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|"
                            r"lambda|mu|nu|xi|pi|rho|sigma|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|"
                            r"Theta|Lambda|Xi|Pi|Sigma|Phi|Psi|Omega)(?![A-Za-z])"),
-    "lb_accents": re.compile(r"\\(hat|widehat|bar|overline|tilde|widetilde|vec|dot|ddot|breve|check|acute|grave)(?![A-Za-z])"),
+    "lb_accents": re.compile(r"\\(hat|widehat|bar|overline|tilde|widetilde|vec|dot|ddot|breve|check|acute|"
+                             r"grave)(?![A-Za-z])"),
     "lb_fonts": re.compile(r"\\(mathbb|mathcal|mathfrak|mathscr|mathrm|mathbf|mathsf|mathit|boldsymbol|"
                            r"operatorname)(?![A-Za-z])"),
     "lb_matrices": re.compile(r"\\begin\{(matrix|pmatrix|bmatrix|Bmatrix|vmatrix|Vmatrix|array|cases|smallmatrix)\}"),

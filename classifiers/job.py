@@ -1,10 +1,11 @@
 """The pool job (Beam): page shards -> feature shards + embedding shards + one faiss index, built per shard and merged.
 
-``python -m classifiers.retrieve`` runs it over the pool before retrieving. Per input shard, one DoFn
-call (``ProcessShard``) streams the pages: features and thumbnail from one decode
-(``classifiers.extract``), the embedding of the fitted embedder the classifiers were trained with, and a
-shard index (a clone of the trained empty index with that shard's vectors). A global combine merges
-the shard indexes (``classifiers.index.merge``) and one step writes the result. Outputs, under
+``python -m classifiers.retrieve`` runs it over the pool before retrieving, as two pipelines. First, per
+input shard, one DoFn call (``ExtractShard``) streams the pages: features and thumbnail from one decode
+(``classifiers.extract``) and the embedding of the fitted embedder the classifiers were trained with.
+The driver then trains the empty index (IVF kinds: on a sample of the embeddings). Second, per embedding
+shard, ``IndexShard`` adds its vectors to a clone of the trained index; a global combine merges the shard
+indexes (``classifiers.index.merge``) and one step writes the result. Outputs, under
 ``out/pool/``: ``features/<shard>.parquet``, ``embeddings/<shard>.parquet`` (``id``, ``embedding``),
 ``shards/<shard>.json`` (counts and dead letters: every page is a feature row or a dead letter) and
 ``index.faiss``. Workers run with ``OMP_NUM_THREADS=1`` (OpenCV, faiss and BLAS single-threaded), as

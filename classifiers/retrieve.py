@@ -252,7 +252,8 @@ def main(argv: list[str] | None = None) -> None:
     raw.update({k: v for k in ("corpus", "classifiers", "out", "k") if (v := getattr(args, k)) is not None})
     cfg = load(RetrieveConfig, raw, "retrieve")
     summary = retrieve(cfg, beam_args or None)
-    print(f"{len(summary['modes'])} modes, {summary['indexed']} pool pages indexed ({summary['index_kind']}) -> {cfg.out}")
+    print(f"{len(summary['modes'])} modes, {summary['indexed']} pool pages indexed ({summary['index_kind']}) "
+          f"-> {cfg.out}")
 
 
 if __name__ == "__main__":
