@@ -118,10 +118,10 @@ def main() -> None:
     ap.add_argument("--out", default="out/bench-retrieval")
     ap.add_argument("--embedding", default="layout")
     ap.add_argument("--k", type=int, default=1000)
+    ap.add_argument("--report-only", action="store_true", help="recompute the tables from an earlier run's outputs")
+    ap.add_argument("--dilute", type=float, default=0.1, help="also score a sub-pool whose positives are subsampled "
+                                                              "to this prevalence")
     args = ap.parse_args()
-
-    from classifiers.retrieve import RetrieveConfig, retrieve
-    from classifiers.train import TrainConfig, train
 
     out = Path(args.out)
     corpus = out / "corpus" / "data"
@@ -141,9 +141,10 @@ def main() -> None:
             dst.symlink_to(Path(p).resolve())
     t = time.perf_counter()
     half = args.plain // 2
-    plain_shard(Path("out/pool") / f"plain-s200-{half}.parquet", half, seed=200)
-    plain_shard(Path("out/pool") / f"plain-s201-{args.plain - half}.parquet", args.plain - half, seed=201)
-    for name in (f"plain-s200-{half}.parquet", f"plain-s201-{args.plain - half}.parquet"):
+    names = [f"plain-s{200 + j}-{m}.parquet" for j, m in enumerate((half, args.plain - half)) if m]
+    for j, name in enumerate(names):
+        plain_shard(Path("out/pool") / name, int(name.split("-")[-1].split(".")[0]), seed=200 + j)
+    for name in names:
         dst = pool_dir / name
         if not dst.exists():
             dst.symlink_to((Path("out/pool") / name).resolve())
@@ -159,6 +160,15 @@ def main() -> None:
     errors = {"failure_modes": [{"name": m, "test_type": tt, "domain": d, "example_ids": seeds[m]}
                                 for m, (tt, d) in MODES.items()]}
     (out / "errors.json").write_text(json.dumps(errors))
+    if not args.report_only:
+        run_both(args, out, pool_dir)
+    report(args, out, html, truth_c, truth_p, seeds)
+
+
+def run_both(args, out: Path, pool_dir: Path) -> None:
+    from classifiers.retrieve import RetrieveConfig, retrieve
+    from classifiers.train import TrainConfig, train
+
     t = time.perf_counter()
     tc = time.process_time()
     train(TrainConfig(corpus=str(out / "corpus"), errors=str(out / "errors.json"), out=str(out / "clf"),
@@ -169,6 +179,9 @@ def main() -> None:
                                       k=args.k, exhaustive=True))
     print(f"retrieve: {time.perf_counter() - t:.0f} s wall (pool job {summary['seconds_pool_job']} s)", flush=True)
 
+
+def report(args, out: Path, html: list[str], truth_c: dict, truth_p: dict, seeds: dict) -> None:
+    corpus_files = sorted(str(p) for p in (out / "corpus" / "data").glob("*.parquet"))
     n = len(truth_p)
     lines = [f"pool: {n} pages ({len(html)} Chromium shards, {args.plain} PIL pages); corpus {len(truth_c)} pages; "
              f"20 seeds per mode; embedding {args.embedding}", "",
@@ -185,6 +198,27 @@ def main() -> None:
             pe, re_ = metrics(exhaustive, truth)
             lines.append(f"| {mode} | {kind} | {prev:.3f} | {prev:.2f} | {p:.2f} | {pe:.2f} "
                          f"| {p / max(prev, 1e-9):.1f}x | {min(1.0, 1000 / n):.2f} | {r:.2f} | {re_:.2f} |")
+    lines += ["", f"sub-pool with positives subsampled to {args.dilute:.0%} prevalence (seeded; rankings filtered to "
+              "the sub-pool):", "", "| mode | truth | pages | prevalence | retrieval p@100 | exhaustive p@100 | "
+              "retrieval / random | retrieval r@1000 | exhaustive r@1000 |", "|" + "---|" * 9]
+    rng = np.random.default_rng(0)
+    for mode in MODES:
+        ranked = read_ranked(out / "retrieval" / f"{mode}.jsonl")
+        exhaustive = read_ranked(out / "retrieval" / f"{mode}.exhaustive.jsonl")
+        for kind in ("suite", "structure"):
+            key = ("table_" if mode.startswith("table") else "formula_") + kind
+            pos = sorted(i for i, tr in truth_p.items() if tr[key])
+            neg = sorted(i for i, tr in truth_p.items() if not tr[key])
+            keep_pos = int(round(args.dilute * len(neg) / (1 - args.dilute)))
+            if keep_pos >= len(pos) or keep_pos < 1:
+                continue
+            sub = set(neg) | set(rng.choice(pos, keep_pos, replace=False).tolist())
+            truth = {i: truth_p[i][key] for i in sub}
+            prev = keep_pos / len(sub)
+            p, r = metrics([i for i in ranked if i in sub], truth)
+            pe, re_ = metrics([i for i in exhaustive if i in sub], truth)
+            lines.append(f"| {mode} | {kind} | {len(sub)} | {prev:.3f} | {p:.2f} | {pe:.2f} | {p / prev:.1f}x "
+                         f"| {r:.2f} | {re_:.2f} |")
     lines += ["", "seed-neighbour retrieval alone (exact cosine, no classifier), structure truth:", "",
               "| embedding | mode | p@100 | r@1000 |", "|---|---|---|---|"]
     comparison = embedding_comparison(out / "clf", out / "retrieval" / "pool", _corpus_features(out, corpus_files),
