@@ -26,7 +26,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-WORK_WIDTH = 448  # px: the downscaled page the image features are computed on
+WORK_WIDTH = 384  # px: the downscaled page the image features are computed on
 
 IMAGE_FEATURES: tuple[str, ...] = (
     "aspect", "log_pixels", "colour_saturation", "colour_fraction", "ink_density", "background_std",
