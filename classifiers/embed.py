@@ -49,8 +49,9 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 def _pca(x: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """(mean, components dim x d) of ``x`` by SVD (deterministic: signs fixed by the largest loading)."""
     mean = x.mean(axis=0)
-    _, _, vt = np.linalg.svd(x - mean, full_matrices=False)
-    comps = vt[:dim]
+    _, sv, vt = np.linalg.svd(x - mean, full_matrices=False)
+    keep = max(1, int((sv > 1e-4 * max(float(sv[0]), 1e-12)).sum())) if len(sv) else 1
+    comps = vt[:min(dim, keep)]  # directions the sample does not vary along carry only noise
     signs = np.sign(comps[np.arange(len(comps)), np.abs(comps).argmax(axis=1)])
     return mean.astype(np.float32), (comps * signs[:, None]).astype(np.float32)
 

@@ -172,8 +172,12 @@ def mode_targets(mode: dict, pages: CorpusPages) -> tuple[np.ndarray, str]:
     return y, " + ".join(rules)
 
 
-def make_model(kind: str, cfg: TrainConfig, n_pos: int):
+def make_model(kind: str, cfg: TrainConfig, n_pos: int, n_features: int = len(INPUT_FEATURES)):
+    """A calibrated classifier over ``[handcrafted features | embedding]``. The linear one standardises only the
+    handcrafted columns: the unit-norm embedding passes as it is, since standardising a direction the training
+    pages barely vary along would blow up any page that does."""
     from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.compose import ColumnTransformer
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -181,7 +185,8 @@ def make_model(kind: str, cfg: TrainConfig, n_pos: int):
 
     cv = max(2, min(3, n_pos))
     if kind == "linear":
-        base = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, class_weight="balanced", max_iter=2000))
+        scale = ColumnTransformer([("features", StandardScaler(), list(range(n_features)))], remainder="passthrough")
+        base = make_pipeline(scale, LogisticRegression(C=1.0, class_weight="balanced", max_iter=2000))
     else:
         base = HistGradientBoostingClassifier(max_iter=cfg.boosted_iter, learning_rate=0.1, random_state=cfg.seed,
                                               class_weight="balanced")
