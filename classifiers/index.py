@@ -7,8 +7,9 @@ Kinds (``IndexConfig.kind``), chosen by measurement (``benchmarks/index.py``, ta
 * ``ivf``: ``IndexIVFFlat`` (``nlist`` lists, ``nprobe`` probed); the coarse quantizer is trained once on a
   sample, each shard adds its vectors to a clone of the trained empty index, and shards merge with
   ``merge_from`` (the same index a single build gives).
-* ``ivfpq``: ``IndexIVFPQ`` (``pq_m`` bytes per vector) for when memory forces it; re-rank its candidates
-  exactly from the embeddings (``exact_rerank``).
+* ``ivfpq``: ``IndexIVFPQ`` (``pq_m`` bytes per vector) for when memory forces it; its neighbours are
+  approximate in order, and retrieval re-scores every candidate with the classifier anyway
+  (``benchmarks/index.py`` re-ranks its top 100 exactly from the stored embeddings for recall@10).
 * ``auto``: ``flat`` up to ``auto_ivf_above`` vectors, ``ivf`` above.
 
 HNSW is not offered: it cannot merge shards (``merge_from`` is not implemented) and plateaued at recall@10
