@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := poppler-utils
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: corpus release train test test-all lint samples bench deps clean airflow
+.PHONY: corpus release train test test-all lint samples bench deps clean airflow retrieve
 
 # The DAG's relabel and audit stages ask a local transformers serve (relabel.serve starts it, runs the DAG, stops it)
 # over a tiny random-weight VLM that model/ exports; set OPENAI_BASE_URL etc. and run pipelines.corpus for a real one.
@@ -32,6 +32,12 @@ airflow:
 # Tiny VLM through SFT, GRPO, merge search and FastMTP on out/corpus (built first if missing).
 train: $(STAMP) out/corpus/manifest.json
 	$(PY) -m model.train $(ARGS)
+
+# Failure-mode classifiers on the corpus and errors.json of `make train`, then retrieval (docs/classifiers.md).
+retrieve: $(STAMP)
+	@test -f out/model/errors.json || { echo "out/model/errors.json is missing: run make train first"; exit 1; }
+	$(PY) -m classifiers.train --corpus out/corpus --errors out/model/errors.json --out out/classifiers
+	$(PY) -m classifiers.retrieve --corpus out/corpus --classifiers out/classifiers --k 1000 --out out/retrieval $(ARGS)
 
 out/corpus/manifest.json: | $(STAMP) $(RELABEL_CHECKPOINT)/config.json
 	$(PY) -m relabel.serve --checkpoint $(RELABEL_CHECKPOINT) -- $(PY) -m pipelines.corpus

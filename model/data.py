@@ -45,6 +45,8 @@ class DataConfig:
                                                    "'*': tasks not listed)")
     convention_rates: dict[str, float] = option({}, help="response convention -> relative rate within a "
                                                          "(domain, task) (empty: by rows; '*': others)")
+    pages: dict[str, float] = option({}, help="page-id list file (one id a line: classifiers.retrieve's <mode>.ids) "
+                                              "-> how many times a listed page counts in its stream (4.1 retrieval)")
     degrade_prob: float = option(0.0, help="share of training pages degraded by synth.augment.degrade")
     degrade_domains: tuple[str, ...] = option((), help="degrade only pages of these domains (empty: all)")
     shift_prob: float = option(0.4, help="probability of the 5.1 response position-ID shift per sample")
@@ -62,11 +64,25 @@ class DataConfig:
                              f"max_length ({self.max_length}), or no sample could fit a row")
         if self.position_cap <= 0:
             raise ValueError(f"data: position_cap must be positive, got {self.position_cap}")
-        for name in ("domain_rates", "upweight", "task_rates", "convention_rates"):
+        for name in ("domain_rates", "upweight", "task_rates", "convention_rates", "pages"):
             bad = {k: v for k, v in getattr(self, name).items() if not float(v) >= 0}
             if bad:
                 raise ValueError(f"data: {name} must be >= 0, got {bad}")
         object.__setattr__(self, "degrade_domains", tuple(self.degrade_domains))
+
+
+def page_factors(cfg: DataConfig) -> dict[str, int]:
+    """Page id -> repeat count from ``cfg.pages`` (the largest when lists overlap; at least 1)."""
+    from pathlib import Path
+
+    out: dict[str, int] = {}
+    for path, factor in cfg.pages.items():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"data: pages list {path!r} does not exist")
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                out[line.strip()] = max(out.get(line.strip(), 1), max(1, round(float(factor))))
+    return out
 
 
 @dataclass

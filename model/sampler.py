@@ -43,9 +43,11 @@ class _Stream:
     """
 
     def __init__(self, key: StreamKey, chunks: list[tuple[int, int]], n_rows: int,
-                 files: list[str], split: str, eval_fraction: float, seed: int, columns: list[str]):
+                 files: list[str], split: str, eval_fraction: float, seed: int, columns: list[str],
+                 factors: dict[str, int] | None = None):
         self.key = key
         self.domain, self.task, self.convention, self.source = key
+        self._factors = factors or {}
         self.chunks, self.n_rows = chunks, n_rows
         self._files, self._split, self._eval_fraction = files, split, eval_fraction
         self._seed, self._columns = seed, columns
@@ -76,6 +78,8 @@ class _Stream:
         keep = [i for i, r in enumerate(light) if stream_key(r) == self.key
                 and assigned_split(r["id"], r["split"] or "train", self._eval_fraction) == self._split]
         rows = [plain_row(r) for r in table.take(keep).to_pylist()] if keep else []
+        if self._factors:  # DataConfig.pages: a listed page appears `factor` times in its stream
+            rows = [r for r in rows for _ in range(self._factors.get(r["id"], 1))]
         drop = set(MIX_COLUMNS) - set(self._columns) - set(INDEX_COLUMNS)
         rows = [{k: v for k, v in r.items() if k not in drop} for r in rows]
         for r in rows:
@@ -117,14 +121,14 @@ class DomainSampler:
     def __init__(self, path: str | Path, split: str = "train", domain_rates: dict[str, float] | None = None,
                  upweight: dict[str, float] | None = None, seed: int = 0, eval_fraction: float = 0.1,
                  columns: Iterable[str] = RECORD_COLUMNS, task_rates: dict[str, float] | None = None,
-                 convention_rates: dict[str, float] | None = None):
+                 convention_rates: dict[str, float] | None = None, page_factors: dict[str, int] | None = None):
         self.split, self.seed = split, seed
         files = shard_files(path)
         found = index_streams(files, split, eval_fraction)
         if not found:
             raise ValueError(f"data: split {split!r} of {path} has no rows")
         self.streams = {key: _Stream(key, sorted(chunks), sum(chunks.values()), files, split,
-                                     eval_fraction, seed, list(columns))
+                                     eval_fraction, seed, list(columns), page_factors)
                         for key, chunks in sorted(found.items())}
         self.mixture = Mixture({k: s.n_rows for k, s in self.streams.items()}, domain_rates, upweight,
                                task_rates, convention_rates)
@@ -135,8 +139,10 @@ class DomainSampler:
 
     @classmethod
     def from_config(cls, cfg: DataConfig, split: str = "train") -> "DomainSampler":
+        from model.data import page_factors
+
         return cls(cfg.path, split, cfg.domain_rates, cfg.upweight, cfg.seed, cfg.eval_fraction,
-                   task_rates=cfg.task_rates, convention_rates=cfg.convention_rates)
+                   task_rates=cfg.task_rates, convention_rates=cfg.convention_rates, page_factors=page_factors(cfg))
 
     def next_record(self) -> dict:
         """A domain, then a task and a response convention within it, then a source (``Mixture``)."""

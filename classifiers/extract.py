@@ -1,0 +1,116 @@
+"""Per-page extraction, the stage logic the Beam job wraps: a corpus row -> a feature row, streamed by shard.
+
+A feature row holds what retrieval needs of a page without its image: ``id``, ``source``, ``domain``,
+``split``, ``image_sha256``, ``features`` (``ALL_FEATURES``: image, text-layer and label features),
+``thumb`` (the layout thumbnail of ``classifiers.embed``), ``text_layer``. One decode per page
+(straight to a grey page ``WORK_WIDTH`` px wide) feeds the features and the thumbnail. A page whose image
+cannot be decoded becomes a dead-letter dict ``{id, reason, message}`` instead; every input is one or
+the other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from classifiers.embed import THUMB_SHAPE, layout_thumbnail
+from classifiers.features import (
+    INPUT_FEATURES,
+    LABEL_FEATURES,
+    decode_grey,
+    image_features,
+    label_features,
+    text_layer_features,
+)
+
+ALL_FEATURES: tuple[str, ...] = INPUT_FEATURES + LABEL_FEATURES
+READ_COLUMNS = ["id", "source", "domain", "split", "image", "image_sha256", "response", "text_layer"]
+FEATURE_SCHEMA = pa.schema([
+    ("id", pa.string()), ("source", pa.string()), ("domain", pa.string()), ("split", pa.string()),
+    ("image_sha256", pa.string()),
+    ("features", pa.list_(pa.float32(), len(ALL_FEATURES))),
+    ("thumb", pa.list_(pa.float32(), THUMB_SHAPE[0] * THUMB_SHAPE[1])),
+    ("text_layer", pa.string()),
+])
+
+
+def extract_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A corpus row (``READ_COLUMNS``) -> a feature row; raises ``ValueError`` on an undecodable image."""
+    image = row.get("image")
+    if isinstance(image, dict):
+        image = image.get("bytes")
+    if not image:
+        raise ValueError("record has no image bytes")
+    grey, colour, shape = decode_grey(image)
+    f = image_features(grey, colour, shape)
+    f.update(text_layer_features(row.get("text_layer")))
+    f.update(label_features(row.get("response")))
+    return {"id": row["id"], "source": row.get("source") or "", "domain": row.get("domain") or "",
+            "split": row.get("split") or "train", "image_sha256": row.get("image_sha256") or "",
+            "features": [f[n] for n in ALL_FEATURES], "thumb": layout_thumbnail(grey).tolist(),
+            "text_layer": row.get("text_layer")}
+
+
+def iter_rows(path: str, batch_size: int = 64) -> Iterator[dict[str, Any]]:
+    """The ``READ_COLUMNS`` of a page shard, a batch at a time (columns it lacks come back as None)."""
+    pf = pq.ParquetFile(path)
+    cols = [c for c in READ_COLUMNS if c in pf.schema_arrow.names]
+    for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
+        for r in batch.to_pylist():
+            yield r
+
+
+def extract_shard(path: str, out_path: str, batch_size: int = 256, vision: Any = None) -> dict[str, Any]:
+    """Every page of shard ``path`` -> feature rows in ``out_path`` (written in row groups as it goes).
+
+    ``vision``: a ``classifiers.embed.VisionEmbedder``; its pooled embedding goes in column ``vision``.
+    Returns ``{input, out, dead: [{id, reason, message}], path}``: ``input == out + len(dead)``."""
+    schema = FEATURE_SCHEMA.append(pa.field("vision", pa.list_(pa.float32()))) if vision is not None \
+        else FEATURE_SCHEMA
+    out_path = str(out_path)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path + ".tmp"
+    n_in = n_out = 0
+    dead: list[dict] = []
+    buf: list[dict] = []
+    with pq.ParquetWriter(tmp, schema) as writer:
+        for row in iter_rows(path):
+            n_in += 1
+            try:
+                out = extract_row(row)
+                if vision is not None:
+                    image = row["image"]["bytes"] if isinstance(row["image"], dict) else row["image"]
+                    out["vision"] = vision.embed_images([image])[0].tolist()
+                buf.append(out)
+            except Exception as exc:  # one bad page never stops the shard; it is accounted as dead
+                dead.append({"id": str(row.get("id")), "reason": f"extract_{type(exc).__name__}",
+                             "message": str(exc)[:300]})
+                continue
+            if len(buf) >= batch_size:
+                writer.write_table(pa.Table.from_pylist(buf, schema))
+                n_out += len(buf)
+                buf = []
+        if buf:
+            writer.write_table(pa.Table.from_pylist(buf, schema))
+            n_out += len(buf)
+    Path(tmp).replace(out_path)
+    return {"input": n_in, "out": n_out, "dead": dead, "path": out_path}
+
+
+def read_feature_rows(paths: list[str], columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """Feature shards a row group at a time."""
+    for p in paths:
+        pf = pq.ParquetFile(p)
+        for rg in range(pf.metadata.num_row_groups):
+            yield pf.read_row_group(rg, columns=columns)
+
+
+def matrix(table: pa.Table, column: str) -> np.ndarray:
+    """A list column (fixed or equal-length lists) as a float32 matrix."""
+    col = table.column(column).combine_chunks()
+    values = col.values.to_numpy(zero_copy_only=False).astype(np.float32)
+    return values.reshape(len(table), -1) if len(table) else values.reshape(0, 0)

@@ -1,0 +1,118 @@
+"""Page features on hand-made pages: ruling lines and cells, columns, skew, colour, label and text-layer features."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from classifiers.features import (
+    IMAGE_FEATURES,
+    INPUT_FEATURES,
+    decode_grey,
+    image_features,
+    label_features,
+    page_features,
+    text_layer_features,
+    vector,
+    weak_labels,
+)
+
+
+def _words(img: np.ndarray, x0: int, x1: int, y0: int, y1: int, pitch: int = 24) -> None:
+    """Fake text: rows of word-sized dark blobs between x0 and x1."""
+    rng = np.random.default_rng(0)
+    for y in range(y0, y1, pitch):
+        x = x0
+        while x < x1 - 30:
+            w = int(rng.integers(20, 60))
+            cv2.rectangle(img, (x, y), (min(x + w, x1), y + 10), 0, -1)
+            x += w + 12
+
+
+def _png(img: np.ndarray) -> bytes:
+    return cv2.imencode(".png", img)[1].tobytes()
+
+
+def _features(img: np.ndarray) -> dict[str, float]:
+    return image_features(*decode_grey(_png(img)))
+
+
+def test_ruled_table_has_lines_crossings_and_cells():
+    img = np.full((1300, 1000), 255, np.uint8)
+    for r in range(7):
+        cv2.line(img, (100, 300 + 60 * r), (900, 300 + 60 * r), 0, 3)
+    for c in range(5):
+        cv2.line(img, (100 + 200 * c, 300), (100 + 200 * c, 660), 0, 3)
+    table = _features(img)
+    plain = np.full((1300, 1000), 255, np.uint8)
+    _words(plain, 100, 900, 100, 1200)
+    text = _features(plain)
+    assert table["h_lines"] >= 6 and table["v_lines"] >= 4
+    assert table["line_crossings"] >= 25  # 7 x 5 crossings
+    assert table["grid_cells"] >= 20  # 6 x 4 cells
+    assert text["line_crossings"] == 0 and text["grid_cells"] == 0
+    assert text["text_lines"] > 30
+
+
+@pytest.mark.parametrize("columns", [1, 2, 3])
+def test_column_count_from_projection(columns):
+    img = np.full((1300, 1000), 255, np.uint8)
+    width = (800 - 60 * (columns - 1)) // columns
+    for c in range(columns):
+        x0 = 100 + c * (width + 60)
+        _words(img, x0, x0 + width, 100, 1200)
+    assert _features(img)["columns"] == columns
+
+
+def test_skew_sign_and_size():
+    img = np.full((1300, 1000), 255, np.uint8)
+    _words(img, 150, 850, 150, 1150, pitch=30)
+    level = _features(img)["skew_degrees"]
+    rot = cv2.warpAffine(img, cv2.getRotationMatrix2D((500, 650), -2.0, 1.0), (1000, 1300), borderValue=255)
+    skewed = _features(rot)["skew_degrees"]
+    assert abs(level) < 0.3
+    assert 1.0 < abs(skewed) < 3.5
+
+
+def test_colour_and_grey_pages():
+    grey = np.full((400, 300), 255, np.uint8)
+    colour = np.full((400, 300, 3), 255, np.uint8)
+    colour[:200] = (0, 0, 255)  # red upper half
+    fg, fc = _features(grey), _features(colour)
+    assert fg["colour_fraction"] == 0.0
+    assert 0.4 < fc["colour_fraction"] < 0.6
+    assert fc["aspect"] == pytest.approx(400 / 300)
+
+
+def test_label_features_tables_and_latex_glyph_classes():
+    md = ("# Results\n\n<table><tr><th colspan=\"2\">A</th></tr><tr><td>1</td><td>2</td></tr></table>\n\n"
+          "$$\\frac{\\alpha}{\\hat{x}} + \\sum_{i=1}^n \\mathbb{R}$$ and $x^2$\n\n"
+          "$$\\begin{pmatrix}a&b\\end{pmatrix}$$\n- item\n")
+    f = label_features(md)
+    assert f["lb_html_tables"] == 1 and f["lb_html_cells"] == 3 and f["lb_spans"] == 1
+    assert f["lb_display_math"] == 2 and f["lb_inline_math"] == 1
+    assert f["lb_frac"] == 1 and f["lb_big_ops"] == 1 and f["lb_greek"] == 1
+    assert f["lb_accents"] == 1 and f["lb_fonts"] == 1 and f["lb_matrices"] == 1
+    assert f["lb_headings"] == 1 and f["lb_list_items"] == 1
+    assert label_features(None)["lb_present"] == 0.0
+    wl = weak_labels({**f, "columns": 1.0}, "historical-newspaper")
+    assert wl == {"html_table": True, "display_formula": True, "many_columns": False, "historical": True}
+
+
+def test_text_layer_features():
+    f = text_layer_features("Total\t12 345\n∑ α ≤ β\n中文")
+    assert f["tl_present"] == 1.0 and f["tl_lines"] == 3
+    assert f["tl_math_glyphs"] == 4 and f["tl_cjk_share"] > 0
+    assert text_layer_features(None) == dict.fromkeys(f, 0.0)
+
+
+def test_page_features_of_a_record_row_and_bad_bytes():
+    img = np.full((500, 400), 255, np.uint8)
+    _words(img, 40, 360, 40, 460)
+    row = {"image": {"bytes": _png(img), "path": None}, "text_layer": None, "response": "hello"}
+    f = page_features(row)
+    assert list(f)[: len(IMAGE_FEATURES)] == list(IMAGE_FEATURES)
+    assert vector(f).shape == (len(INPUT_FEATURES),)
+    with pytest.raises(ValueError, match="cannot be decoded"):
+        decode_grey(b"not an image")

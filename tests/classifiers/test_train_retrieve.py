@@ -1,0 +1,105 @@
+"""Training per failure mode, safe loading, and retrieval over a small pool through the Beam job (DirectRunner)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from classifiers.retrieve import RetrieveConfig, retrieve
+from classifiers.store import UntrustedModelError, load_model
+from classifiers.train import TrainConfig, train
+from model.data import DataConfig
+from model.sampler import DomainSampler
+from schemas.config import load
+
+
+@pytest.fixture(scope="module")
+def trained(small_world):
+    root = small_world["root"]
+    cfg = TrainConfig(corpus=str(root / "corpus"), errors=str(root / "errors.json"), out=str(root / "clf"),
+                      folds=3, boosted_iter=10, eval_fraction=0.0)
+    return train(cfg), root / "clf"
+
+
+def test_one_classifier_per_mode_with_card(trained, small_world):
+    manifest, folder = trained
+    (mode,) = manifest["modes"]
+    assert mode["name"] == "table@benchpool" and "skipped" not in mode
+    assert mode["positives"] == sum(small_world["corpus"].values())  # failing pages + weak label html_table
+    card = json.loads((folder / "table@benchpool" / "card.json").read_text())
+    assert set(card["cv"]) == {"linear", "boosted"}
+    assert card["cv"][card["model"]]["average_precision"] > 0.8  # ruled tables are easy to see
+    assert "line_crossings" in card["features"] and card["seeds"] == 5
+    ids = (folder / "table@benchpool" / "training_ids.txt").read_text().split("\n")
+    assert len([i for i in ids if i]) == 40
+    model = load_model(folder / "table@benchpool" / "model.skops")
+    assert hasattr(model, "predict_proba")
+
+
+def test_weak_labels_become_modes_without_errors(small_world, tmp_path):
+    cfg = TrainConfig(corpus=str(small_world["root"] / "corpus"), errors=None, out=str(tmp_path), folds=2,
+                      boosted_iter=5)
+    names = {m["name"]: m for m in train(cfg)["modes"]}
+    assert set(names) == {"weak:html_table", "weak:display_formula", "weak:many_columns", "weak:historical"}
+    assert "skipped" in names["weak:historical"]  # no historical pages: said, not trained
+
+
+def test_tampered_model_is_refused(trained, tmp_path):
+    _, folder = trained
+    good = folder / "table@benchpool" / "model.skops"
+    bad = tmp_path / "model.skops"
+    with zipfile.ZipFile(good) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename == "schema.json":
+                schema = json.loads(data)
+                schema["__module__"], schema["__class__"] = "os", "system"  # what a malicious file would name
+                data = json.dumps(schema).encode()
+            zout.writestr(item, data)
+    with pytest.raises(UntrustedModelError, match="os.system"):
+        load_model(bad)
+
+
+def test_retrieval_on_a_small_pool(trained, small_world):
+    root = small_world["root"]
+    out = root / "retrieval"
+    # 5 seeds x 30 neighbours reach most of this 60-page pool: the test checks the mechanics and the re-ranking;
+    # how well the index alone finds candidates is benchmarks/retrieval.py's question
+    cfg = RetrieveConfig(corpus=str(root / "pool"), classifiers=str(root / "clf"), out=str(out), k=10,
+                         nn_per_seed=30, exhaustive=True)
+    summary = retrieve(cfg)
+    assert summary["pool_pages"] == 60 and summary["indexed"] == 60 and summary["index_kind"] == "flat"
+    rows = [json.loads(line) for line in (out / "table@benchpool.jsonl").read_text().splitlines()]
+    assert len(rows) == 10
+    assert [r["rank"] for r in rows] == list(range(10))
+    assert all(a["score"] >= b["score"] for a, b in zip(rows, rows[1:]))
+    truth = small_world["pool"]
+    base_rate = sum(truth.values()) / len(truth)
+    assert sum(truth[r["id"]] for r in rows) / 10 >= 3 * base_rate  # retrieval finds tables well above chance
+    assert all(r["why"] for r in rows)
+    assert not set(r["id"] for r in rows) & set(small_world["corpus"])
+    block = yaml.safe_load((out / "mixture.yaml").read_text())
+    assert block["upweight"] == {"benchpool": 2.0}
+    data = load(DataConfig, {**block, "path": str(root / "pool"), "eval_fraction": 0.0}, "data")
+    assert data.upweight == {"benchpool": 2.0}
+    # make train takes the block: each listed page counts twice in its sampler stream
+    listed = set((out / "table@benchpool.ids").read_text().split())
+    sampler = DomainSampler.from_config(data)
+    draws = [sampler.next_record()["id"] for _ in range(360)]
+    assert sum(d in listed for d in draws) / len(draws) == pytest.approx(20 / 70, abs=0.04)  # 10/60 unweighted
+    # the Beam job accounted for every pool page and wrote one feature and embedding shard per input shard
+    assert len(list((out / "pool" / "features").glob("*.parquet"))) == 2
+    assert sum(pq.ParquetFile(p).metadata.num_rows for p in (out / "pool" / "embeddings").glob("*.parquet")) == 60
+
+
+def test_retrieval_deduplicates_against_the_training_mix(trained, small_world, tmp_path):
+    """A pool that is the training corpus itself retrieves nothing: every page is already in the mix."""
+    root = small_world["root"]
+    cfg = RetrieveConfig(corpus=str(root / "corpus"), classifiers=str(root / "clf"), out=str(tmp_path), k=10)
+    summary = retrieve(cfg)
+    mode = summary["modes"]["table@benchpool"]
+    assert mode["kept"] == 0 and mode["dropped"]["in_training_mix"] == mode["candidates"]
