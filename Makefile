@@ -13,9 +13,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 corpus: $(STAMP)
 	$(PY) -m pipelines.corpus $(ARGS)
 
-# Tiny VLM through SFT, GRPO, merge search and FastMTP on out/corpus (built first if missing).
-train: $(STAMP) out/corpus/manifest.json
+# Tiny VLM through SFT, GRPO, merge search and FastMTP on the curriculum pages (configs/train.yaml; out/curriculum
+# built first if missing). The corpus-only run: `make corpus` then ARGS="--config configs/train_corpus.yaml".
+train: $(STAMP) out/curriculum/manifest.json
 	$(PY) -m model.train $(ARGS)
+
+out/curriculum/manifest.json: | $(STAMP)
+	$(PY) -m synth.curriculum --out out/curriculum
 
 out/corpus/manifest.json: | $(STAMP)
 	$(PY) -m pipelines.corpus

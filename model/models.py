@@ -59,7 +59,8 @@ def tiny_processor(max_side: int = 336) -> PageProcessor:
     return PageProcessor(tiny_tokenizer(), tiny_image_processor(max_side), CHATML_TEMPLATE, ProcessorSpec())
 
 
-def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int = 128, layers: int = 4):
+def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int = 128, layers: int = 4,
+                vision_hidden: int = 64, vision_depth: int = 2):
     """Config for a few-million-parameter model of the given kind, sized for the project tokenizer."""
     from transformers import Glm4vMoeConfig, Qwen2_5_VLConfig
 
@@ -79,8 +80,8 @@ def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int =
             text_config=dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 3,
                              num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=2,
                              rope_parameters=rope, max_position_embeddings=32768, **special),
-            vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
-                               out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
+            vision_config=dict(depth=vision_depth, hidden_size=vision_hidden, intermediate_size=vision_hidden * 2,
+                               num_heads=4, out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
                                temporal_patch_size=2, fullatt_block_indexes=[1], window_size=56),
             image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
             vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
@@ -95,8 +96,8 @@ def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int =
                              moe_intermediate_size=hidden, n_routed_experts=8, n_shared_experts=1,
                              num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1,
                              norm_topk_prob=True, **special),
-            vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
-                               out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
+            vision_config=dict(depth=vision_depth, hidden_size=vision_hidden, intermediate_size=vision_hidden * 2,
+                               num_heads=4, out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
                                temporal_patch_size=2, image_size=336),
             image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
             image_start_token_id=ids("<|vision_start|>"), image_end_token_id=ids("<|vision_end|>"),
