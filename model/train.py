@@ -65,8 +65,10 @@ class TrainRunConfig:
     eval_batch_size: int = option(16, help="eval pages decoded per batched greedy generate call")
     eval_fraction: float = option(0.1, help="share of 'train' rows held out as eval by id hash (0: only rows "
                                   "written as split 'eval', e.g. the curriculum's eval seed); every phase uses it")
-    tiny_sizes: dict[str, int] = option({}, help="tiny model sizes: hidden, layers, vision_hidden, vision_depth "
-                                        "(model.models.tiny_config; empty: its defaults)")
+    tiny_sizes: dict[str, int] = option({}, help="tiny model sizes: hidden, layers, vision_hidden, vision_depth, "
+                                        "rope_theta (model.models.tiny_config; empty: its defaults)")
+    white_zero: bool = option(False, help="tiny model: normalise pixels so white paper is 0 "
+                                          "(model.models.tiny_image_processor)")
     alignment: SFTConfig = option(default_factory=lambda: SFTConfig(phase="alignment"),
                                   help="5.1 alignment SFT: packed, vision tower frozen (model.sft.SFTConfig)")
     robustness: SFTConfig = option(default_factory=lambda: SFTConfig(phase="robustness"),
@@ -170,7 +172,7 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
     mcfg = cfg.merge
     base_state = _state(base)
     states = [_state(c) for c in candidates]
-    samples = list(eval_samples(_eval_data(cfg), loaded.processor, limit=cfg.eval_limit))
+    samples = list(eval_samples(_eval_data(cfg), loaded.processor, limit=mcfg.max_pages or cfg.eval_limit))
     local = threading.local()
 
     def score(state: dict) -> dict:
@@ -239,7 +241,7 @@ def run(cfg: TrainRunConfig) -> dict[str, Any]:
     results: dict[str, Any] = {}
 
     t = time.perf_counter()
-    loaded = build_tiny(cfg.model, seed=cfg.seed, **cfg.tiny_sizes) if cfg.model in ("tiny", "tiny-moe") \
+    loaded = build_tiny(cfg.model, seed=cfg.seed, white_zero=cfg.white_zero, **cfg.tiny_sizes) if cfg.model in ("tiny", "tiny-moe") \
         else load(cfg.model)
     loaded.model.save_pretrained(out / "untrained")
     loaded.processor.save_pretrained(out / "untrained")

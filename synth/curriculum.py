@@ -184,14 +184,14 @@ def build(out: str | Path, levels: tuple[int, ...] = (1, 2, 3, 4), train_per_lev
     tests: dict[str, int] = {}
     for split, s, n in (("train", seed, train_per_level), ("eval", eval_seed, eval_per_level)):
         rows = []
-        for level in levels:
-            for i in range(n):
+        for i in range(n):  # levels interleaved, so the first k eval pages cover every level
+            for level in levels:
                 record = make_record(level, s, i, split)
                 rows.append(record.to_row())
                 for t in record.unit_tests:
                     kind = json.loads(t)["type"]
                     tests[kind] = tests.get(kind, 0) + 1
-            counts.setdefault(split, {})[f"curriculum-l{level}"] = n
+        counts[split] = {f"curriculum-l{level}": n for level in levels}
         pq.write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA), out / "data" / f"{split}-00000-of-00001.parquet",
                        row_group_size=64)
     manifest = {"source": SOURCE, "levels": list(levels), "seed": seed, "eval_seed": eval_seed, "pages": counts,
