@@ -10,7 +10,8 @@ then greedy-decode the level-1 eval pages (another seed) in batches. One JSON li
 settings, parameters, CPU seconds of training, eval NLL, edit distance and pass rate per test type,
 before (untrained) and after. CPU seconds, not wall time, because the machine is shared.
 
-Run keys: kind, hidden, layers, vision_hidden, vision_depth, rope_theta, white_zero (1: white paper is pixel 0), lr, vision_lr, steps, max_length,
+Run keys: kind, hidden, layers, vision_hidden, vision_depth, rope_theta, white_zero (1: white paper is pixel 0),
+lr, vision_lr, steps, max_length,
 shift_prob, warmup, level (domain ``curriculum-l<level>``), eval (pages).
 """
 
@@ -24,7 +25,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULTS = {"kind": "tiny", "hidden": 128, "layers": 4, "vision_hidden": 64, "vision_depth": 2, "rope_theta": 1e6, "white_zero": 0, "lr": 3e-3,
+DEFAULTS = {"kind": "tiny", "hidden": 128, "layers": 4, "vision_hidden": 64, "vision_depth": 2, "rope_theta": 1e6,
+            "white_zero": 0, "lr": 3e-3,
             "vision_lr": 3e-3, "steps": 150, "max_length": 1024, "shift_prob": 0.0, "warmup": 10, "level": 1,
             "eval": 40}
 

@@ -241,8 +241,10 @@ def run(cfg: TrainRunConfig) -> dict[str, Any]:
     results: dict[str, Any] = {}
 
     t = time.perf_counter()
-    loaded = build_tiny(cfg.model, seed=cfg.seed, white_zero=cfg.white_zero, **cfg.tiny_sizes) if cfg.model in ("tiny", "tiny-moe") \
-        else load(cfg.model)
+    if cfg.model in ("tiny", "tiny-moe"):
+        loaded = build_tiny(cfg.model, seed=cfg.seed, white_zero=cfg.white_zero, **cfg.tiny_sizes)
+    else:
+        loaded = load(cfg.model)
     loaded.model.save_pretrained(out / "untrained")
     loaded.processor.save_pretrained(out / "untrained")
     before = _eval(loaded, cfg, f"untrained {loaded.source}", out / "untrained")
