@@ -18,7 +18,8 @@ CORPUS_YAML = REPO / "configs" / "train_corpus.yaml"
 
 def test_configs_train_yaml_is_the_curriculum_run():
     cfg = TrainRunConfig.from_yaml(TRAIN_YAML)
-    assert cfg.corpus == "out/curriculum" and cfg.eval_fraction == 0.0 and cfg.model == "tiny"
+    assert cfg.corpus == "out/curriculum" and cfg.eval_fraction == 0.0 and cfg.model == "tiny" and cfg.white_zero
+    assert cfg.tiny_sizes["rope_theta"] == 100
     assert cfg.alignment.data.path == "out/curriculum" and cfg.alignment.data.eval_fraction == 0.0
     assert cfg.alignment.optim.train_vision and cfg.alignment.data.domain_rates == {"curriculum-l1": 1.0}
     assert cfg.grpo.sources == ("curriculum-l1",)
