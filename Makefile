@@ -29,15 +29,19 @@ release: $(STAMP) out/corpus/manifest.json
 airflow:
 	bash scripts/install_airflow.sh
 
-# Tiny VLM through SFT, GRPO, merge search and FastMTP on out/corpus (built first if missing).
-train: $(STAMP) out/corpus/manifest.json
+# Tiny VLM through SFT, GRPO, merge search and FastMTP on the curriculum pages (configs/train.yaml; out/curriculum
+# built first if missing). The corpus-only run: `make corpus` then ARGS="--config configs/train_corpus.yaml".
+train: $(STAMP) out/curriculum/manifest.json
 	$(PY) -m model.train $(ARGS)
 
 # Failure-mode classifiers on the corpus and errors.json of `make train`, then retrieval (docs/classifiers.md).
-retrieve: $(STAMP)
+retrieve: $(STAMP) out/corpus/manifest.json
 	@test -f out/model/errors.json || { echo "out/model/errors.json is missing: run make train first"; exit 1; }
 	$(PY) -m classifiers.train --corpus out/corpus --errors out/model/errors.json --out out/classifiers
 	$(PY) -m classifiers.retrieve --corpus out/corpus --classifiers out/classifiers --k 1000 --out out/retrieval $(ARGS)
+
+out/curriculum/manifest.json: | $(STAMP)
+	$(PY) -m synth.curriculum --out out/curriculum
 
 out/corpus/manifest.json: | $(STAMP) $(RELABEL_CHECKPOINT)/config.json
 	$(PY) -m relabel.serve --checkpoint $(RELABEL_CHECKPOINT) -- $(PY) -m pipelines.corpus

@@ -216,6 +216,7 @@ class BenchRow:
     conditional: list[float]
     passes_per_token: float  # verifier forward passes per committed token, prefill included
     lossless: bool  # every prompt's output equals the k = 0 output
+    distinct_share: float = float("nan")  # mean over outputs of distinct tokens / tokens (degenerate: near 0)
 
 
 def bench_table(model: nn.Module, head: DraftHead | None, prompts: list[Encoded], ks=(0, 1, 2, 3),
@@ -227,7 +228,8 @@ def bench_table(model: nn.Module, head: DraftHead | None, prompts: list[Encoded]
     if warmup:
         for kk in ks:
             generate(model, prompts[:1], head, kk, min(16, max_new_tokens), eos_token_id, pad_token_id)
-    acc = {kk: {"tokens": 0, "seconds": 0.0, "accepted": [], "passes": 0, "same": True} for kk in ks}
+    acc = {kk: {"tokens": 0, "seconds": 0.0, "accepted": [], "passes": 0, "same": True, "distinct": []}
+           for kk in ks}
     for p in prompts:
         ref = None
         for kk in ks:
@@ -237,6 +239,7 @@ def bench_table(model: nn.Module, head: DraftHead | None, prompts: list[Encoded]
             a["seconds"] += r.seconds
             a["accepted"] += r.accepted[0]
             a["passes"] += r.verifier_passes
+            a["distinct"].append(len(set(r.tokens[0])) / max(1, len(r.tokens[0])))
             ref = r.tokens[0] if kk == 0 else ref
             a["same"] &= r.tokens[0] == ref
     base = acc[0]["tokens"] / acc[0]["seconds"]
@@ -249,7 +252,8 @@ def bench_table(model: nn.Module, head: DraftHead | None, prompts: list[Encoded]
         tau = st.tau if kk else float("nan")
         out.append(BenchRow(kk, a["tokens"], a["seconds"], tps, speedup, tau, st.acceptance,
                             tau / speedup if kk else 1.0, st.conditional if kk else [],
-                            a["passes"] / max(1, a["tokens"]), a["same"]))
+                            a["passes"] / max(1, a["tokens"]), a["same"],
+                            sum(a["distinct"]) / max(1, len(a["distinct"]))))
     return out
 
 
@@ -257,21 +261,22 @@ def format_table(rows: list[BenchRow]) -> str:
     depth = max((len(r.conditional) for r in rows), default=0)
     head = (f"{'k':>2} {'tok/s':>8} {'S':>6} {'accept':>7} {'tau':>5} {'c':>5} "
             + "".join(f"{'a_' + str(d):>6}" for d in range(1, depth + 1))
-            + f" {'passes/tok':>10} {'lossless':>8}")
+            + f" {'passes/tok':>10} {'lossless':>8} {'distinct':>8}")
     lines = [head]
     for r in rows:
         acc = "-" if r.k == 0 else f"{r.acceptance:.1%}"
         tau = "-" if r.k == 0 else f"{r.tau:.2f}"
         cond = "".join(f"{c:>6.3f}" for c in r.conditional) + " " * 6 * (depth - len(r.conditional))
         lines.append(f"{r.k:>2} {r.tok_per_s:>8.1f} {r.speedup:>5.2f}x {acc:>7} {tau:>5} {r.cost:>5.2f} {cond}"
-                     f" {r.passes_per_token:>10.3f} {'yes' if r.lossless else 'NO':>8}")
+                     f" {r.passes_per_token:>10.3f} {'yes' if r.lossless else 'NO':>8} {r.distinct_share:>8.0%}")
     return "\n".join(lines)
 
 
 def bench_on_corpus(loaded, head: DraftHead, corpus: str = "out/corpus", limit: int | None = None,
-                    max_new_tokens: int = 128, ks=(0, 1, 2, 3)) -> list[BenchRow]:
+                    max_new_tokens: int = 128, ks=(0, 1, 2, 3), eval_fraction: float = 0.1) -> list[BenchRow]:
     """`bench_table` on the corpus's eval split (model.data's held-out pages)."""
-    prompts = [s.encoded for s in eval_samples(DataConfig(path=corpus), loaded.processor, limit=limit)]
+    prompts = [s.encoded for s in eval_samples(DataConfig(path=corpus, eval_fraction=eval_fraction),
+                                               loaded.processor, limit=limit)]
     if not prompts:
         raise ValueError(f"decode: no eval pages in {corpus}")
     return bench_table(loaded.model, head, prompts, ks, max_new_tokens, loaded.processor.eos_token_id,

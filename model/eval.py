@@ -43,10 +43,11 @@ class EvalReport:
     summary: dict[str, float]
     by_domain: dict[str, dict[str, float]]
     by_test_type: dict[str, dict[str, float]]
+    by_domain_test_type: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"summary": self.summary, "by_domain": self.by_domain, "by_test_type": self.by_test_type,
-                "rows": [asdict(r) for r in self.rows]}
+                "by_domain_test_type": self.by_domain_test_type, "rows": [asdict(r) for r in self.rows]}
 
 
 def prompt_inputs(encoded: Encoded, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
@@ -71,6 +72,36 @@ def greedy(loaded: Loaded, encoded: Encoded, max_new_tokens: int) -> list[int]:
                          eos_token_id=loaded.processor.eos_token_id,
                          pad_token_id=loaded.processor.tokenizer.pad_token_id)
     return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+@torch.no_grad()
+def greedy_batch(loaded: Loaded, encoded: list[Encoded], max_new_tokens: int) -> list[list[int]]:
+    """Plain greedy continuations of several prompts in one ``generate`` call (left padding).
+
+    Each row is cut after its first end-of-turn token, so it equals what `greedy` returns for that
+    prompt alone (tests/model/test_eval.py checks it token for token)."""
+    if len(encoded) == 1:
+        return [greedy(loaded, encoded[0], max_new_tokens)]
+    model, proc = loaded.model, loaded.processor
+    device = next(model.parameters()).device
+    pad, eos = proc.tokenizer.pad_token_id, proc.eos_token_id
+    width = max(e.prompt_len for e in encoded)
+    ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    mm = torch.zeros_like(ids)
+    for i, e in enumerate(encoded):
+        n = e.prompt_len
+        ids[i, width - n:] = e.input_ids[:n]
+        mask[i, width - n:] = 1
+        mm[i, width - n:] = e.mm_token_type_ids[:n]
+    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), mm_token_type_ids=mm.to(device),
+                         pixel_values=torch.cat([e.pixel_values for e in encoded]).to(device),
+                         image_grid_thw=torch.cat([e.image_grid_thw for e in encoded]).to(device),
+                         do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad)
+    rows = []
+    for row in out[:, width:].tolist():
+        rows.append(row[: row.index(eos) + 1] if eos in row else row)
+    return rows
 
 
 @torch.no_grad()
@@ -108,17 +139,30 @@ def score_prediction(prediction: str, reference: str, unit_tests: Iterable[str])
     return normalized_edit_distance(prediction, reference), tests
 
 
-def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progress: bool = True) -> EvalReport:
-    """Decode and score every sample (``model.data.Sample``)."""
+def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progress: bool = True,
+             batch_size: int = 1) -> EvalReport:
+    """Decode and score every sample (``model.data.Sample``), ``batch_size`` prompts per ``generate``.
+
+    The report's ``summary`` carries ``pages_per_s`` (decoding and scoring, wall time)."""
+    import time
+
     loaded.model.eval()
     rows = []
-    for s in tqdm(list(samples), desc="eval", disable=not progress, leave=False):
-        ids = greedy(loaded, s.encoded, max_new_tokens)
-        prediction = loaded.processor.decode(ids)
-        ed, tests = score_prediction(prediction, s.response, s.unit_tests or [])
-        rows.append(EvalRow(s.id, s.source, s.domain, getattr(s, "task", "") or "", prediction, s.response,
-                            ed, tests, response_nll(loaded, s.encoded)))
-    return summarize(rows)
+    samples = list(samples)
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(samples), desc="eval", disable=not progress, leave=False)
+    for start in range(0, len(samples), max(1, batch_size)):
+        chunk = samples[start:start + max(1, batch_size)]
+        for s, ids in zip(chunk, greedy_batch(loaded, [s.encoded for s in chunk], max_new_tokens)):
+            prediction = loaded.processor.decode(ids)
+            ed, tests = score_prediction(prediction, s.response, s.unit_tests or [])
+            rows.append(EvalRow(s.id, s.source, s.domain, getattr(s, "task", "") or "", prediction, s.response,
+                                ed, tests, response_nll(loaded, s.encoded)))
+        bar.update(len(chunk))
+    bar.close()
+    report = summarize(rows)
+    report.summary["pages_per_s"] = len(rows) / max(1e-9, time.perf_counter() - t0)
+    return report
 
 
 def summarize(rows: list[EvalRow]) -> EvalReport:
@@ -135,15 +179,21 @@ def summarize(rows: list[EvalRow]) -> EvalReport:
     for r in rows:
         by_domain[r.domain].append(r)
     by_type: dict[str, list[bool]] = defaultdict(list)
+    by_domain_type: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         for t in r.tests:
             by_type[t["type"]].append(t["passed"])
+            by_domain_type[r.domain][t["type"]].append(t["passed"])
+
+    def rates(groups: dict[str, list[bool]]) -> dict[str, dict[str, float]]:
+        return {t: {"tests": len(v), "unit_test_pass_rate": sum(v) / len(v)} for t, v in sorted(groups.items())}
+
     return EvalReport(
         rows=rows,
         summary=agg(rows),
         by_domain={d: agg(rs) for d, rs in sorted(by_domain.items())},
-        by_test_type={t: {"tests": len(v), "unit_test_pass_rate": sum(v) / len(v)}
-                      for t, v in sorted(by_type.items())},
+        by_test_type=rates(by_type),
+        by_domain_test_type={d: rates(g) for d, g in sorted(by_domain_type.items())},
     )
 
 
@@ -158,6 +208,12 @@ def format_report(report: EvalReport, title: str = "eval") -> str:
         lines.append(f"  {'test type':<26}{'':>6}{'':>8}{'':>11}{'tests':>7}{'pass':>8}")
         for t, a in report.by_test_type.items():
             lines.append(f"  {t:<26}{'':>6}{'':>8}{'':>11}{a['tests']:>7}{_rate(a):>8}")
+    if len(report.by_domain_test_type) > 1:
+        lines.append("  pass rate by domain and test type:")
+        for d, types in report.by_domain_test_type.items():
+            lines.append(f"    {d:<24}" + "  ".join(f"{t} {_rate(a)}" for t, a in types.items()))
+    if "pages_per_s" in s:
+        lines.append(f"  decoding: {s['pages_per_s']:.2f} pages/s (batched greedy)")
     return "\n".join(lines)
 
 

@@ -48,6 +48,8 @@ class MergeConfig:
     budget: int = option(6, help="evaluations the search may spend, the initial grid included")
     workers: int = option(2, help="candidates evaluated in parallel (one model copy per worker thread)")
     max_new_tokens: int = option(64, help="completion limit when a candidate is scored on the eval split")
+    max_pages: int | None = option(None, help="score candidates on the first this many eval pages (unset: "
+                                   "the run's eval_limit)")
 
 
 class MergeError(ValueError):

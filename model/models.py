@@ -47,20 +47,30 @@ def tiny_tokenizer():
     return tok
 
 
-def tiny_image_processor(max_side: int = 336):
+def tiny_image_processor(max_side: int = 336, white_zero: bool = False):
+    """``white_zero``: normalise pixels so white paper is 0 (mean 1, std 0.5) instead of CLIP's mean/std,
+    under which every blank patch is the same large vector and a from-scratch tower's features barely
+    differ between patches (issue 22's sweep)."""
     from transformers import Qwen2VLImageProcessorPil
 
+    norm = {"image_mean": [1.0, 1.0, 1.0], "image_std": [0.5, 0.5, 0.5]} if white_zero else {}
     # Pages keep their aspect ratio; at most (max_side/28)^2 image tokens after the 2x2 merge.
     return Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=max_side * max_side, patch_size=14,
-                                    merge_size=2, temporal_patch_size=2)
+                                    merge_size=2, temporal_patch_size=2, **norm)
 
 
-def tiny_processor(max_side: int = 336) -> PageProcessor:
-    return PageProcessor(tiny_tokenizer(), tiny_image_processor(max_side), CHATML_TEMPLATE, ProcessorSpec())
+def tiny_processor(max_side: int = 336, white_zero: bool = False) -> PageProcessor:
+    return PageProcessor(tiny_tokenizer(), tiny_image_processor(max_side, white_zero), CHATML_TEMPLATE,
+                         ProcessorSpec())
 
 
-def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int = 128, layers: int = 4):
-    """Config for a few-million-parameter model of the given kind, sized for the project tokenizer."""
+def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int = 128, layers: int = 4,
+                vision_hidden: int = 64, vision_depth: int = 2, rope_theta: float = 1e6):
+    """Config for a few-million-parameter model of the given kind, sized for the project tokenizer.
+
+    ``rope_theta``: with a head of 32 dims, M-RoPE gives height and width the lowest of 16 frequencies;
+    at 1e6 a step of one image token turns width by under 2e-4 rad, so the decoder cannot tell image
+    columns apart (issue 22's sweep: no reading at all); 100 makes them distinguishable."""
     from transformers import Glm4vMoeConfig, Qwen2_5_VLConfig
 
     tok = tiny_tokenizer()
@@ -71,7 +81,7 @@ def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int =
     # M-RoPE sections split head_dim/2 rotary frequencies over (time, height, width).
     half = head_dim // 2
     mrope = [half - 2 * (half * 3 // 8), half * 3 // 8, half * 3 // 8]
-    rope = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": mrope}
+    rope = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": mrope}
     special = dict(bos_token_id=ids("<|im_start|>"), eos_token_id=ids("<|im_end|>"),
                    pad_token_id=ids("<|endoftext|>"))
     if kind == "tiny":
@@ -79,14 +89,14 @@ def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int =
             text_config=dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 3,
                              num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=2,
                              rope_parameters=rope, max_position_embeddings=32768, **special),
-            vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
-                               out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
+            vision_config=dict(depth=vision_depth, hidden_size=vision_hidden, intermediate_size=vision_hidden * 2,
+                               num_heads=4, out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
                                temporal_patch_size=2, fullatt_block_indexes=[1], window_size=56),
             image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
             vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
             tie_word_embeddings=False, **special)
     if kind == "tiny-moe":
-        rope_glm = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": mrope,
+        rope_glm = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": mrope,
                     "partial_rotary_factor": 1.0}
         return Glm4vMoeConfig(
             text_config=dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 3,
@@ -95,8 +105,8 @@ def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int =
                              moe_intermediate_size=hidden, n_routed_experts=8, n_shared_experts=1,
                              num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1,
                              norm_topk_prob=True, **special),
-            vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
-                               out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
+            vision_config=dict(depth=vision_depth, hidden_size=vision_hidden, intermediate_size=vision_hidden * 2,
+                               num_heads=4, out_hidden_size=hidden, patch_size=14, spatial_merge_size=2,
                                temporal_patch_size=2, image_size=336),
             image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
             image_start_token_id=ids("<|vision_start|>"), image_end_token_id=ids("<|vision_end|>"),
@@ -105,12 +115,12 @@ def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int =
     raise ModelLoadError(f"unknown tiny model kind {kind!r}; expected one of {TINY_KINDS}")
 
 
-def build_tiny(kind: str = "tiny", seed: int = 0, **sizes) -> Loaded:
+def build_tiny(kind: str = "tiny", seed: int = 0, white_zero: bool = False, **sizes) -> Loaded:
     from transformers import AutoModelForImageTextToText
 
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(tiny_config(kind, **sizes))
-    return Loaded(model.float(), tiny_processor(), kind)
+    return Loaded(model.float(), tiny_processor(white_zero=white_zero), kind)
 
 
 def load(source: str, dtype: torch.dtype | None = None) -> Loaded:

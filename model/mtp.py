@@ -217,6 +217,8 @@ class MTPConfig:
     seed: int = option(0, help="head initialisation and batch order (make train: the run's seed unless set)")
     log_every: int = option(50, help="log the loss every this many steps (0: first and last only)")
     weights: LossWeights = option(default_factory=LossWeights, help="eq. 5 loss weights")
+    max_samples: int | None = option(None, help="make train: fit on at most this many train pages (unset: all)")
+    bench_pages: int | None = option(None, help="make train: eval pages in the decoding table (unset: eval_limit)")
     bench_max_new_tokens: int = option(128, help="make train: tokens per page in the speculative decoding table")
 
 
@@ -279,11 +281,14 @@ def fit_head(model: nn.Module, samples: list[Encoded], cfg: MTPConfig = MTPConfi
 # -- corpus entry point (CLI, make train) ----------------------------------------------------------
 
 def fit_for_checkpoint(loaded, corpus: str, cfg: MTPConfig = MTPConfig(), limit: int | None = None,
-                       out: str | Path | None = None) -> FitResult:
-    """Fit a head for ``loaded`` (model.models.Loaded) on the corpus's train split; save it to
-    ``out`` when given."""
-    samples = [s.encoded for s in SampleSource(loaded.processor, DataConfig(path=corpus), "train")]
-    samples = samples[:limit] if limit else samples
+                       out: str | Path | None = None, eval_fraction: float = 0.1) -> FitResult:
+    """Fit a head for ``loaded`` (model.models.Loaded) on the corpus's train split (its first ``limit``
+    pages when given); save it to ``out`` when given."""
+    samples = []
+    for s in SampleSource(loaded.processor, DataConfig(path=corpus, eval_fraction=eval_fraction), "train"):
+        if limit and len(samples) >= limit:
+            break
+        samples.append(s.encoded)
     if cfg.self_distill:
         samples = self_distill(loaded.model, samples, loaded.processor.eos_token_id, cfg.max_new_tokens,
                                loaded.processor.tokenizer.pad_token_id or 0)

@@ -30,6 +30,8 @@ class OptimConfig:
     betas: tuple[float, float] = option((0.9, 0.95), help="AdamW betas")
     warmup_steps: int = option(10, help="linear warmup steps")
     min_lr_ratio: float = option(0.1, help="the cosine decays to lr * min_lr_ratio")
+    train_vision: bool | None = option(None, help="train the vision tower at vision_lr (unset: robustness SFT "
+                                       "only, Table 3; a from-scratch tiny model needs it from the start)")
 
 
 def param_groups(model: nn.Module, phase: str, cfg: OptimConfig) -> list[dict]:
@@ -43,10 +45,11 @@ def param_groups(model: nn.Module, phase: str, cfg: OptimConfig) -> list[dict]:
     proj = {id(p) for p in projector(model).parameters()}
     tower = {id(p) for p in vision_tower(model).parameters()} - proj
     decoder, vision = [], []
+    train_vision = phase == "robustness" if cfg.train_vision is None or phase == "grpo" else cfg.train_vision
     for p in model.parameters():
         if id(p) in tower:
-            p.requires_grad_(phase == "robustness")
-            if phase == "robustness":
+            p.requires_grad_(train_vision)
+            if train_vision:
                 vision.append(p)
         else:
             p.requires_grad_(True)

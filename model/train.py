@@ -62,6 +62,13 @@ class TrainRunConfig:
     seed: int = option(0, help="model init, evaluation split sampling, and every phase's seed unless the block sets it")
     eval_limit: int | None = option(None, help="evaluate on at most this many eval pages (unset: all)")
     eval_max_new_tokens: int = option(192, help="completion limit of the evaluations")
+    eval_batch_size: int = option(16, help="eval pages decoded per batched greedy generate call")
+    eval_fraction: float = option(0.1, help="share of 'train' rows held out as eval by id hash (0: only rows "
+                                  "written as split 'eval', e.g. the curriculum's eval seed); every phase uses it")
+    tiny_sizes: dict[str, int] = option({}, help="tiny model sizes: hidden, layers, vision_hidden, vision_depth, "
+                                        "rope_theta (model.models.tiny_config; empty: its defaults)")
+    white_zero: bool = option(False, help="tiny model: normalise pixels so white paper is 0 "
+                                          "(model.models.tiny_image_processor)")
     alignment: SFTConfig = option(default_factory=lambda: SFTConfig(phase="alignment"),
                                   help="5.1 alignment SFT: packed, vision tower frozen (model.sft.SFTConfig)")
     robustness: SFTConfig = option(default_factory=lambda: SFTConfig(phase="robustness"),
@@ -99,6 +106,7 @@ def with_run_defaults(values: Mapping[str, Any], path: str = "train") -> Mapping
     out = dict(values)
     seed = out.get("seed", TrainRunConfig.seed)
     corpus = out.get("corpus", TrainRunConfig.corpus)
+    eval_fraction = out.get("eval_fraction", TrainRunConfig.eval_fraction)
     for name in PHASES:
         block = out.get(name)
         block = {} if block is None else block
@@ -111,14 +119,18 @@ def with_run_defaults(values: Mapping[str, Any], path: str = "train") -> Mapping
             block = {"phase": name, **block}
             data = block.get("data") or {}
             if isinstance(data, Mapping):
-                block["data"] = {"path": corpus, "seed": seed, **data}
+                block["data"] = {"path": corpus, "seed": seed, "eval_fraction": eval_fraction, **data}
         out[name] = block
     return out
 
 
+def _eval_data(cfg: TrainRunConfig) -> DataConfig:
+    return DataConfig(path=cfg.corpus, seed=cfg.seed, eval_fraction=cfg.eval_fraction)
+
+
 def _eval(loaded, cfg: TrainRunConfig, title: str, out: Path):
-    samples = eval_samples(DataConfig(path=cfg.corpus, seed=cfg.seed), loaded.processor, limit=cfg.eval_limit)
-    report = evaluate(loaded, samples, cfg.eval_max_new_tokens)
+    samples = eval_samples(_eval_data(cfg), loaded.processor, limit=cfg.eval_limit)
+    report = evaluate(loaded, samples, cfg.eval_max_new_tokens, batch_size=cfg.eval_batch_size)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(report.to_json(), indent=2))
     print(format_report(report, title), flush=True)
@@ -127,14 +139,28 @@ def _eval(loaded, cfg: TrainRunConfig, title: str, out: Path):
 
 def _grpo(loaded, cfg: TrainRunConfig, target: Path) -> dict[str, Any]:
     gcfg = cfg.grpo
-    prompts = load_prompts(cfg.corpus, loaded.processor, gcfg)
+    data = DataConfig(path=cfg.corpus, max_length=1 << 30, max_sample_tokens=1 << 30, eval_fraction=cfg.eval_fraction)
+    prompts = load_prompts(cfg.corpus, loaded.processor, gcfg, data=data)
     history = train_grpo(loaded, gcfg, prompts, target)
-    first, last = history[0], history[-1]
+    curve = reward_curve(history)
     print(f"GRPO ({gcfg.baseline} baseline): {len(history)} steps on {len(prompts)} prompts, sampled reward "
-          f"{first.reward_mean:.3f} -> {last.reward_mean:.3f}, zero-advantage prompts {last.zero_advantage_share:.0%}",
+          f"first-{curve['window']} mean {curve['first']:.3f} -> last-{curve['window']} mean {curve['last']:.3f} "
+          f"({curve['ratio']:.2f}x), zero-advantage prompts {curve['zero_advantage_share']:.0%} of all steps",
           flush=True)
-    return {"steps": len(history), "prompts": len(prompts), "reward_first": first.reward_mean,
-            "reward_last": last.reward_mean}
+    return {"steps": len(history), "prompts": len(prompts), "reward_first": history[0].reward_mean,
+            "reward_last": history[-1].reward_mean, "curve": curve,
+            "rewards": [round(h.reward_mean, 4) for h in history]}
+
+
+def reward_curve(history: Sequence, window: int = 10) -> dict[str, float]:
+    """Mean sampled reward of the first and last ``window`` steps (fewer when the run is short) and
+    the mean zero-advantage share: a GRPO phase that learns raises the second above the first."""
+    w = max(1, min(window, len(history) // 2 or 1))
+    first = sum(h.reward_mean for h in history[:w]) / w
+    last = sum(h.reward_mean for h in history[-w:]) / w
+    zero = sum(h.zero_advantage_share for h in history) / max(1, len(history))
+    return {"window": w, "first": first, "last": last, "ratio": last / first if first > 0 else float("inf"),
+            "zero_advantage_share": zero}
 
 
 def _state(path: Path) -> dict:
@@ -146,8 +172,7 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
     mcfg = cfg.merge
     base_state = _state(base)
     states = [_state(c) for c in candidates]
-    samples = list(eval_samples(DataConfig(path=cfg.corpus, seed=cfg.seed), loaded.processor,
-                                limit=cfg.eval_limit))
+    samples = list(eval_samples(_eval_data(cfg), loaded.processor, limit=mcfg.max_pages or cfg.eval_limit))
     local = threading.local()
 
     def score(state: dict) -> dict:
@@ -155,7 +180,8 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
         if not hasattr(local, "loaded"):
             local.loaded = copy.deepcopy(loaded)
         local.loaded.model.load_state_dict(state)
-        s = evaluate(local.loaded, samples, mcfg.max_new_tokens, progress=False).summary
+        s = evaluate(local.loaded, samples, mcfg.max_new_tokens, progress=False,
+                     batch_size=cfg.eval_batch_size).summary
         rate = s["unit_test_pass_rate"]
         return {"unit_test_pass_rate": 0.0 if rate != rate else rate, "edit_distance": s["edit_distance"]}
 
@@ -169,16 +195,21 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
 
     write_merged(result.best, base_state, states, out / "merged", save_fn)
     best = result.best
-    print(f"merge search: {len(result.log)} evaluations over {[c.name for c in candidates]}, best "
-          f"{best.candidate.method} {best.candidate.params} weights {best.candidate.weights}: {best.scores}",
+    print(f"merge search: {len(result.log)} evaluations over {[c.name for c in candidates]}:", flush=True)
+    for ev in result.log:
+        sc = ev.scores or {}
+        print(f"  {ev.candidate.method:<16} weights {[round(w, 2) for w in ev.candidate.weights]} "
+              f"{ev.candidate.params}: pass {sc.get('unit_test_pass_rate', float('nan')):.3f} "
+              f"edit {sc.get('edit_distance', float('nan')):.3f} objective {ev.objective:.3f}", flush=True)
+    print(f"  best {best.candidate.method} {best.candidate.params} weights {best.candidate.weights}: {best.scores}",
           flush=True)
-    return {"evaluations": len(result.log), "best": best.to_json()}
+    return {"evaluations": len(result.log), "best": best.to_json(), "candidates": [ev.to_json() for ev in result.log]}
 
 
 def _errors(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
     loaded = load(str(verifier))
-    samples = eval_samples(DataConfig(path=cfg.corpus, seed=cfg.seed), loaded.processor, limit=cfg.eval_limit)
-    report = evaluate(loaded, samples, cfg.eval_max_new_tokens, progress=False)
+    samples = eval_samples(_eval_data(cfg), loaded.processor, limit=cfg.eval_limit)
+    report = evaluate(loaded, samples, cfg.eval_max_new_tokens, progress=False, batch_size=cfg.eval_batch_size)
     analysis = analyze([asdict(r) for r in report.rows])
     write_report(analysis, target)
     modes = analysis.get("failure_modes", [])
@@ -192,9 +223,10 @@ def _mtp(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
     """5.6: fit the FastMTP head on the frozen selected verifier, then the Table 8 decoding table."""
     fcfg = cfg.mtp
     loaded = load(str(verifier))
-    result = fit_for_checkpoint(loaded, cfg.corpus, fcfg, out=target)
-    rows = bench_on_corpus(loaded, result.head, cfg.corpus, limit=cfg.eval_limit,
-                           max_new_tokens=fcfg.bench_max_new_tokens)
+    result = fit_for_checkpoint(loaded, cfg.corpus, fcfg, limit=fcfg.max_samples, out=target,
+                                eval_fraction=cfg.eval_fraction)
+    rows = bench_on_corpus(loaded, result.head, cfg.corpus, limit=fcfg.bench_pages or cfg.eval_limit,
+                           max_new_tokens=fcfg.bench_max_new_tokens, eval_fraction=cfg.eval_fraction)
     table = format_table(rows)
     (target / "decode_table.txt").write_text(table + "\n")
     print(f"FastMTP head on {verifier.name} (K={fcfg.depths}, {fcfg.steps} steps), speculative decoding on "
@@ -209,7 +241,10 @@ def run(cfg: TrainRunConfig) -> dict[str, Any]:
     results: dict[str, Any] = {}
 
     t = time.perf_counter()
-    loaded = build_tiny(cfg.model, seed=cfg.seed) if cfg.model in ("tiny", "tiny-moe") else load(cfg.model)
+    if cfg.model in ("tiny", "tiny-moe"):
+        loaded = build_tiny(cfg.model, seed=cfg.seed, white_zero=cfg.white_zero, **cfg.tiny_sizes)
+    else:
+        loaded = load(cfg.model)
     loaded.model.save_pretrained(out / "untrained")
     loaded.processor.save_pretrained(out / "untrained")
     before = _eval(loaded, cfg, f"untrained {loaded.source}", out / "untrained")

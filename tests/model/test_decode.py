@@ -198,7 +198,8 @@ def test_bench_cli_on_a_checkpoint_and_head(setup, tmp_path, capsys):
           "--ks", "0,2", "--max-new-tokens", "8"])
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:6] == ["k", "tok/s", "S", "accept", "tau", "c"]
-    assert [line.split()[0] for line in out[1:]] == ["0", "2"] and out[2].split()[-1] == "yes"
+    assert [line.split()[0] for line in out[1:]] == ["0", "2"] and out[2].split()[-2] == "yes"
+    assert out[2].split()[-1].endswith("%")  # distinct tokens per output
     # without --head, one is fitted first on the corpus's train split
     main(["--bench", "--checkpoint", str(tmp_path / "ckpt"), "--corpus", corpus, "--ks", "1", "--fit-steps", "2",
           "--max-new-tokens", "4"])

@@ -13,10 +13,21 @@ from schemas.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_YAML = REPO / "configs" / "train.yaml"
+CORPUS_YAML = REPO / "configs" / "train_corpus.yaml"
 
 
-def test_configs_train_yaml_loads_with_every_block_typed():
+def test_configs_train_yaml_is_the_curriculum_run():
     cfg = TrainRunConfig.from_yaml(TRAIN_YAML)
+    assert cfg.corpus == "out/curriculum" and cfg.eval_fraction == 0.0 and cfg.model == "tiny" and cfg.white_zero
+    assert cfg.tiny_sizes["rope_theta"] == 100
+    assert cfg.alignment.data.path == "out/curriculum" and cfg.alignment.data.eval_fraction == 0.0
+    assert cfg.alignment.optim.train_vision and cfg.alignment.data.domain_rates == {"curriculum-l1": 1.0}
+    assert cfg.grpo.sources == ("curriculum-l1",)
+    assert cfg.phases == ("alignment", "robustness", "grpo", "merge", "mtp")
+
+
+def test_configs_train_corpus_yaml_keeps_the_corpus_only_run():
+    cfg = TrainRunConfig.from_yaml(CORPUS_YAML)
     assert cfg.alignment.phase == "alignment" and cfg.robustness.phase == "robustness"
     assert cfg.alignment.steps == 250 and cfg.alignment.optim.lr == 3.0e-3 and cfg.alignment.data.pack
     assert cfg.alignment.regularizers.balance == 1.0e-3
@@ -92,7 +103,7 @@ def test_run_level_seed_and_corpus_fill_what_a_block_leaves_unset():
 
 
 def test_set_overrides_merge_into_the_yaml_and_are_checked_too():
-    cfg = TrainRunConfig.from_yaml(TRAIN_YAML, ["grpo.steps=2", "mtp.weights.ce=0.5", "seed=4"], out="elsewhere")
+    cfg = TrainRunConfig.from_yaml(CORPUS_YAML, ["grpo.steps=2", "mtp.weights.ce=0.5", "seed=4"], out="elsewhere")
     assert cfg.grpo.steps == 2 and cfg.grpo.lr == 1.0e-3  # the rest of the block stays as the YAML has it
     assert cfg.mtp.weights.ce == 0.5 and cfg.mtp.weights.kl == 0.45
     assert cfg.seed == 4 and cfg.alignment.data.seed == 4 and cfg.out == "elsewhere"
