@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import glob as _glob
 import os
-from typing import IO
+from typing import IO, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -183,3 +183,19 @@ def write_bytes_atomic(uri: str, data: bytes) -> None:
     with open_write(tmp) as fh:
         fh.write(data)
     rename(tmp, uri)
+
+
+def iter_lines(handle: IO[bytes], chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary stream (each with its ``\\n``), read in chunks: every backend's stream has
+    ``read``, not all iterate by line."""
+    rest = b""
+    while True:
+        data = handle.read(chunk)
+        if not data:
+            break
+        lines = (rest + data).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            yield line + b"\n"
+    if rest:
+        yield rest

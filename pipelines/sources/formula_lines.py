@@ -70,7 +70,7 @@ class FormulaLinesSource:
             yield Row(source_id=unit, error=RecordError("unreadable_file", f"{unit}: {type(exc).__name__}: {exc}"))
             return
         with handle:
-            for index, raw in enumerate(handle):
+            for index, raw in enumerate(io.iter_lines(handle)):
                 name = f"{index:0{self.options.name_width}d}{self.options.image_extension}"
                 source_id = f"{label_name.rsplit('.', 1)[0]}/{name}"
                 image = io.join(folder, name)

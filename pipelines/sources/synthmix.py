@@ -77,7 +77,7 @@ class OlmOcrSynthmixSource:
         group: list[UnitTest] = []
         invalid = 0
         with handle:
-            for number, raw in enumerate(handle, start=1):
+            for number, raw in enumerate(io.iter_lines(handle), start=1):
                 if not raw.strip():
                     continue
                 where = f"{unit}:{number}"

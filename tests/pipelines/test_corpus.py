@@ -189,10 +189,12 @@ def test_unknown_config_keys_are_rejected(tmp_path):
 
 def test_cleaning_stages_and_dedup_are_in_the_manifest(direct_run):
     cfg, manifest, out = direct_run
-    assert manifest.stage_order == ["read", "render", "validate", "conventions", "repeats", "short", "write", "dedup"]
+    assert manifest.stage_order == ["read", "render", "validate", "conventions", "formula_render", "repeats", "short",
+                                    "write", "dedup"]
     assert manifest.totals("short").dropped.get("short_response", 0) > 0
     # one olmOCR sample label carries "$a+b,c+d$" and \\textbf{...}: the rewrites are counted
-    assert manifest.totals("conventions").counters == {"split_formulas": 1, "inline_delimiters": 1, "bold": 1}
+    assert manifest.totals("conventions").counters == {"split_formulas": 1, "inline_delimiters": 1, "bold": 1,
+                                                       "formula_spacing": 5}  # LaTeX-OCR and UniMER labels
     # samples/make/olmocr.py plants one page twice (olmOCR-mix-1025 and -0225): exactly one goes
     assert manifest.totals("dedup").dropped == {"duplicate_image": 1}
     assert "dropped/dedup-duplicates-00000-of-00001.parquet" in manifest.dropped_sample_files
