@@ -9,8 +9,8 @@ the stem read as an integer (so ``0000012.png`` is line 12). UniMER-Test pairs `
 
 Kind ``formula_lines``: ``paths`` are label files; the work unit is one label file, streamed line by
 line. Each line becomes one ``transcribe_formula`` record (``response_format: latex``) whose image is
-``<images>/<line index, zero-padded to name_width>.png``. Options: ``images`` (folder, relative to
-the label file's folder; default: the label file's stem, as UniMER-Test), ``name_width`` (7, UniMER's
+``<images>/<line index, zero-padded to name_width>.png``. Options: ``images`` (the folder; default:
+the label file's stem beside it, as UniMER-Test), ``name_width`` (7, UniMER's
 ``0000000.png``; 0 for unpadded names). Bad lines are dead letters: ``empty_label`` (a blank line
 with an image: its formula is missing) and ``missing_image``; a blank line without an image (the
 file's trailing newline) is not a record. Formulas are kept as published here; the
@@ -39,7 +39,8 @@ class FormulaLinesSource:
 
     @dataclass(frozen=True)
     class Options:
-        images: str = option("", help="image folder, relative to the label file's folder (default: its stem)")
+        images: str = option("", help="the image folder (a relative path resolves like paths; default: the "
+                                      "label file's stem beside it)")
         name_width: int = option(7, help="digits of the zero-padded image names (0: unpadded)")
         image_extension: str = option(".png", help="image file extension")
 
@@ -59,7 +60,7 @@ class FormulaLinesSource:
     def _folder(self, unit: str) -> str:
         path = posixpath if "://" in unit else os.path
         folder, name = path.split(unit)
-        return io.join(folder, self.options.images or path.splitext(name)[0])
+        return self.options.images or io.join(folder, path.splitext(name)[0])
 
     def read(self, unit: str) -> Iterator[Row]:
         folder = self._folder(unit)

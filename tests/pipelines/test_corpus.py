@@ -224,6 +224,25 @@ def test_synthetic_pages_carry_unit_tests_that_pass_on_their_response(direct_run
             assert passed, (row["source_id"], why)
 
 
+def test_table2_element_sources_reach_the_corpus_with_their_tasks(direct_run):
+    from schemas.unit_tests import unit_test_from_json
+
+    _, manifest, out = direct_run
+    assert manifest.totals("read").counters == {"tests_kept": 8, "tests_failed_reference": 1, "tests_invalid": 1}
+    assert manifest.totals("formula_render").dropped == {"katex_error": 1}
+    rows = pq.read_table(out / "data").to_pylist()
+    tasks = {(r["source"], r["task"], r["response_format"]) for r in rows}
+    assert {("latex-ocr", "transcribe_formula", "latex"), ("unimer", "transcribe_formula", "latex"),
+            ("mmtab", "transcribe_table", "html"), ("synthchartnet", "chart_to_table", "html"),
+            ("commonforms", "kie", "json"), ("rvl-cdip", "kie", "json"), ("jssoda", "parse_page", "text"),
+            ("olmocr-synthmix", "parse_page", "markdown")} <= tasks
+    assert {r["language"] for r in rows if r["source"] == "jssoda"} == {"ja"}
+    synthmix = [r for r in rows if r["source"] == "olmocr-synthmix"]
+    assert len(synthmix) == 2 and all(r["unit_tests"] for r in synthmix)
+    for row in synthmix:
+        assert all(unit_test_from_json(t).check(row["response"])[0] for t in row["unit_tests"])
+
+
 # --- a corpus of mostly duplicates: the losers are counted, written and excluded, never gathered --
 
 
