@@ -62,6 +62,7 @@ samples: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/ingest.py $(ARGS)
 	$(PY) benchmarks/ingest.py --kind scan --repeats 1 --scale 2 --pdftoppm-pages 100
+	$(PY) benchmarks/sources.py
 	$(PY) benchmarks/object_store.py
 	$(PY) benchmarks/plan.py
 	$(PY) benchmarks/png.py

@@ -140,6 +140,12 @@ def account_rows(stage: str, source: str, rows: Iterable[Row], unit: str = "") -
             yield from (Envelope(Kind.ITEM, page) for page in row.pages)
         else:
             yield from _outcome(stage, source, row.source_id, row.pages, row.error, unit)
+        # a reader's counters (e.g. unit tests dropped for failing on their own reference) reach the manifest
+        for page in row.pages if row.error is None else ():
+            found = (getattr(page, "quality", None) or {}).get(stage)
+            for name, value in (found.get("counters") or {}).items() if isinstance(found, dict) else ():
+                if value:
+                    yield Envelope(Kind.EVENT, CountEvent(stage, source, "counter", name, value, unit))
     yield Envelope(Kind.EVENT, CountEvent(stage, source, "seconds", "", time.perf_counter() - started))
 
 

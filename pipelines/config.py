@@ -25,7 +25,7 @@ from pipelines.write import WriteConfig
 from schemas.config import ConfigError, load, option
 
 # Source options that name files; relative values are resolved like ``paths``.
-PATH_OPTIONS = ("root", "warc_root", "mirror", "cache_dir", "tarballs")
+PATH_OPTIONS = ("root", "warc_root", "mirror", "cache_dir", "tarballs", "images")
 # Clean-stage options that name files, resolved the same way.
 STAGE_PATH_OPTIONS = ("folder", "tokenizer_path")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "corpus.yaml"

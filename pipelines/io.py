@@ -12,7 +12,7 @@ import functools
 import glob as _glob
 import hashlib
 import os
-from typing import IO
+from typing import IO, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -212,3 +212,19 @@ def _digest(uri: str) -> str:
         return str(lfs.get("sha256") or info.get("blob_id") or info.get("size"))
     meta = FileSystems.match([uri])[0].metadata_list[0]
     return f"{meta.size_in_bytes}:{meta.last_updated_in_seconds}"
+
+
+def iter_lines(handle: IO[bytes], chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary stream (each with its ``\\n``), read in chunks: every backend's stream has
+    ``read``, not all iterate by line."""
+    rest = b""
+    while True:
+        data = handle.read(chunk)
+        if not data:
+            break
+        lines = (rest + data).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            yield line + b"\n"
+    if rest:
+        yield rest

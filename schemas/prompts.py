@@ -16,6 +16,11 @@ PROMPTS: dict[tuple[str, str], str] = {
     ("transcribe_formula", "zh"): "将图中的公式转写为 LaTeX。",
     ("caption", "en"): "Describe this image in one paragraph.",
     ("caption", "zh"): "用一段话描述这张图片。",
+    # chart_to_table and kie: the element-level readers' defaults (pipelines/sources/elements.py)
+    ("chart_to_table", "en"): "Extract the data shown in this chart as an HTML table.",
+    ("chart_to_table", "zh"): "将图表中的数据提取为 HTML 表格。",
+    ("kie", "en"): "Extract the key information from this document as JSON.",
+    ("kie", "zh"): "以 JSON 格式提取此文档中的关键信息。",
 }
 
 

@@ -14,7 +14,7 @@ def samples_root(tmp_path_factory) -> Path:
     import importlib
 
     root = tmp_path_factory.mktemp("samples")
-    for name in ("olmocr", "finepdfs", "historical", "local"):
+    for name in ("olmocr", "finepdfs", "historical", "local", "elements"):
         try:
             module = importlib.import_module(f"samples.make.{name}")
         except ModuleNotFoundError:

@@ -30,10 +30,18 @@ variation from dominating the loss." Three rewrites, each counted in
     commands too; whitespace at the ends of the argument moves outside the markers; an argument
     spanning a blank line is left alone, as Markdown emphasis cannot cross paragraphs).
 
+``formula_delimiters`` / ``formula_spacing`` (``response_format: latex``, formula crops)
+    A bare-formula label loses delimiters around the whole of it (``$..$``, ``$$..$$``, ``\\(..\\)``,
+    ``\\[..\\]``, ``\\begin{equation}..\\end{equation}``, starred too) and the token spacing of
+    im2latex-style labels (``\\frac { a } { b }`` -> ``\\frac{a}{b}``): in math mode TeX ignores
+    spaces except one that ends a control word before a letter (``\\alpha b``), which is kept, as is
+    the spacing inside text-mode arguments (``\\text{..}``, ``\\mbox{..}``, ...), collapsed to one space.
+    The rendered formula is unchanged (tests/pipelines/clean/test_conventions.py renders both).
+
 Never touched: fenced code blocks (``` and ~~~), inline code spans, ``<code>``/``<pre>`` elements
 (indented code blocks are not recognised: OCR labels indent ordinary text). Only labels with
-``response_format`` ``markdown`` or ``text`` are rewritten; others pass through with
-``skipped`` in quality.
+``response_format`` ``markdown`` or ``text`` are rewritten (``latex`` by the formula rewrites only);
+others pass through with ``skipped`` in quality.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ class ConventionsConfig:
     split_formulas: bool = option(True, help="split inline comma-separated lists of independent formulas")
     normalize_delimiters: bool = option(True, help="rewrite math delimiters to inline / display")
     markdown_emphasis: bool = option(True, help="\\textbf{x} -> **x**, \\textit{x} / \\emph{x} -> *x* outside math")
+    formulas: bool = option(True, help="latex labels (formula crops): strip outer delimiters, drop token spacing")
     max_arg_chars: int = option(10_000, help="longest \\textbf{...} argument searched for its closing brace "
                                              "(keeps unbalanced input linear)")
 
@@ -404,6 +413,79 @@ def rewrite(text: str, cfg: ConventionsConfig = ConventionsConfig()) -> tuple[st
     return result, counters
 
 
+FORMULA_COUNTERS = ("formula_delimiters", "formula_spacing")
+_WRAPPERS = (
+    re.compile(r"^\$\$(.*)\$\$$", re.DOTALL), re.compile(r"^\$(.*)\$$", re.DOTALL),
+    re.compile(r"^\\\((.*)\\\)$", re.DOTALL), re.compile(r"^\\\[(.*)\\\]$", re.DOTALL),
+    re.compile(r"^\\begin\{(equation\*?|displaymath|math)\}(.*)\\end\{\1\}$", re.DOTALL),
+)
+_TEX_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\s+|.", re.DOTALL)
+_TEXT_COMMANDS = {"\\text", "\\mbox", "\\hbox", "\\textrm", "\\textbf", "\\textit", "\\textsf", "\\texttt",
+                  "\\textnormal", "\\textup", "\\textsc", "\\textsl", "\\emph"}
+
+
+def strip_formula_delimiters(latex: str) -> str:
+    """``latex`` without delimiters enclosing all of it (repeatedly: ``$$\\[x\\]$$`` -> ``x``)."""
+    text = latex.strip()
+    while True:
+        for wrapper in _WRAPPERS:
+            m = wrapper.match(text)
+            if m and m.group(m.lastindex).strip():
+                inner = m.group(m.lastindex).strip()
+                # "$a$ + $b$" is not wrapped in one pair: the inside must not close and reopen it
+                if wrapper.pattern.startswith("^\\$") and "$" in inner.replace("\\$", ""):
+                    continue
+                text = inner
+                break
+        else:
+            return text
+
+
+def compact_formula_spacing(latex: str) -> str:
+    """Math-mode spaces TeX ignores removed (see the module doc); text-mode arguments keep one space."""
+    tokens = _TEX_TOKEN.findall(latex)
+    out: list[str] = []
+    depth = 0  # brace depth
+    text_until: list[int] = []  # brace depths at which text-mode arguments close
+    pending_text = False
+    for i, tok in enumerate(tokens):
+        in_text = bool(text_until)
+        if tok.isspace():
+            prev = out[-1] if out else ""
+            nxt = next((t for t in tokens[i + 1:] if not t.isspace()), "")
+            if in_text:
+                if out and not out[-1].isspace():
+                    out.append(" ")
+            elif re.fullmatch(r"\\[A-Za-z]+", prev) and nxt[:1].isalpha():
+                out.append(" ")
+            continue
+        if tok == "{":
+            depth += 1
+            if pending_text:
+                text_until.append(depth)
+                pending_text = False
+        elif tok == "}":
+            if text_until and text_until[-1] == depth:
+                text_until.pop()
+            depth = max(0, depth - 1)
+        else:
+            pending_text = tok in _TEXT_COMMANDS
+        out.append(tok)
+    return "".join(out).strip()
+
+
+def rewrite_formula(latex: str, cfg: ConventionsConfig = ConventionsConfig()) -> tuple[str, dict[str, int]]:
+    """A bare formula label in the convention (outer delimiters off, token spacing compacted), and counts."""
+    counters = dict.fromkeys(FORMULA_COUNTERS, 0)
+    text = strip_formula_delimiters(latex)
+    if text != latex.strip():
+        counters["formula_delimiters"] += 1
+    compact = compact_formula_spacing(text)
+    if compact != " ".join(text.split()):
+        counters["formula_spacing"] += 1
+    return compact, counters
+
+
 class ConventionsStage:
     """Rewrites Markdown/text responses to one convention; counts each rewrite kind."""
 
@@ -421,7 +503,11 @@ class ConventionsStage:
         if not isinstance(record.response, str):
             raise RecordError("bad_response", f"response must be a string, got {type(record.response).__name__}")
         finding: dict[str, Any]
-        if record.response_format not in FORMATS:
+        if record.response_format == "latex" and self.cfg.formulas:
+            text, counters = rewrite_formula(record.response, self.cfg)
+            finding = {"changed": text != record.response, "counters": counters}
+            record.response = text
+        elif record.response_format not in FORMATS:
             finding = {"skipped": f"response_format {record.response_format}", "counters": dict.fromkeys(COUNTERS, 0)}
         else:
             text, counters = rewrite(record.response, self.cfg)

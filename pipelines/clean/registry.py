@@ -20,6 +20,7 @@ STAGES = {
     "repeats": "pipelines.clean.repeats:RepeatsStage",
     "short": "pipelines.clean.short:ShortStage",
     "decontam": "pipelines.clean.decontam:DecontamStage",
+    "formula_render": "pipelines.clean.formula_render:FormulaRenderStage",
     # robustness degradations (Jina 5.2); off by default, seeded per record id
     "augment": "synth.augment:AugmentStage",
     # VLM relabel, audit and preference pairs over an OpenAI-compatible endpoint (relabel/, docs/relabel.md)

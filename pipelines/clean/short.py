@@ -35,6 +35,9 @@ class ShortConfig:
                                                           "paths resolve against the repository root")
     max_count_chars: int = option(65_536, help="longer responses are counted over this prefix only (the "
                                                "decision stays exact, see ShortStage.count)")
+    tasks: tuple[str, ...] = option(("parse_page",), help="tasks the floor applies to; element-level records "
+                                                         "(a formula, a table, a KIE answer) are short by nature "
+                                                         "and pass with quality.short.skipped")
 
 
 def resolve_tokenizer_path(path: str) -> Path:
@@ -103,6 +106,10 @@ class ShortStage:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:  # lone surrogates from a lossy decode upstream
             raise RecordError("non_utf8_response", f"response is not valid Unicode: {exc}") from exc
+        if record.task not in self.cfg.tasks:
+            record.quality[self.name] = {"skipped": f"task {record.task}"}
+            record.provenance.append(self._provenance)
+            return [record]
         n_tokens, truncated = self.count(text)
         finding: dict[str, Any] = {"token_count": n_tokens}
         if truncated:

@@ -22,6 +22,12 @@ SOURCE_KINDS = {
     "historical": "pipelines.sources.historical:MappedHistoricalSource",
     "local_folder": "pipelines.sources.local_folder:LocalFolderSource",
     "jinaocrsynth": "pipelines.sources.synth:SynthSource",
+    "olmocr_synthmix": "pipelines.sources.synthmix:OlmOcrSynthmixSource",
+    "formula_lines": "pipelines.sources.formula_lines:FormulaLinesSource",
+    "mmtab": "pipelines.sources.mmtab:MmtabSource",
+    "synthchartnet": "pipelines.sources.elements:SynthChartNetSource",
+    "commonforms": "pipelines.sources.elements:CommonFormsSource",
+    "rvl_cdip": "pipelines.sources.elements:RvlCdipSource",
 }
 
 

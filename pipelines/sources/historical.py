@@ -146,7 +146,8 @@ class _ParquetHistoricalSource:
     def _wanted_columns(self) -> list[str]:
         return list(self.COLUMNS)
 
-    def _source_id(self, record: dict[str, Any]) -> str:
+    def _source_id(self, record: dict[str, Any], fallback_id: str) -> str:
+        """The record's id; ``fallback_id`` (``<file name>#<row>``) serves layouts without an id column."""
         raise NotImplementedError
 
     def _page(self, source_id: str, record: dict[str, Any]) -> SourcePage:
@@ -157,7 +158,7 @@ class _ParquetHistoricalSource:
     def _read_record(self, uri: str, index: int, record: dict[str, Any]) -> Row:
         fallback_id = f"{uri}#{index}"
         try:
-            source_id = self._source_id(record)
+            source_id = self._source_id(record, f"{uri.rstrip('/').rsplit('/', 1)[-1]}#{index}")
         except RecordError as exc:
             return Row(source_id=fallback_id, error=exc)
         except Exception as exc:  # noqa: BLE001
@@ -236,7 +237,7 @@ class NaraSource(_ParquetHistoricalSource):
             required.append("extractedText")
         self.required = tuple(required)
 
-    def _source_id(self, record: dict[str, Any]) -> str:
+    def _source_id(self, record: dict[str, Any], fallback_id: str) -> str:
         naid, page_object = record.get("NAID"), record.get("pageObjectId")
         if _is_blank(naid) or _is_blank(page_object):
             raise RecordError("missing_id", f"NAID={naid!r} pageObjectId={page_object!r}")
@@ -283,7 +284,7 @@ class LocSource(_ParquetHistoricalSource):
         self.image_column = self.options.image_column
         self.required = ("lccn", "issue_date", "edition_order", "Page", "ocr_text", self.image_column)
 
-    def _source_id(self, record: dict[str, Any]) -> str:
+    def _source_id(self, record: dict[str, Any], fallback_id: str) -> str:
         lccn = record.get("lccn")
         if _is_blank(lccn) or record.get("edition_order") is None or record.get("Page") is None:
             raise RecordError(
@@ -310,10 +311,11 @@ class LocSource(_ParquetHistoricalSource):
 
 @dataclass(frozen=True)
 class MappedColumns:
-    """Roles -> column names of a ``historical`` source: ``id`` and ``text``, and exactly one image column."""
+    """Roles -> column names of a ``historical`` source: ``text`` and exactly one image column (``id`` optional)."""
 
-    id: str = option(help="the record id (the document id when page is mapped)")
     text: str = option(help="the transcription")
+    id: str | None = option(None, help="the record id (the document id when page is mapped); unmapped: "
+                                        "<file name>#<row>, for layouts without an id column")
     image_url: str | None = option(None, help="image URLs, fetched with the resolver")
     image_bytes: str | None = option(None, help="image bytes, or Hugging Face Image structs {bytes, path}")
     page: str | None = option(None, help="page numbers (source_id becomes {id}/p{page})")
@@ -322,9 +324,8 @@ class MappedColumns:
     date: str | None = option(None, help="copied into metadata")
 
     def __post_init__(self) -> None:
-        for role in ("id", "text"):
-            if not getattr(self, role):
-                raise ValueError(f"columns.{role} is required")
+        if not self.text:
+            raise ValueError("columns.text is required")
         if bool(self.image_url) == bool(self.image_bytes):
             raise ValueError("set exactly one of columns.image_url / image_bytes")
 
@@ -370,7 +371,9 @@ class MappedHistoricalSource(_ParquetHistoricalSource):
         wanted = list(self.columns.values()) + self.quality_columns + self.metadata_columns
         return list(dict.fromkeys(wanted))
 
-    def _source_id(self, record: dict[str, Any]) -> str:
+    def _source_id(self, record: dict[str, Any], fallback_id: str) -> str:
+        if "id" not in self.columns:
+            return fallback_id
         value = record.get(self.columns["id"])
         if _is_blank(value):
             raise RecordError("missing_id", f"column {self.columns['id']!r} is empty")
@@ -398,7 +401,7 @@ class MappedHistoricalSource(_ParquetHistoricalSource):
         if not text:
             raise Dropped("empty_transcription")
         page_number = _page_number(record.get(self.columns["page"])) if "page" in self.columns else 1
-        metadata: dict[str, Any] = {"id": record.get(self.columns["id"])}
+        metadata: dict[str, Any] = {"id": record.get(self.columns["id"])} if "id" in self.columns else {}
         language = None
         if "language" in self.columns:
             raw = record.get(self.columns["language"])

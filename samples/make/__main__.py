@@ -6,7 +6,7 @@ import argparse
 import importlib
 from pathlib import Path
 
-BUILDERS = ("olmocr", "finepdfs", "historical", "local")
+BUILDERS = ("olmocr", "finepdfs", "historical", "local", "elements")
 
 
 def main() -> None:

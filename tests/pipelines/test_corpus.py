@@ -190,11 +190,13 @@ def test_unknown_config_keys_are_rejected(tmp_path):
 
 def test_cleaning_stages_and_dedup_are_in_the_manifest(direct_run):
     cfg, manifest, out = direct_run
-    assert manifest.stage_order == ["read", "render", "validate", "conventions", "repeats", "short", "instruct",
+    assert manifest.stage_order == ["read", "render", "validate", "conventions", "formula_render", "repeats", "short",
+                                    "instruct",
                                     "write", "dedup"]
     assert manifest.totals("short").dropped.get("short_response", 0) > 0
     # one olmOCR sample label carries "$a+b,c+d$" and \\textbf{...}: the rewrites are counted
-    assert manifest.totals("conventions").counters == {"split_formulas": 1, "inline_delimiters": 1, "bold": 1}
+    assert manifest.totals("conventions").counters == {"split_formulas": 1, "inline_delimiters": 1, "bold": 1,
+                                                       "formula_spacing": 5}  # LaTeX-OCR and UniMER labels
     # samples/make/olmocr.py plants one page twice (olmOCR-mix-1025 and -0225): exactly one goes
     assert manifest.totals("dedup").dropped == {"duplicate_image": 1}
     assert "dropped/dedup-duplicates-00000-of-00001.parquet" in manifest.dropped_sample_files
@@ -238,6 +240,25 @@ def test_the_corpus_holds_every_task_and_convention(direct_run):
     assert all(r["elements"] for r in rows if r["source"] == "jinaocrsynth" and r["task"] == "parse_page")
     counters = manifest.totals("instruct").counters
     assert counters["task:parse_page"] > 0 and counters["task:vqa"] >= 1 and counters["prompt:en"] > 0
+
+
+def test_table2_element_sources_reach_the_corpus_with_their_tasks(direct_run):
+    from schemas.unit_tests import unit_test_from_json
+
+    _, manifest, out = direct_run
+    assert manifest.totals("read").counters == {"tests_kept": 8, "tests_failed_reference": 1, "tests_invalid": 1}
+    assert manifest.totals("formula_render").dropped == {"katex_error": 1}
+    rows = pq.read_table(out / "data").to_pylist()
+    tasks = {(r["source"], r["task"], r["response_format"]) for r in rows}
+    assert {("latex-ocr", "transcribe_formula", "latex"), ("unimer", "transcribe_formula", "latex"),
+            ("mmtab", "transcribe_table", "html"), ("synthchartnet", "chart_to_table", "html"),
+            ("commonforms", "kie", "json"), ("rvl-cdip", "kie", "json"), ("jssoda", "parse_page", "text"),
+            ("olmocr-synthmix", "parse_page", "markdown")} <= tasks
+    assert {r["language"] for r in rows if r["source"] == "jssoda"} == {"ja"}
+    synthmix = [r for r in rows if r["source"] == "olmocr-synthmix"]
+    assert len(synthmix) == 2 and all(r["unit_tests"] for r in synthmix)
+    for row in synthmix:
+        assert all(unit_test_from_json(t).check(row["response"])[0] for t in row["unit_tests"])
 
 
 # --- a corpus of mostly duplicates: the losers are counted, written and excluded, never gathered --

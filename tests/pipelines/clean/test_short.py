@@ -110,3 +110,14 @@ def test_prefix_count_falls_back_to_the_whole_text_when_it_cannot_decide():
     assert stage.count("x" * 101) == (100, True)  # the 100-token prefix settles it
     stage = ShortStage(ShortConfig(min_tokens=64, max_count_chars=40))
     assert stage.count("x" * 60) == (60, False)  # a 40-token prefix cannot: the whole text is counted
+
+
+def test_element_tasks_are_not_held_to_the_page_floor(stage):
+    formula = record("x^{2}")
+    formula.task = "transcribe_formula"
+    assert stage(formula) == [formula] and formula.quality["short"] == {"skipped": "task transcribe_formula"}
+    with pytest.raises(Dropped, match="short_response"):
+        stage(record("x^{2}"))  # the same text as a page is too short
+    everything = ShortStage(ShortConfig(tasks=("parse_page", "transcribe_formula")))
+    with pytest.raises(Dropped, match="short_response"):
+        everything(formula)

@@ -323,7 +323,7 @@ def test_mapped_bad_schema_names_key_and_column(root):
 
 
 @pytest.mark.parametrize("columns, match", [
-    ({"text": "t", "image_url": "u"}, "columns.id"),
+    ({"id": "i", "image_url": "u"}, "text"),
     ({"id": "i", "text": "t"}, "exactly one"),
     ({"id": "i", "text": "t", "image_url": "u", "image_bytes": "b"}, "exactly one"),
     ({"id": "i", "text": "t", "image_url": "u", "caption": "c"}, "unknown"),

@@ -1,0 +1,65 @@
+"""Formula render check: drop formula labels KaTeX cannot render (reason ``katex_error``).
+
+Formula crops (LaTeX-OCR, UniMER: task ``transcribe_formula``, ``response_format: latex``) carry
+labels written for LaTeX, some with macros or environments KaTeX does not know; a label that cannot
+be rendered cannot be scored by the formula reward either. The check renders the label with the
+project's KaTeX in Chromium (``schemas.math_render``, the renderer of the ``math`` unit test:
+``displayMode``, ``throwOnError``, results cached in SQLite), after the ``conventions`` stage has
+normalised it. Records of other tasks pass untouched; ``quality["formula_render"]`` holds
+``{"ok": true}`` or the KaTeX message of a dropped one (in ``dropped/`` samples).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from schemas.config import option
+from schemas.deadletter import Dropped, RecordError
+from schemas.page import PageRecord, ProvenanceStep, params_hash
+
+VERSION = "1"
+
+
+@dataclass(frozen=True)
+class FormulaRenderConfig:
+    """Which records are render-checked."""
+
+    tasks: tuple[str, ...] = option(("transcribe_formula",), help="tasks whose (latex) response is one formula")
+
+
+class FormulaRenderStage:
+    name = "formula_render"
+
+    def __init__(self, cfg: FormulaRenderConfig = FormulaRenderConfig()):
+        self.cfg = cfg
+        self._provenance = ProvenanceStep(f"clean:{self.name}", VERSION, params_hash(asdict(cfg)))
+        self._renderer: Any = None  # per worker, on first use
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_renderer"] = None
+        return state
+
+    def _render(self, latex: str):
+        if self._renderer is None:
+            from schemas.math_render import default_renderer  # Chromium only where formulas are checked
+
+            self._renderer = default_renderer()
+        return self._renderer.render(latex)
+
+    def __call__(self, record: PageRecord) -> list[PageRecord]:
+        if record.task not in self.cfg.tasks:
+            return [record]
+        if record.response_format != "latex":
+            raise RecordError("bad_response_format", f"a {record.task} record must have response_format latex, "
+                                                     f"got {record.response_format!r}")
+        if not record.response.strip():
+            raise Dropped("empty_formula")
+        rendered = self._render(record.response)
+        if not rendered.ok:
+            record.quality[self.name] = {"ok": False, "error": rendered.error}
+            raise Dropped("katex_error")
+        record.quality[self.name] = {"ok": True}
+        record.provenance.append(self._provenance)
+        return [record]

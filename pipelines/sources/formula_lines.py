@@ -1,0 +1,102 @@
+"""Formula crops as the im2latex family publishes them: a text file of formulas and a folder of images.
+
+UniMER (``wanderkid/UniMER_Dataset``: ``UniMER-1M.zip``, ``UniMER-test.zip``) and LaTeX-OCR's own
+release (``formulae.zip`` + ``math.txt``) share one layout, read by their loaders
+(``unimernet/datasets/datasets/formula.py``, ``pix2tex/dataset/dataset.py``): line ``i`` (0-based,
+the file split at ``\\n``) of the label file is the LaTeX of image ``<i>.png`` in the image folder,
+the stem read as an integer (so ``0000012.png`` is line 12). UniMER-Test pairs ``cpe.txt`` with
+``cpe/`` (also ``hwe``, ``sce``, ``spe``); UniMER-1M ``train.txt`` with ``images/``.
+
+Kind ``formula_lines``: ``paths`` are label files; the work unit is one label file, streamed line by
+line. Each line becomes one ``transcribe_formula`` record (``response_format: latex``) whose image is
+``<images>/<line index, zero-padded to name_width>.png``. Options: ``images`` (the folder; default:
+the label file's stem beside it, as UniMER-Test), ``name_width`` (7, UniMER's
+``0000000.png``; 0 for unpadded names). Bad lines are dead letters: ``empty_label`` (a blank line
+with an image: its formula is missing) and ``missing_image``; a blank line without an image (the
+file's trailing newline) is not a record. Formulas are kept as published here; the
+``conventions`` stage normalises them and the ``formula_render`` stage drops those KaTeX cannot
+render.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass
+from typing import Iterator
+
+from pipelines import io
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from schemas.config import option
+from schemas.deadletter import RecordError
+from schemas.page import ProvenanceStep, params_hash
+
+VERSION = "1"
+
+
+class FormulaLinesSource:
+    kind = "formula_lines"
+
+    @dataclass(frozen=True)
+    class Options:
+        images: str = option("", help="the image folder (a relative path resolves like paths; default: the "
+                                      "label file's stem beside it)")
+        name_width: int = option(7, help="digits of the zero-padded image names (0: unpadded)")
+        image_extension: str = option(".png", help="image file extension")
+
+    def __init__(self, settings: SourceSettings):
+        if settings.task != "transcribe_formula":
+            raise ValueError(f"source {settings.name!r}: kind formula_lines makes 'transcribe_formula' records; "
+                             "set task: transcribe_formula")
+        self.settings = settings
+        self.options = load_options(self.Options, settings)
+        if self.options.name_width < 0:
+            raise ValueError(f"sources[{settings.name}].options.name_width must be >= 0")
+        self._provenance = ProvenanceStep(f"read:{self.kind}", VERSION, params_hash(dict(settings.options or {})))
+
+    def plan(self, uri: str) -> Iterator[str]:
+        yield uri
+
+    def _folder(self, unit: str) -> str:
+        path = posixpath if "://" in unit else os.path
+        folder, name = path.split(unit)
+        return self.options.images or io.join(folder, path.splitext(name)[0])
+
+    def read(self, unit: str) -> Iterator[Row]:
+        folder = self._folder(unit)
+        label_name = unit.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            handle = io.open_read(unit)
+        except Exception as exc:  # noqa: BLE001 - a missing or unreadable file is one accounted row
+            yield Row(source_id=unit, error=RecordError("unreadable_file", f"{unit}: {type(exc).__name__}: {exc}"))
+            return
+        with handle:
+            for index, raw in enumerate(io.iter_lines(handle)):
+                name = f"{index:0{self.options.name_width}d}{self.options.image_extension}"
+                source_id = f"{label_name.rsplit('.', 1)[0]}/{name}"
+                image = io.join(folder, name)
+                try:
+                    text = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError:
+                    yield Row(source_id=source_id, error=RecordError("invalid_utf8", f"{unit}: line {index + 1}"))
+                    continue
+                present = io.exists(image)
+                if not text.strip():
+                    if present:
+                        yield Row(source_id=source_id, error=RecordError("empty_label", f"{unit}: line {index + 1} "
+                                                                                        "is blank"))
+                    continue
+                if not present:
+                    yield Row(source_id=source_id, error=RecordError("missing_image", f"{image} does not exist"))
+                    continue
+                yield Row(source_id=source_id, pages=[self._page(source_id, text.strip(), io.read_bytes(image),
+                                                                 label_name, index)])
+
+    def _page(self, source_id: str, latex: str, payload: bytes, label_name: str, index: int) -> SourcePage:
+        s = self.settings
+        return SourcePage(
+            source=s.name, source_id=source_id, page_number=1, payload_kind="image", payload=payload,
+            response=latex, response_format="latex", domain=s.domain, language=s.language, license=s.license,
+            instruction=s.instruction, task=s.task, split=s.split,
+            metadata={"label_file": label_name, "line": index + 1}, provenance=[self._provenance],
+        )

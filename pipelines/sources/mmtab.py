@@ -1,0 +1,202 @@
+"""MMTab (SpursgoZmy/MMTab, Table-LLaVA): table images -> ``transcribe_table`` records with HTML tables.
+
+MMTab ships JSON files beside zips of table images (docs/sources.md lists what is confirmed):
+
+* ``MMTab-eval_test_data_49K.json``: an array of items ``{item_id, image_id, input, output, task_type,
+  dataset_name, original_query, answer_list, original_query_type}``; the table-recognition items have
+  ``original_query_type`` ``table recognition with HTML`` / ``... Latex`` / ``... Markdown`` and the
+  table in ``output``; the image is ``<image_id>.jpg`` in the images folder (``all_test_image/``);
+* the LLaVA-format training files (``MMTab-pre_pretrain_data_llava_format_150K.json``,
+  ``MMTab-instruct_sft_data_llava_format_232K.json``): arrays of ``{id, image, conversations:
+  [{from: human, value}, {from: gpt, value}]}``; ``image`` is a path under the images folder.
+  These items carry no query type, so an item is table recognition when its answer holds an HTML
+  ``<table>``, a LaTeX ``tabular``/``\\hline`` table or a Markdown pipe table.
+
+The work unit is one JSON (array) or JSONL file, streamed item by item (``iter_json_items``). Items
+of other tasks (question answering, fact checking, ...) are dropped as ``not_table_recognition``;
+the table is normalised to canonical HTML and parse-checked (``table_labels``): a label that does
+not parse is dead-lettered (``unparseable_table``), as are ``empty_label``, ``missing_image`` (the
+image is not in the folder) and ``bad_item``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from pipelines import io
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.table_labels import to_html
+from schemas.config import option
+from schemas.deadletter import Dropped, RecordError
+from schemas.page import ProvenanceStep, params_hash
+
+VERSION = "1"
+CHUNK = 1 << 20
+
+
+def iter_json_items(handle, where: str) -> Iterator[Any]:
+    """The items of a JSON array (or the lines of a JSONL file) from a binary stream, one at a time.
+
+    A JSON array is decoded item by item from a rolling buffer (``raw_decode``), so a 300 MB file is
+    never held whole; a syntax error raises ``RecordError("unreadable_json")`` naming the offset.
+    """
+    decoder = json.JSONDecoder()
+    reader = codecs.getincrementaldecoder("utf-8")()
+    buffer, offset, eof = "", 0, False
+
+    def fill() -> bool:
+        nonlocal buffer, eof
+        if eof:
+            return False
+        chunk = handle.read(CHUNK)
+        if not chunk:
+            eof = True
+            buffer += reader.decode(b"", final=True)
+            return False
+        buffer += reader.decode(chunk)
+        return True
+
+    def skip_space() -> None:
+        nonlocal buffer, offset
+        while True:
+            stripped = buffer.lstrip()
+            offset += len(buffer) - len(stripped)
+            buffer = stripped
+            if buffer or not fill():
+                return
+
+    skip_space()
+    if not buffer:
+        return
+    array = buffer[0] == "["
+    if array:
+        buffer, offset = buffer[1:], offset + 1
+    first = True
+    while True:
+        skip_space()
+        if not buffer:
+            if array:
+                raise RecordError("unreadable_json", f"{where}: the array is not closed (offset {offset})")
+            return
+        if array and buffer[0] == "]":
+            return
+        if array and not first:
+            if buffer[0] != ",":
+                raise RecordError("unreadable_json", f"{where}: expected ',' at offset {offset}")
+            buffer, offset = buffer[1:], offset + 1
+            skip_space()
+        while True:
+            try:
+                item, end = decoder.raw_decode(buffer)
+                # a number or literal cut at the chunk's end would decode short: make sure more cannot follow
+                if end == len(buffer) and not eof and fill():
+                    continue
+                break
+            except json.JSONDecodeError as exc:
+                if not fill():
+                    raise RecordError("unreadable_json", f"{where}: {exc.msg} at offset {offset + exc.pos}") from None
+        yield item
+        buffer, offset, first = buffer[end:], offset + end, False
+
+
+_FORMAT = re.compile(r"table recognition with (html|latex|markdown)", re.IGNORECASE)
+
+
+def label_format(answer: str) -> str | None:
+    """html, latex or markdown: the table notation ``answer`` uses, or None when it holds no table."""
+    if "<table" in answer.lower():
+        return "html"
+    if "\\begin{tabular" in answer or "\\hline" in answer:
+        return "latex"
+    lines = [line for line in answer.splitlines() if line.count("|") >= 2]
+    return "markdown" if len(lines) >= 2 else None
+
+
+class MmtabSource:
+    """Kind ``mmtab``: MMTab JSON/JSONL files; ``images`` names the folder of the unzipped table images."""
+
+    kind = "mmtab"
+
+    @dataclass(frozen=True)
+    class Options:
+        images: str = option("", help="folder of the unzipped images (default: the JSON file's folder)")
+        image_extension: str = option(".jpg", help="appended to image_id (eval-format items)")
+
+    def __init__(self, settings: SourceSettings):
+        if settings.task != "transcribe_table":
+            raise ValueError(f"source {settings.name!r}: kind mmtab makes 'transcribe_table' records; "
+                             "set task: transcribe_table")
+        self.settings = settings
+        self.options = load_options(self.Options, settings)
+        self._provenance = ProvenanceStep(f"read:{self.kind}", VERSION, params_hash(dict(settings.options or {})))
+
+    def plan(self, uri: str) -> Iterator[str]:
+        yield uri
+
+    def read(self, unit: str) -> Iterator[Row]:
+        images = self.options.images or (posixpath.dirname(unit) if "://" in unit else os.path.dirname(unit))
+        index = 0
+        try:
+            with io.open_read(unit) as handle:
+                for item in iter_json_items(handle, unit):
+                    yield self._row(unit, index, item, images)
+                    index += 1
+        except RecordError as exc:  # the file breaks after `index` items: the rest cannot be enumerated
+            yield Row(source_id=unit, error=exc)
+        except OSError as exc:
+            yield Row(source_id=unit, error=RecordError("unreadable_file", f"{unit}: {exc}"))
+
+    def _row(self, unit: str, index: int, item: Any, images: str) -> Row:
+        fallback = f"{unit.rstrip('/').rsplit('/', 1)[-1]}#{index}"
+        if not isinstance(item, dict):
+            return Row(source_id=fallback, error=RecordError("bad_item", f"item {index} is not an object"))
+        source_id = str(item.get("item_id") or item.get("id") or fallback)
+        try:
+            return Row(source_id=source_id, pages=[self._page(source_id, item, images)])
+        except (RecordError, Dropped) as exc:
+            return Row(source_id=source_id, error=exc)
+        except Exception as exc:  # noqa: BLE001 - a malformed item must not end the file
+            return Row(source_id=source_id, error=RecordError("bad_item", f"{type(exc).__name__}: {exc}"))
+
+    def _page(self, source_id: str, item: dict[str, Any], images: str) -> SourcePage:
+        if "conversations" in item:  # LLaVA format
+            answers = [t.get("value") for t in item.get("conversations") or []
+                       if isinstance(t, dict) and t.get("from") == "gpt"]
+            answer = answers[-1] if answers else None
+            if not isinstance(answer, str) or not answer.strip():
+                raise RecordError("empty_label", "no gpt answer")
+            fmt = label_format(answer)
+            image = item.get("image")
+            query_type = None
+        else:  # the eval format
+            query_type = str(item.get("original_query_type") or "")
+            match = _FORMAT.search(query_type)
+            answer = item.get("output")
+            fmt = match.group(1).lower() if match else None
+            image = f"{item['image_id']}{self.options.image_extension}" if item.get("image_id") else None
+            if fmt and (not isinstance(answer, str) or not answer.strip()):
+                raise RecordError("empty_label", "output is empty")
+        if fmt is None:
+            raise Dropped("not_table_recognition")
+        html = to_html(answer, fmt)
+        if not isinstance(image, str) or not image or image.startswith("/") or ".." in image.split("/"):
+            raise RecordError("missing_image", f"image {image!r} is not a relative path")
+        uri = io.join(images, image)
+        if not io.exists(uri):
+            raise RecordError("missing_image", f"{uri} does not exist")
+        s = self.settings
+        return SourcePage(
+            source=s.name, source_id=source_id, page_number=1, payload_kind="image", payload=io.read_bytes(uri),
+            response=html, response_format="html", domain=s.domain, language=s.language, license=s.license,
+            instruction=s.instruction, task=s.task, split=s.split,
+            quality={"label_format": fmt},
+            metadata={k: v for k, v in {"image": image, "query_type": query_type,
+                                        "dataset_name": item.get("dataset_name")}.items() if v},
+            provenance=[self._provenance],
+        )

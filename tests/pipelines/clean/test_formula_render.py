@@ -1,0 +1,66 @@
+"""Formula labels: the conventions stage's latex rewrites (rendering unchanged) and the KaTeX render check.
+
+Both render with the project's KaTeX in Chromium (``schemas.math_render``), as the DAG does.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.clean.conventions import ConventionsConfig, ConventionsStage, rewrite_formula
+from pipelines.clean.registry import build_stage
+from schemas.deadletter import Dropped, RecordError
+from schemas.math_render import KatexRenderer
+from tests.helpers import page_record
+
+
+@pytest.fixture(scope="module")
+def renderer(tmp_path_factory):
+    with KatexRenderer(tmp_path_factory.mktemp("katex")) as r:
+        yield r
+
+
+LABELS = [
+    ("\\frac { a } { b } + \\sqrt { x _ { 1 } }", "\\frac{a}{b}+\\sqrt{x_{1}}", 0, 1),
+    ("$\\alpha b$", "\\alpha b", 1, 0),  # the space ends \alpha: kept
+    ("\\[ \\mathrm { d } x \\]", "\\mathrm{d}x", 1, 1),
+    ("\\text { if } x > 0", "\\text{ if }x>0", 0, 1),  # text mode keeps its spaces
+    ("\\begin{equation*} a = b \\end{equation*}", "a=b", 1, 1),
+    ("E=mc^2", "E=mc^2", 0, 0),
+]
+
+
+@pytest.mark.parametrize("label, expected, delimiters, spacing", LABELS)
+def test_formula_rewrite_keeps_the_rendering(label, expected, delimiters, spacing, renderer):
+    out, counters = rewrite_formula(label)
+    assert out == expected
+    assert counters == {"formula_delimiters": delimiters, "formula_spacing": spacing}
+    bare = label.strip().removeprefix("$").removesuffix("$").removeprefix("\\[").removesuffix("\\]")
+    bare = bare.replace("\\begin{equation*}", "").replace("\\end{equation*}", "")
+    before, after = renderer.render_many([bare, out])
+    assert before.ok and after.ok and before.mathml == after.mathml
+
+
+def test_conventions_stage_rewrites_latex_records_only():
+    stage = ConventionsStage()
+    formula = stage(page_record(task="transcribe_formula", response="x ^ { 2 }", response_format="latex"))[0]
+    assert formula.response == "x^{2}"
+    assert formula.quality["conventions"]["counters"] == {"formula_delimiters": 0, "formula_spacing": 1}
+    off = ConventionsStage(ConventionsConfig(formulas=False))
+    kept = off(page_record(task="transcribe_formula", response="x ^ { 2 }", response_format="latex"))[0]
+    assert kept.response == "x ^ { 2 }" and "skipped" in kept.quality["conventions"]
+
+
+def test_formula_render_drops_what_katex_rejects(monkeypatch, tmp_path):
+    monkeypatch.setenv("PAGEMILL_CACHE", str(tmp_path))
+    stage = build_stage({"name": "formula_render"})
+    good = stage(page_record(task="transcribe_formula", response="\\frac{a}{b}", response_format="latex"))[0]
+    assert good.quality["formula_render"] == {"ok": True} and good.provenance[-1].stage == "clean:formula_render"
+    bad = page_record(task="transcribe_formula", response="\\notakatexmacro{x}", response_format="latex")
+    with pytest.raises(Dropped) as err:
+        stage(bad)
+    assert err.value.reason == "katex_error" and "notakatexmacro" in bad.quality["formula_render"]["error"]
+    page = page_record(response="\\notakatexmacro is fine in a page")  # other tasks pass untouched
+    assert stage(page) == [page] and "formula_render" not in page.quality
+    with pytest.raises(RecordError, match="latex"):
+        stage(page_record(task="transcribe_formula", response="x", response_format="markdown"))
