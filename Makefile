@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := poppler-utils
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: corpus release train test test-all lint samples bench deps clean airflow retrieve
+.PHONY: corpus report release train test test-all lint samples bench deps clean airflow retrieve
 
 # The DAG's relabel and audit stages ask a local transformers serve (relabel.serve starts it, runs the DAG, stops it)
 # over a tiny random-weight VLM that model/ exports; set OPENAI_BASE_URL etc. and run pipelines.corpus for a real one.
@@ -16,6 +16,11 @@ RELABEL_CHECKPOINT := out/relabel/tiny-checkpoint
 
 corpus: $(STAMP) $(RELABEL_CHECKPOINT)/config.json
 	$(PY) -m relabel.serve --checkpoint $(RELABEL_CHECKPOINT) -- $(PY) -m pipelines.corpus $(ARGS)
+	@echo "corpus report: make report (writes out/report/index.html from out/corpus)"
+
+# One static HTML page about out/corpus: plots, tables from the manifest, sample pages with unit tests.
+report: $(STAMP) out/corpus/manifest.json
+	$(PY) -m pipelines.report --corpus out/corpus --out out/report $(ARGS)
 
 $(RELABEL_CHECKPOINT)/config.json: | $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m model.checkpoint --export-tiny $(RELABEL_CHECKPOINT)
