@@ -136,16 +136,24 @@ async def judge(ask: Asker, record: PageRecord, label: str, max_tokens: int, max
     return None, why
 
 
-class RelabelStage(RequestStage):
+class _ConfiguredStage(RequestStage):
+    """A request stage built from its config (``config_type``; the defaults when None), with its provenance step."""
+
+    config_type: type = object
+
+    def __init__(self, cfg: Any = None, loop_detector: LoopDetector | None = None, check: bool = True):
+        self.cfg = self.config_type() if cfg is None else cfg
+        self._provenance = ProvenanceStep(f"relabel:{self.name}", VERSION, params_hash(_hashed(self.cfg)))
+        super().__init__(self.cfg.client, self.cfg.cache_path, loop_detector, check)
+
+
+class RelabelStage(_ConfiguredStage):
     """Ask the model for a new label of each selected record (compare or replace; see the module doc)."""
 
     name = "relabel"
 
-    def __init__(self, cfg: RelabelConfig = RelabelConfig(), loop_detector: LoopDetector | None = None,
-                 check: bool = True):
-        self.cfg = cfg
-        self._provenance = ProvenanceStep(f"relabel:{self.name}", VERSION, params_hash(_hashed(cfg)))
-        super().__init__(cfg.client, cfg.cache_path, loop_detector, check)
+    config_type = RelabelConfig
+    cfg: RelabelConfig
 
     def wants(self, record: PageRecord) -> bool:
         return selected(record, self.cfg.sources, self.cfg.domains, self.cfg.tasks)
@@ -175,16 +183,13 @@ class RelabelStage(RequestStage):
         return [record]
 
 
-class AuditStage(RequestStage):
+class AuditStage(_ConfiguredStage):
     """A judge scores each selected (image, label) pair 0-5 and flags or drops low ones (see the module doc)."""
 
     name = "audit"
 
-    def __init__(self, cfg: AuditConfig = AuditConfig(), loop_detector: LoopDetector | None = None,
-                 check: bool = True):
-        self.cfg = cfg
-        self._provenance = ProvenanceStep(f"relabel:{self.name}", VERSION, params_hash(_hashed(cfg)))
-        super().__init__(cfg.client, cfg.cache_path, loop_detector, check)
+    config_type = AuditConfig
+    cfg: AuditConfig
 
     def wants(self, record: PageRecord) -> bool:
         return selected(record, self.cfg.sources, self.cfg.domains, self.cfg.tasks)
@@ -209,16 +214,13 @@ class AuditStage(RequestStage):
         return [record]
 
 
-class PreferenceStage(RequestStage):
+class PreferenceStage(_ConfiguredStage):
     """Draft, teacher refinement and judge on degraded pages; clear winners become ``preference`` records."""
 
     name = "preference"
 
-    def __init__(self, cfg: PreferenceConfig = PreferenceConfig(), loop_detector: LoopDetector | None = None,
-                 check: bool = True):
-        self.cfg = cfg
-        self._provenance = ProvenanceStep(f"relabel:{self.name}", VERSION, params_hash(_hashed(cfg)))
-        super().__init__(cfg.client, cfg.cache_path, loop_detector, check)
+    config_type = PreferenceConfig
+    cfg: PreferenceConfig
 
     def wants(self, record: PageRecord) -> bool:
         if record.task == "preference":
