@@ -19,7 +19,7 @@ from schemas.layout import element
 from schemas.page import validate
 from schemas.prompts import CONVENTION_PROMPTS
 from schemas.similarity import METRICS
-from tests.pipelines.instruct.test_conventions import ELEMENTS, TESTS, record
+from tests.pipelines.instruct.test_instruct_conventions import ELEMENTS, TESTS, record
 
 FIELDS = {"invoice_number": "INV-12345", "billed_to": "Ada Byron", "total_due": "1,234.50", "currency": "EUR"}
 
