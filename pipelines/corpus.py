@@ -36,6 +36,7 @@ import uuid
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import io
@@ -668,6 +669,7 @@ def fast_path(cfg: CorpusConfig, args: list[str], previous: str, started: float)
     """An unchanged rerun without Beam: plan in the launcher and, when every unit is the previous run's
     and nothing else that shapes the output changed, carry its files over whole (``refresh.carry_whole``).
     Returns (the manifest, or None, and the plan for the DAG to reuse when there is one)."""
+    FileSystems.set_options(PipelineOptions(args))  # what beam.Pipeline does: object-store options (--s3_*)
     try:
         planned = plan_in_process(cfg)
     except Exception:  # noqa: BLE001 - a planning error is the DAG's to report, as in any run
