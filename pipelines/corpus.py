@@ -36,6 +36,7 @@ import uuid
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import io
@@ -55,18 +56,21 @@ from pipelines.clean.registry import build_stage
 from pipelines.config import CleanConfig, CorpusConfig, SourceSettings, load_config
 from pipelines.quiet import quiet_beam_args, quiet_stderr
 from pipelines.refresh import (
+    FAST_PATH_MAX_INPUTS,
     LATEST,
     UNITS_FILE,
     PreviousRun,
     carried_dead_letters,
     carried_events,
     carried_rows,
+    carry_whole,
     decide,
     describe_unit,
     reused_keys,
     stage_fingerprints,
     units_table,
     version_name,
+    write_fingerprint,
 )
 from pipelines.render import render_page
 from pipelines.transforms import (
@@ -305,7 +309,8 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
             "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
             "beam_args": beam_args,
             "seconds": round(time.time() - started, 3),
-            **({"refresh": routed[Kind.REFRESH][0]} if routed[Kind.REFRESH] else {}),
+            **({"refresh": {**routed[Kind.REFRESH][0], "write_fingerprint": write_fingerprint(cfg, stage_order(cfg))}}
+               if routed[Kind.REFRESH] else {}),
         },
         shards=shards,
         dead_letter_files=[d["file"] for d in dead_files],
@@ -332,14 +337,18 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
 
 
 class PlanUnits(beam.PTransform):
-    """Every input of every source -> its units, each described for reuse: ``(settings, unit, UnitInfo)``."""
+    """Every input of every source -> its units, each described for reuse: ``(settings, unit, UnitInfo)``.
+    ``planned``: those triples already made in the launcher (``plan_in_process``), not made again."""
 
-    def __init__(self, cfg: CorpusConfig):
+    def __init__(self, cfg: CorpusConfig, planned: list[tuple] | None = None):
         super().__init__()
-        self.inputs = source_inputs(cfg.sources)  # fails while the DAG is built, before any work
+        self.planned = planned
+        self.inputs = source_inputs(cfg.sources) if planned is None else []  # fails before any work
         self.fingerprints = stage_fingerprints(cfg)
 
     def expand(self, pbegin):
+        if self.planned is not None:
+            return pbegin | "Planned" >> beam.Create(self.planned) | "SpreadPlanned" >> beam.Reshuffle()
         return (
             pbegin
             | "Inputs" >> beam.Create(self.inputs)
@@ -614,15 +623,17 @@ class WriteManifest(beam.PTransform):
         )
 
 
-def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], previous: str | None = None) -> None:
+def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], previous: str | None = None,
+                   planned: list[tuple] | None = None) -> None:
     """The DAG, one step a line; everything travels as envelopes in one collection (``Kind``).
-    ``previous``: a run to refresh from (``ReuseUnchanged``), else every unit is read."""
+    ``previous``: a run to refresh from (``ReuseUnchanged``), else every unit is read; ``planned``: the
+    units already planned and described in the launcher."""
     started = time.time()
     spill_dir = io.join(cfg.run.output, "_tmp", uuid.uuid4().hex[:12])
     dedup = dedup_config(cfg.clean.dedup) if "dedup" in stage_order(cfg) else None
     units = (
         p
-        | "PlanUnits" >> PlanUnits(cfg)
+        | "PlanUnits" >> PlanUnits(cfg, planned)
         | "ReuseUnchanged" >> ReuseUnchanged(previous, spill_dir)
     )
     envelopes = (
@@ -643,12 +654,49 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
     results | "WriteManifest" >> WriteManifest(cfg, started, beam_args)
 
 
-def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | None = None) -> RunManifest:
+def plan_in_process(cfg: CorpusConfig) -> list[tuple] | None:
+    """``(settings, unit, UnitInfo)`` for every unit, planned and described here, by the functions the
+    ``PlanUnits`` step maps (None when there are more than ``FAST_PATH_MAX_INPUTS`` inputs: the Beam
+    step spreads those over its workers)."""
+    inputs = source_inputs(cfg.sources)
+    if len(inputs) > FAST_PATH_MAX_INPUTS:
+        return None
+    fingerprints = stage_fingerprints(cfg)
+    return [described for element in inputs for described in described_units(element, fingerprints)]
+
+
+def fast_path(cfg: CorpusConfig, args: list[str], previous: str, started: float) -> tuple[RunManifest | None, list]:
+    """An unchanged rerun without Beam: plan in the launcher and, when every unit is the previous run's
+    and nothing else that shapes the output changed, carry its files over whole (``refresh.carry_whole``).
+    Returns (the manifest, or None, and the plan for the DAG to reuse when there is one)."""
+    FileSystems.set_options(PipelineOptions(args))  # what beam.Pipeline does: object-store options (--s3_*)
+    try:
+        planned = plan_in_process(cfg)
+    except Exception:  # noqa: BLE001 - a planning error is the DAG's to report, as in any run
+        return None, None
+    if planned is None:
+        return None, None
+    config = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+    meta = {"sources": [s.name for s in cfg.sources], "config": config, "beam_args": args}
+    manifest = carry_whole([info for _, _, info in planned], previous, cfg.run.output,
+                           write_fingerprint(cfg, stage_order(cfg)), meta, started)
+    return manifest, planned
+
+
+def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | None = None,
+        fast: bool = True) -> RunManifest:
     """Run the DAG and return the manifest it wrote (raises if the run does not balance).
-    ``previous``: refresh incrementally from that run (a run folder or a releases root)."""
+    ``previous``: refresh incrementally from that run (a run folder or a releases root); with ``fast``
+    an unchanged rerun copies the previous run's files without starting Beam (``fast_path``)."""
+    started = time.time()
     args = list(cfg.run.beam_args) + list(beam_args or [])
+    planned = None
+    if previous is not None and fast:
+        manifest, planned = fast_path(cfg, args, previous, started)
+        if manifest is not None:
+            return manifest
     p = beam.Pipeline(options=PipelineOptions(args))
-    build_pipeline(p, cfg, args, previous)
+    build_pipeline(p, cfg, args, previous, planned)
     result = p.run()
     try:
         result.wait_until_finish()
@@ -675,6 +723,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--releases", help="versions side by side: write ROOT/<version>, refresh from ROOT's LATEST "
                                            "version (unless --previous is given), then point ROOT/LATEST at it")
     parser.add_argument("--version", help="with --releases: the version folder's name (default: UTC time)")
+    parser.add_argument("--no-fast-path", action="store_true",
+                        help="an unchanged refresh runs the DAG too (by default it copies the previous run's files)")
     args, beam_args = parser.parse_known_args(argv)
     overrides: dict = {"run": {}}
     previous = args.previous
@@ -691,10 +741,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose:
         logging.basicConfig()  # a no-op when Beam's import already configured the root logger
         logging.getLogger().setLevel(logging.INFO)
-        manifest = run(cfg, beam_args, previous)
+        manifest = run(cfg, beam_args, previous, not args.no_fast_path)
     else:
         with quiet_stderr():
-            manifest = run(cfg, quiet_beam_args(beam_args), previous)
+            manifest = run(cfg, quiet_beam_args(beam_args), previous, not args.no_fast_path)
     print(manifest.summary_table())
     print(f"\nwrote {cfg.run.output}: {len(manifest.shards)} shard(s), manifest.json, "
           f"{len(manifest.dead_letter_files)} dead-letter file(s)")

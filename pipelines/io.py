@@ -147,6 +147,24 @@ def rename(src: str, dst: str) -> None:
     FileSystems.rename([src], [dst])
 
 
+def copy_file(src: str, dst: str) -> None:
+    """Copy one file: ``shutil.copyfile`` on local disks; a server-side copy within ``gs://`` or
+    ``s3://`` (Beam's filesystems, S3 through ``_s3io``); else streamed through this process."""
+    if "://" not in src and "://" not in dst:
+        import shutil
+
+        os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+        shutil.copyfile(src, dst)
+    elif _is_s3(src) and _is_s3(dst):
+        _s3io().copy(src, dst)
+    elif "://" in src and src.split("://")[0] == dst.split("://")[0] and not _is_hf(src):
+        FileSystems.copy([src], [dst])
+    else:
+        with open_read(src) as fin, open_write(dst) as fout:
+            for block in iter(lambda: fin.read(1 << 24), b""):
+                fout.write(block)
+
+
 def delete(uris: list[str]) -> None:
     """Delete files; missing ones are fine. Folders: ``delete_tree``."""
     local = [u for u in uris if "://" not in u]

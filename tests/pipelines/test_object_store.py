@@ -19,7 +19,7 @@ import yaml
 
 from pipelines import corpus
 from pipelines.config import load_config
-from tests.helpers import IN_MEMORY, sample_config
+from tests.helpers import IN_MEMORY, sample_config, small_corpus_config
 from tests.object_stores import SERVERS, Store, assert_same_rows
 
 
@@ -95,6 +95,20 @@ def test_rerun_on_a_store_replaces_stale_shards(remote, samples_root, tmp_path):
     assert second.records_written == first.records_written
     digests = {hashlib.sha256(remote.get(f"rerun/data/{name}")).hexdigest() for name in names}
     assert len(digests) == n
+
+
+def test_an_unchanged_refresh_copies_the_previous_run_within_the_store(remote, subset_samples, subset_run, tmp_path):
+    """The refresh fast path with its previous run and its output in the bucket: the files are copied
+    store-side (Beam's filesystems, S3 through boto3), byte for byte, and the manifest is written there."""
+    manifest, out = subset_run
+    remote.upload_tree(out, "previous")
+    cfg = load_config(small_corpus_config(subset_samples, tmp_path), {"run": {"output": remote.uri("copied")}})
+    again = corpus.run(cfg, [*IN_MEMORY, *remote.options], previous=remote.uri("previous"))
+    assert again.run["refresh"]["fast_path"] is True and again.imbalances() == []
+    files = [s["file"] for s in manifest.shards] + manifest.dead_letter_files + manifest.dropped_sample_files
+    for name in files + ["refresh/units.parquet"]:
+        assert remote.get(f"copied/{name}") == (out / name).read_bytes(), name
+    assert json.loads(remote.get("copied/manifest.json"))["run"]["refresh"]["units_processed"] == 0
 
 
 def test_s3_calls_share_one_client_and_interleaved_reads_stay_apart(tmp_path):

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import corpus, refresh
+from pipelines.config import load_config
 from schemas.manifest import RunManifest
 from tests.helpers import IN_MEMORY, SMALL_CORPUS_SOURCES, run_small_corpus, small_corpus_config
 
@@ -23,6 +24,14 @@ def run(samples: Path, work: Path, previous: Path | None = None, edit=None) -> t
     manifest, out = run_small_corpus(samples, work, previous, edit)
     assert manifest.imbalances() == []
     return manifest, out
+
+
+def run_dag(samples: Path, work: Path, previous: Path | None = None, edit=None) -> tuple[RunManifest, Path]:
+    """A run through the Beam DAG even when nothing changed (the fast path off)."""
+    cfg = load_config(small_corpus_config(samples, work, edit))
+    manifest = corpus.run(cfg, IN_MEMORY, previous=str(previous) if previous else None, fast=False)
+    assert manifest.imbalances() == []
+    return manifest, Path(cfg.run.output)
 
 
 def digests(out: Path, folder: str) -> dict[str, str]:
@@ -56,15 +65,83 @@ def test_a_full_run_writes_the_units_table_and_stamps_pages(first):
 
 
 def test_unchanged_rerun_reads_nothing_and_writes_identical_shards(first, samples, tmp_path):
+    """Through the DAG (the fast path off): every unit carried, write and dedup run over them again."""
     manifest, out = first
-    again, out2 = run(samples, tmp_path, previous=out)
+    again, out2 = run_dag(samples, tmp_path, previous=out)
     summary = again.run["refresh"]
-    assert summary["units_processed"] == 0 and summary["units_removed"] == 0
+    assert summary["units_processed"] == 0 and summary["units_removed"] == 0 and "fast_path" not in summary
     assert summary["units_reused"] == len(pq.read_table(out / refresh.UNITS_FILE))
     assert "read" not in {s for s in again.stages if any(c.seconds for c in again.stages[s].values())}
     for folder in ("data", "dead_letter", "dropped", refresh.LOSER_PAGES_FOLDER):
         assert digests(out2, folder) == digests(out, folder), folder
     assert counts(again) == counts(manifest)
+    assert digests(out2, "refresh") == digests(out, "refresh")  # the units table too
+
+
+def test_an_unchanged_rerun_takes_the_fast_path(first, samples, tmp_path):
+    """Nothing changed: the previous run's files are copied (Beam is not started) and the manifest
+    says every unit was reused; its counts are the full run's and it balances."""
+    manifest, out = first
+    stale = tmp_path / "out" / "data" / "train-00009-of-00010.parquet"  # left by an earlier run into the folder
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
+    again, out2 = run(samples, tmp_path, previous=out)
+    summary = again.run["refresh"]
+    assert out2 == stale.parent.parent and not stale.exists()
+    assert summary["fast_path"] is True
+    assert summary["units_processed"] == 0 and summary["units_removed"] == 0
+    assert summary["units_reused"] == len(pq.read_table(out / refresh.UNITS_FILE))
+    assert summary["pages_carried"] == manifest.totals("read").emitted
+    for folder in ("data", "dead_letter", "dropped", refresh.LOSER_PAGES_FOLDER, "refresh"):
+        assert digests(out2, folder) == digests(out, folder), folder
+    written = json.loads((out2 / "manifest.json").read_text())
+    assert written["balanced"] is True and written["run"]["refresh"] == summary
+    assert RunManifest.from_json((out2 / "manifest.json").read_text()).imbalances() == []
+    assert counts(again) == counts(manifest)
+    assert (again.shards, again.dead_letter_files, again.dropped_sample_files) == (
+        manifest.shards, manifest.dead_letter_files, manifest.dropped_sample_files)
+    assert all(c.seconds == 0 for per in again.stages.values() for c in per.values())  # no stage did work
+    # a fast-path run is a previous run like any other
+    third, out3 = run(samples, tmp_path / "third", previous=out2)
+    assert third.run["refresh"]["fast_path"] is True and digests(out3, "data") == digests(out, "data")
+
+
+def test_the_fast_path_declines_on_any_doubt(first, tmp_path):
+    """Another write fingerprint, a unit more or less, a missing file: nothing is written, the DAG runs."""
+    _, out = first
+    previous = refresh.PreviousRun.load(str(out))
+    infos = [refresh.UnitInfo(**{k: row[k] for k in refresh.UnitInfo._fields}) for row in previous.units.values()]
+    fingerprint = json.loads((out / "manifest.json").read_text())["run"]["refresh"]["write_fingerprint"]
+
+    def carry(units, print_=fingerprint, previous_run=out):
+        target = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        return refresh.carry_whole(units, str(previous_run), str(target), print_, {}, 0.0), target
+
+    assert carry(infos)[0] is not None  # the baseline: all the same
+    for result, target in (carry(infos, print_="another"), carry(infos[1:]),
+                           carry(infos + [infos[0]._replace(key="0" * 32)])):
+        assert result is None and not target.exists()
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    next((broken / "dead_letter").glob("*.parquet")).unlink()
+    result, target = carry(infos, previous_run=broken)
+    assert result is None and not target.exists()
+
+
+def test_a_changed_write_setting_runs_the_dag(first, samples, tmp_path):
+    """Write settings are in no unit key: the units are carried, but write runs again and the shards
+    are a full run's with the new setting, not copies."""
+    _, out = first
+
+    def small_row_groups(raw):
+        raw.setdefault("write", {})["row_group_rows"] = 7
+
+    incremental, out2 = run(samples, tmp_path / "inc", previous=out, edit=small_row_groups)
+    summary = incremental.run["refresh"]
+    assert "fast_path" not in summary and summary["units_processed"] == 0
+    full, out3 = run(samples, tmp_path / "full", edit=small_row_groups)
+    assert digests(out2, "data") == digests(out3, "data") != digests(out, "data")
+    assert counts(incremental) == counts(full)
 
 
 @pytest.mark.slow
@@ -106,6 +183,7 @@ def test_adding_one_tarball_reads_only_it(first, samples, tmp_path):
     incremental, out2 = run(grown, tmp_path / "inc", previous=out)
     summary = incremental.run["refresh"]
     assert summary["processed_by_reason"] == {"added": 1}  # the parquet changed, its other units did not
+    assert "fast_path" not in summary
     assert incremental.totals("read").inputs == 1 + first[0].totals("read").inputs
     full, out3 = run(grown, tmp_path / "full")
     assert digests(out2, "data") == digests(out3, "data")
