@@ -35,10 +35,16 @@ def write(tmp_path: Path, raw: dict[str, Any]) -> Path:
     return path
 
 
+# readers that make one task only refuse an entry without it
+KIND_TASKS = {"commonforms": "kie", "rvl_cdip": "kie", "formula_lines": "transcribe_formula",
+              "mmtab": "transcribe_table", "synthchartnet": "chart_to_table"}
+
+
 def source_entry(kind: str, **options) -> dict[str, Any]:
     paths = ["synth://all"] if kind == "jinaocrsynth" else ["inputs/*.parquet"]
     options = {**REQUIRED_OPTIONS.get(kind, {}), **options}
-    return {"name": f"{kind}-src", "kind": kind, "paths": paths, "options": options}
+    entry = {"name": f"{kind}-src", "kind": kind, "paths": paths, "options": options}
+    return entry | ({"task": KIND_TASKS[kind]} if kind in KIND_TASKS else {})
 
 
 def load_error(tmp_path: Path, raw: dict[str, Any]) -> str:
@@ -51,8 +57,10 @@ def test_bundled_config_loads_typed_and_keeps_raw_source_options():
     cfg = load_config()
     assert isinstance(cfg.clean.dedup, DedupConfig) and cfg.clean.dedup.enabled
     assert isinstance(cfg.clean.dedup.minhash, MinHashConfig)
-    assert [s["name"] for s in cfg.clean.stages] == ["conventions", "repeats", "short", "relabel", "audit", "instruct"]
-    assert cfg.clean.stages[2]["tokenizer_path"] == str(REPO / "assets/tokenizer/tokenizer.json")
+    assert [s["name"] for s in cfg.clean.stages] == ["conventions", "formula_render", "repeats", "short", "relabel",
+                                                     "audit", "instruct"]
+    [short] = [s for s in cfg.clean.stages if s["name"] == "short"]
+    assert short["tokenizer_path"] == str(REPO / "assets/tokenizer/tokenizer.json")
     raw = {s["name"]: s.get("options") or {} for s in bundled()["sources"]}
     assert {s.kind for s in cfg.sources} == set(SOURCE_KINDS)  # the bundled config exercises every kind
     for settings in cfg.sources:
@@ -75,7 +83,7 @@ def test_bundled_config_loads_typed_and_keeps_raw_source_options():
     ({"clean": {"dedup": {"exact_imag": True}}}, "clean.dedup.exact_imag: unknown key; known keys: enabled,"),
     ({"clean": {"dedup": {"minhash": {"bandz": 3}}}}, "clean.dedup.minhash.bandz: unknown key; known keys: bands,"),
     ({"clean": {"stages": [{"name": "repeats"}, {"name": "short", "min_tokns": 3}]}},
-     "clean.stages[1].min_tokns: unknown key; known keys: max_count_chars, min_tokens, tokenizer_path"),
+     "clean.stages[1].min_tokns: unknown key; known keys: max_count_chars, min_tokens, tasks, tokenizer_path"),
     ({"clean": {"stages": [{"name": "repets"}]}}, "clean.stages[0].name: unknown stage 'repets'; known stages:"),
     ({"clean": {"stages": [{"min_tokens": 3}]}}, "clean.stages[0]: each stage is a mapping with a 'name'"),
 ])
@@ -116,7 +124,7 @@ def test_source_keys_and_kinds_are_checked(tmp_path):
     assert load_error(tmp_path, {"sources": [entry]}).startswith("sources[0].licence: unknown key; known keys: domain,")
     entry = {**source_entry("local_folder"), "kind": "local_foldr"}
     assert load_error(tmp_path, {"sources": [entry]}).startswith(
-        "sources[0].kind: unknown kind 'local_foldr'; known kinds: finepdfs, historical,")
+        "sources[0].kind: unknown kind 'local_foldr'; known kinds: commonforms, finepdfs, formula_lines, historical,")
     entry = source_entry("local_folder")
     del entry["name"]
     assert load_error(tmp_path, {"sources": [entry]}).startswith("sources[0].name: required key is missing")

@@ -246,7 +246,7 @@ def test_option_typo_exits_2_naming_the_key_before_any_work(corpus):
     out = corpus / "out-typo"
     done = cli("short", "--input", str(corpus / "in" / "data"), "--output", str(out), "--set", "min_tokns=3")
     assert done.returncode == 2
-    assert "short.min_tokns: unknown key; known keys: max_count_chars, min_tokens, tokenizer_path" in done.stderr
+    assert "short.min_tokns: unknown key; known keys: max_count_chars, min_tokens, tasks, tokenizer_path" in done.stderr
     assert not out.exists()
     done = cli("short", "--input", str(corpus / "in" / "data"), "--output", str(out), "--set", "min_tokens=many")
     assert done.returncode == 2 and "short.min_tokens: expected int" in done.stderr
