@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from PIL import Image
@@ -22,6 +23,14 @@ def client_for(url: str, **kw) -> ChatClient:
     return ChatClient(cfg)
 
 
+def run_coroutine(coroutine):
+    """``asyncio.run`` on a thread of its own: in the full suite a session-scoped Playwright (sync API) keeps an
+    event loop running on the main thread, where ``asyncio.run`` refuses to start (the stages use their own
+    loop thread for the same reason)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def ask(client: ChatClient, request: ChatRequest):
     async def go():
         try:
@@ -30,7 +39,7 @@ def ask(client: ChatClient, request: ChatRequest):
         finally:
             await client.close()
 
-    return asyncio.run(go())
+    return run_coroutine(go())
 
 
 REQUEST = ChatRequest("Transcribe this page.", png(), max_tokens=8, request_id="page-1:relabel")
@@ -95,7 +104,7 @@ def test_server_not_up_is_a_clear_error_before_any_request(relabel_server):
 
     client = client_for(f"http://127.0.0.1:{free_port()}/v1", startup_timeout_s=1.0)
     with pytest.raises(ServerUnavailable, match="does not answer"):
-        asyncio.run(client.check())
+        run_coroutine(client.check())
     assert client.stats.attempts == 0
 
 
