@@ -89,6 +89,12 @@ class SourceSettings:
             object.__setattr__(self, "instruction", default_instruction(self.task, self.instruction_language))
 
 
+def require_task(settings: SourceSettings, task: str) -> None:
+    """A reader whose records have one task refuses an entry that names another (a config error, before any work)."""
+    if settings.task != task:
+        raise ValueError(f"source {settings.name!r}: kind {settings.kind} makes {task!r} records; set task: {task}")
+
+
 def load_options(options_type: type[T], settings: SourceSettings) -> T:
     """``settings.options`` loaded into the reader's ``Options`` (errors name ``sources[<name>].options``)."""
     return load(options_type, settings.options, f"sources[{settings.name}].options")

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.sources.base import SourcePage, SourceSettings
+from pipelines.sources.base import SourcePage, SourceSettings, require_task
 from pipelines.sources.historical import _ParquetHistoricalSource
 from pipelines.sources.table_labels import to_html
 from schemas.config import option
@@ -58,9 +58,7 @@ class _ElementSource(_ParquetHistoricalSource):
 
     def __init__(self, settings: SourceSettings):
         super().__init__(settings)
-        if settings.task != self.TASK:
-            raise ValueError(f"source {settings.name!r}: kind {settings.kind} makes {self.TASK!r} records; "
-                             f"set task: {self.TASK}")
+        require_task(settings, self.TASK)
 
     def _source_id(self, record: dict[str, Any], fallback_id: str) -> str:
         return fallback_id

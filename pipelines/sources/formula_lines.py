@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, require_task
 from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.page import ProvenanceStep, params_hash
@@ -45,9 +45,7 @@ class FormulaLinesSource:
         image_extension: str = option(".png", help="image file extension")
 
     def __init__(self, settings: SourceSettings):
-        if settings.task != "transcribe_formula":
-            raise ValueError(f"source {settings.name!r}: kind formula_lines makes 'transcribe_formula' records; "
-                             "set task: transcribe_formula")
+        require_task(settings, "transcribe_formula")
         self.settings = settings
         self.options = load_options(self.Options, settings)
         if self.options.name_width < 0:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, require_task
 from pipelines.sources.table_labels import to_html
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
@@ -129,9 +129,7 @@ class MmtabSource:
         image_extension: str = option(".jpg", help="appended to image_id (eval-format items)")
 
     def __init__(self, settings: SourceSettings):
-        if settings.task != "transcribe_table":
-            raise ValueError(f"source {settings.name!r}: kind mmtab makes 'transcribe_table' records; "
-                             "set task: transcribe_table")
+        require_task(settings, "transcribe_table")
         self.settings = settings
         self.options = load_options(self.Options, settings)
         self._provenance = ProvenanceStep(f"read:{self.kind}", VERSION, params_hash(dict(settings.options or {})))
