@@ -293,6 +293,12 @@ def is_unit_event(event: CountEvent, stages: frozenset[str]) -> bool:
     return bool(event.unit) and event.stage in stages and event.kind != "seconds"
 
 
+def run_metadata(cfg: CorpusConfig, beam_args: list[str]) -> dict[str, Any]:
+    """What the manifest's ``run`` block says of the run's inputs: sources, the whole config, Beam options."""
+    return {"sources": [s.name for s in cfg.sources],
+            "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)), "beam_args": beam_args}
+
+
 def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_args: list[str]) -> None:
     """The last step: manifest.json from the summed counts, shard and dead-letter results; the units
     table an incremental refresh reads (``refresh/units.parquet``)."""
@@ -305,9 +311,7 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
         routed[Kind.COUNT],
         stage_order(cfg),
         run={
-            "sources": [s.name for s in cfg.sources],
-            "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
-            "beam_args": beam_args,
+            **run_metadata(cfg, beam_args),
             "seconds": round(time.time() - started, 3),
             **({"refresh": {**routed[Kind.REFRESH][0], "write_fingerprint": write_fingerprint(cfg, stage_order(cfg))}}
                if routed[Kind.REFRESH] else {}),
@@ -676,10 +680,8 @@ def fast_path(cfg: CorpusConfig, args: list[str], previous: str, started: float)
         return None, None
     if planned is None:
         return None, None
-    config = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
-    meta = {"sources": [s.name for s in cfg.sources], "config": config, "beam_args": args}
     manifest = carry_whole([info for _, _, info in planned], previous, cfg.run.output,
-                           write_fingerprint(cfg, stage_order(cfg)), meta, started)
+                           write_fingerprint(cfg, stage_order(cfg)), run_metadata(cfg, args), started)
     return manifest, planned
 
 
