@@ -35,8 +35,9 @@ airflow:
 	bash scripts/install_airflow.sh
 
 # Tiny VLM through SFT, GRPO, merge search and FastMTP on the curriculum pages (configs/train.yaml; out/curriculum
-# built first if missing). The corpus-only run: `make corpus` then ARGS="--config configs/train_corpus.yaml".
-train: $(STAMP) out/curriculum/manifest.json
+# and out/corpus, whose eval split joins the evaluation, built first if missing). The corpus-only run:
+# ARGS="--config configs/train_corpus.yaml".
+train: $(STAMP) out/curriculum/manifest.json out/corpus/manifest.json
 	$(PY) -m model.train $(ARGS)
 
 # Failure-mode classifiers on the corpus and errors.json of `make train`, then retrieval (docs/classifiers.md).

@@ -12,7 +12,8 @@ before (untrained) and after. CPU seconds, not wall time, because the machine is
 
 Run keys: kind, hidden, layers, vision_hidden, vision_depth, rope_theta, white_zero (1: white paper is pixel 0),
 lr, vision_lr, steps, max_length,
-shift_prob, warmup, level (domain ``curriculum-l<level>``), eval (pages).
+shift_prob, warmup, level (domain ``curriculum-l<level>``), eval (pages), mix (levels trained on, equally
+weighted, as digits: ``mix=01`` trains on levels 0 and 1 and evaluates ``level``; empty: ``level`` only).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS = {"kind": "tiny", "hidden": 128, "layers": 4, "vision_hidden": 64, "vision_depth": 2, "rope_theta": 1e6,
             "white_zero": 0, "lr": 3e-3,
             "vision_lr": 3e-3, "steps": 150, "max_length": 1024, "shift_prob": 0.0, "warmup": 10, "level": 1,
-            "eval": 40}
+            "eval": 40, "mix": ""}
 
 
 def parse_run(text: str, steps: int | None) -> dict:
@@ -74,7 +75,7 @@ def one(run: dict, corpus: str, out: str) -> dict:
                                       min_lr_ratio=0.05, train_vision=True),
                     data=DataConfig(path=corpus, eval_fraction=0.0, pack=True, max_length=run["max_length"],
                                     max_sample_tokens=min(1536, run["max_length"]), shift_prob=run["shift_prob"],
-                                    domain_rates={domain: 1.0}))
+                                    domain_rates={f"curriculum-l{m}": 1.0 for m in run["mix"] or str(run["level"])}))
     t_cpu, t_wall = time.process_time(), time.perf_counter()
     history = train_sft(loaded, cfg, out, progress=False)
     cpu, wall = time.process_time() - t_cpu, time.perf_counter() - t_wall

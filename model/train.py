@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
 
-from model.data import DataConfig, eval_samples
+from model.data import DataConfig, Sample, eval_samples
 from model.decode import bench_on_corpus, format_table
 from model.errors import analyze, write_report
 from model.eval import compare, evaluate, format_report
@@ -65,6 +66,10 @@ class TrainRunConfig:
     eval_batch_size: int = option(16, help="eval pages decoded per batched greedy generate call")
     eval_fraction: float = option(0.1, help="share of 'train' rows held out as eval by id hash (0: only rows "
                                   "written as split 'eval', e.g. the curriculum's eval seed); every phase uses it")
+    eval_corpus: str = option("", help="a second corpus (e.g. out/corpus) whose eval split joins every evaluation, "
+                              "reported under its own domains (empty: none)")
+    eval_corpus_fraction: float = option(0.1, help="share of eval_corpus's 'train' rows held out as its eval split "
+                                         "(by id hash, as eval_fraction)")
     tiny_sizes: dict[str, int] = option({}, help="tiny model sizes: hidden, layers, vision_hidden, vision_depth, "
                                         "rope_theta (model.models.tiny_config; empty: its defaults)")
     white_zero: bool = option(False, help="tiny model: normalise pixels so white paper is 0 "
@@ -128,8 +133,17 @@ def _eval_data(cfg: TrainRunConfig) -> DataConfig:
     return DataConfig(path=cfg.corpus, seed=cfg.seed, eval_fraction=cfg.eval_fraction)
 
 
+def run_eval_samples(cfg: TrainRunConfig, processor, limit: int | None = None) -> Iterator[Sample]:
+    """The run's eval pages: the corpus's eval split, then ``eval_corpus``'s, at most ``limit`` in all."""
+    parts = [eval_samples(_eval_data(cfg), processor)]
+    if cfg.eval_corpus:
+        extra = DataConfig(path=cfg.eval_corpus, seed=cfg.seed, eval_fraction=cfg.eval_corpus_fraction)
+        parts.append(eval_samples(extra, processor))
+    return itertools.islice(itertools.chain.from_iterable(parts), limit)
+
+
 def _eval(loaded, cfg: TrainRunConfig, title: str, out: Path):
-    samples = eval_samples(_eval_data(cfg), loaded.processor, limit=cfg.eval_limit)
+    samples = run_eval_samples(cfg, loaded.processor, limit=cfg.eval_limit)
     report = evaluate(loaded, samples, cfg.eval_max_new_tokens, batch_size=cfg.eval_batch_size)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(report.to_json(), indent=2))
@@ -172,7 +186,7 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
     mcfg = cfg.merge
     base_state = _state(base)
     states = [_state(c) for c in candidates]
-    samples = list(eval_samples(_eval_data(cfg), loaded.processor, limit=mcfg.max_pages or cfg.eval_limit))
+    samples = list(run_eval_samples(cfg, loaded.processor, limit=mcfg.max_pages or cfg.eval_limit))
     local = threading.local()
 
     def score(state: dict) -> dict:
@@ -208,7 +222,7 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
 
 def _errors(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
     loaded = load(str(verifier))
-    samples = eval_samples(_eval_data(cfg), loaded.processor, limit=cfg.eval_limit)
+    samples = run_eval_samples(cfg, loaded.processor, limit=cfg.eval_limit)
     report = evaluate(loaded, samples, cfg.eval_max_new_tokens, progress=False, batch_size=cfg.eval_batch_size)
     analysis = analyze([asdict(r) for r in report.rows])
     write_report(analysis, target)

@@ -6,26 +6,30 @@ of page reading: few lines of large text in a handful of fonts, on small images 
 short responses, in levels a curriculum steps through:
 
 ========  =====  ============  ==========  ==================================================
-level     lines  font size px  image px    extra
+level     lines  font size px  image px    text of a line, extra
 ========  =====  ============  ==========  ==================================================
-1         2      24-26         448 x 128   2 fonts, black on white
-2         3      20-24         448 x 168   4 fonts
-3         4      18-22         448 x 196   4 fonts, a heading line, slight grey/jitter
-4         4      18-22         448 x 196   as 3, then one ``synth.augment`` degradation
+0         1      32-36         280 x 56    one word of the vocabulary; 2 fonts
+1         2      26-28         336 x 112   ``<Name> <object>``; 2 fonts
+2         2      24-26         448 x 128   a sentence; 2 fonts, black on white
+3         3      20-24         448 x 168   sentences; 4 fonts
+4         4      18-22         448 x 196   4 fonts, a heading line, slight grey/jitter
+5         4      18-22         448 x 196   as 4, then one ``synth.augment`` degradation
 ========  =====  ============  ==========  ==================================================
 
-Each line is one sentence ``<Name> <verb> the <object>.`` drawn from a fixed vocabulary (24 names, 16
-verbs, 40 objects: ~15k sentences, so held-out pages show sentences never trained on, made of
+A sentence is ``<Name> <verb> the <object>.`` drawn from a fixed vocabulary (24 names, 16 verbs, 40
+objects: ~15k sentences, so held-out pages show sentences never trained on, made of
 known words). The page is a ``synth.blocks.PageSpec`` of ``Paragraph`` (and ``Heading``) blocks, so
 its reference Markdown (``synth.reference``) and its unit tests (``synth.tests_from_blocks``, built
 and verified through ``schemas.unit_tests``) are exactly those of every synthetic page: ``order``
-for sentence pairs, ``present`` for the long object words, ``format`` for the heading, ``baseline``.
+for line pairs, ``present`` for the long object words, ``format`` for the heading, ``baseline``.
 
 Rendering is PIL (``ImageDraw.text`` with TrueType fonts): a line of text on a white page needs no
 browser, and a page costs about a millisecond instead of Chromium's ~0.5 s, so the whole suite is
 rebuilt in seconds and cached under ``out/curriculum`` (``python -m synth.curriculum``). Train pages
 come from ``--seed``, eval pages (split ``eval``) from ``--eval-seed``; each record's domain is
-``curriculum-l<level>`` so evaluation reports per level.
+``curriculum-l<level>`` so evaluation reports per level. Levels 0 and 1 exist because a from-scratch
+model first has to learn that the page decides the answer: on sentence pages (level 2) the tiny model
+learns the sentence template long before it looks at the image (issue 22's sweep, docs/training.md).
 """
 
 from __future__ import annotations
@@ -70,13 +74,17 @@ class Level:
     heading: bool = False
     jitter: bool = False
     degrade: bool = False
+    text: str = "sentence"  # a line is a "word", a "pair" (<Name> <object>) or a "sentence"
+    train_pages: int = 600  # default train pages of the level (the first levels are trained on longest)
 
 
 LEVELS: dict[int, Level] = {
-    1: Level(2, (24, 26), (448, 128), 2),
-    2: Level(3, (20, 24), (448, 168), 4),
-    3: Level(4, (18, 22), (448, 196), 4, heading=True, jitter=True),
-    4: Level(4, (18, 22), (448, 196), 4, heading=True, jitter=True, degrade=True),
+    0: Level(1, (32, 36), (280, 56), 2, text="word", train_pages=2000),
+    1: Level(2, (26, 28), (336, 112), 2, text="pair", train_pages=2000),
+    2: Level(2, (24, 26), (448, 128), 2),
+    3: Level(3, (20, 24), (448, 168), 4),
+    4: Level(4, (18, 22), (448, 196), 4, heading=True, jitter=True),
+    5: Level(4, (18, 22), (448, 196), 4, heading=True, jitter=True, degrade=True),
 }
 
 
@@ -143,9 +151,12 @@ def page_spec(level: int, seed: int, index: int) -> tuple[PageSpec, random.Rando
 def _drawn(level: int, seed: int, index: int, n: int) -> list[str]:
     """``n`` distinct sentences in draw order (their own RNG, so the text does not depend on the look)."""
     rng = random.Random(f"curriculum-text:{level}:{seed}:{index}")
+    kind = LEVELS[level].text
+    if kind == "word":
+        return [rng.choice(NAMES + VERBS + OBJECTS) for _ in range(n)]
     out: list[str] = []
     while len(out) < n:
-        s = sentence(rng)
+        s = f"{rng.choice(NAMES)} {rng.choice(OBJECTS)}" if kind == "pair" else sentence(rng)
         if s not in out:
             out.append(s)
     return out
@@ -172,9 +183,11 @@ def make_record(level: int, seed: int, index: int, split: str = "train") -> Page
                    metadata={**record.metadata, "level": level})
 
 
-def build(out: str | Path, levels: tuple[int, ...] = (1, 2, 3, 4), train_per_level: int = 600,
+def build(out: str | Path, levels: tuple[int, ...] = tuple(LEVELS), train_per_level: int | None = None,
           eval_per_level: int = 40, seed: int = 0, eval_seed: int = 1) -> dict:
-    """Write ``out/data/{train,eval}-00000-of-00001.parquet`` and ``out/manifest.json``; returns the manifest."""
+    """Write ``out/data/{train,eval}-00000-of-00001.parquet`` and ``out/manifest.json``; returns the manifest.
+
+    ``train_per_level``: train pages of every level (None: each level's ``train_pages``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -182,16 +195,17 @@ def build(out: str | Path, levels: tuple[int, ...] = (1, 2, 3, 4), train_per_lev
     (out / "data").mkdir(parents=True, exist_ok=True)
     counts: dict[str, dict[str, int]] = {}
     tests: dict[str, int] = {}
-    for split, s, n in (("train", seed, train_per_level), ("eval", eval_seed, eval_per_level)):
+    for split, s in (("train", seed), ("eval", eval_seed)):
+        n = {lv: eval_per_level if split == "eval" else train_per_level or LEVELS[lv].train_pages for lv in levels}
         rows = []
-        for i in range(n):  # levels interleaved, so the first k eval pages cover every level
-            for level in levels:
+        for i in range(max(n.values())):  # levels interleaved, so the first k eval pages cover every level
+            for level in (lv for lv in levels if i < n[lv]):
                 record = make_record(level, s, i, split)
                 rows.append(record.to_row())
                 for t in record.unit_tests:
                     kind = json.loads(t)["type"]
                     tests[kind] = tests.get(kind, 0) + 1
-        counts[split] = {f"curriculum-l{level}": n for level in levels}
+        counts[split] = {f"curriculum-l{level}": n[level] for level in levels}
         pq.write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA), out / "data" / f"{split}-00000-of-00001.parquet",
                        row_group_size=64)
     manifest = {"source": SOURCE, "levels": list(levels), "seed": seed, "eval_seed": eval_seed, "pages": counts,
@@ -203,8 +217,10 @@ def build(out: str | Path, levels: tuple[int, ...] = (1, 2, 3, 4), train_per_lev
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m synth.curriculum", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="out/curriculum", help="folder for data/*.parquet and manifest.json")
-    ap.add_argument("--levels", default="1,2,3,4", help="comma-separated levels of " + str(sorted(LEVELS)))
-    ap.add_argument("--train", type=int, default=600, help="train pages per level")
+    ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="comma-separated levels of "
+                    + str(sorted(LEVELS)))
+    ap.add_argument("--train", type=int, help="train pages per level (default: the level's own count, "
+                    + ", ".join(f"{k}: {v.train_pages}" for k, v in LEVELS.items()) + ")")
     ap.add_argument("--eval", type=int, default=40, help="eval pages per level")
     ap.add_argument("--seed", type=int, default=0, help="seed of the train pages")
     ap.add_argument("--eval-seed", type=int, default=1, help="seed of the eval pages (must differ from --seed)")

@@ -25,7 +25,9 @@ from synth.curriculum import LEVELS, build, make_record
 def test_a_curriculum_page_carries_verified_unit_tests_of_the_one_checker(level):
     record = make_record(level, seed=0, index=7)
     types = [json.loads(t)["type"] for t in record.unit_tests]
-    assert "order" in types and "present" in types and "baseline" in types
+    # Level 0 is one word: a present test when it is long (index 7: "submarine"), never an order test.
+    expected = {"present", "baseline"} if level == 0 else {"order", "present", "baseline"}
+    assert expected <= set(types) and (level > 0 or "order" not in types)
     for raw in record.unit_tests:
         passed, why = unit_test_from_json(raw).check(record.response)
         assert passed, why
@@ -88,3 +90,21 @@ def test_a_short_run_on_level_one_lowers_eval_nll_and_raises_the_pass_rate(tmp_p
     nll1, pass1 = measure()
     assert nll1 < nll0 - 5.0
     assert pass1 > pass0 + 0.05, (pass0, pass1)
+
+
+def test_the_run_eval_set_joins_the_eval_corpus_split_to_the_curriculum_eval_pages(tmp_path):
+    from model.models import tiny_processor
+    from model.train import TrainRunConfig, run_eval_samples
+
+    build(tmp_path / "cur", levels=(0, 1), train_per_level=0, eval_per_level=3)
+    build(tmp_path / "other", levels=(2,), train_per_level=40, eval_per_level=0)
+    cfg = TrainRunConfig.from_mapping({"corpus": str(tmp_path / "cur"), "eval_fraction": 0.0,
+                                       "eval_corpus": str(tmp_path / "other"), "eval_corpus_fraction": 0.25})
+    samples = list(run_eval_samples(cfg, tiny_processor()))
+    domains = [s.domain for s in samples]
+    # The curriculum's eval seed first (6 pages), then about a quarter of the other corpus's train rows by id hash.
+    assert domains[:6] == ["curriculum-l0", "curriculum-l1"] * 3
+    assert 3 <= domains.count("curriculum-l2") <= 20 and len(domains) == 6 + domains.count("curriculum-l2")
+    assert [s.id for s in run_eval_samples(cfg, tiny_processor(), limit=4)] == [s.id for s in samples[:4]]
+    no_extra = TrainRunConfig.from_mapping({"corpus": str(tmp_path / "cur"), "eval_fraction": 0.0})
+    assert len(list(run_eval_samples(no_extra, tiny_processor()))) == 6

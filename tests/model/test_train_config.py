@@ -21,7 +21,9 @@ def test_configs_train_yaml_is_the_curriculum_run():
     assert cfg.corpus == "out/curriculum" and cfg.eval_fraction == 0.0 and cfg.model == "tiny" and cfg.white_zero
     assert cfg.tiny_sizes["rope_theta"] == 100
     assert cfg.alignment.data.path == "out/curriculum" and cfg.alignment.data.eval_fraction == 0.0
-    assert cfg.alignment.optim.train_vision and cfg.alignment.data.domain_rates == {"curriculum-l1": 1.0}
+    assert cfg.alignment.optim.train_vision
+    assert cfg.alignment.data.domain_rates == {"curriculum-l0": 1.0, "curriculum-l1": 1.0}
+    assert cfg.eval_corpus == "out/corpus" and cfg.eval_corpus_fraction == 0.1
     assert cfg.grpo.sources == ("curriculum-l1",)
     assert cfg.phases == ("alignment", "robustness", "grpo", "merge", "mtp")
 
