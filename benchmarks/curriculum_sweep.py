@@ -7,8 +7,9 @@
 Each run is a fresh subprocess on one thread (``torch.set_num_threads(1)``): build the tiny model,
 run SFT on level-1 train pages (``alignment`` phase with the vision tower trained, packed rows),
 then greedy-decode the level-1 eval pages (another seed) in batches. One JSON line per run: the
-settings, parameters, CPU seconds of training, eval NLL, edit distance and pass rate per test type,
-before (untrained) and after. CPU seconds, not wall time, because the machine is shared.
+settings, parameters, CPU seconds of training, eval NLL, the image gap (NLL with another page's image minus
+with the page's own: how much the model looks), edit distance and pass rate per test type, before
+(untrained) and after. CPU seconds, not wall time, because the machine is shared.
 
 Run keys: kind, hidden, layers, vision_hidden, vision_depth, rope_theta, white_zero (1: white paper is pixel 0),
 lr, vision_lr, steps, max_length,
@@ -23,6 +24,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +52,7 @@ def one(run: dict, corpus: str, out: str) -> dict:
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT))
     from model.data import DataConfig, eval_samples
-    from model.eval import evaluate
+    from model.eval import evaluate, response_nll
     from model.models import build_tiny, n_params
     from model.optim import OptimConfig
     from model.sft import SFTConfig, train_sft
@@ -62,10 +64,19 @@ def one(run: dict, corpus: str, out: str) -> dict:
     ev = DataConfig(path=corpus, eval_fraction=0.0)
     samples = [s for s in eval_samples(ev, loaded.processor) if s.domain == domain][: run["eval"]]
 
+    def image_gap() -> float:
+        """Mean reference NLL with the next eval page's image minus with the page's own (same level, same
+        size): 0 when the model does not look at the page, however low its NLL."""
+        with torch.no_grad():
+            own = [response_nll(loaded, s.encoded) for s in samples]
+            other = [response_nll(loaded, replace(s.encoded, pixel_values=samples[(i + 1) % len(samples)]
+                                                  .encoded.pixel_values)) for i, s in enumerate(samples)]
+        return sum(other) / len(other) - sum(own) / len(own)
+
     def measure() -> dict:
         rep = evaluate(loaded, samples, 48, progress=False, batch_size=20)
         sm = rep.summary
-        return {"nll": round(sm["nll"], 3), "edit": round(sm["edit_distance"], 3),
+        return {"nll": round(sm["nll"], 3), "image_gap": round(image_gap(), 3), "edit": round(sm["edit_distance"], 3),
                 "pass": round(sm["unit_test_pass_rate"], 3), "pages_per_s": round(sm["pages_per_s"], 2),
                 **{t: round(a["unit_test_pass_rate"], 3) for t, a in rep.by_test_type.items()}}
 
