@@ -55,7 +55,7 @@ the median copy length in the text).
 from __future__ import annotations
 
 from pipelines.clean.repeats_config import Kind, Loop, RepeatsConfig
-from pipelines.clean.repeats_gapped import GappedSearch, gapped_loop
+from pipelines.clean.repeats_gapped import GappedSearch, gapped_loop, may_repeat
 from pipelines.clean.repeats_near import near_loop
 from pipelines.clean.repeats_periods import band_copies, best_period, copy_needs, natural_phase
 
@@ -85,7 +85,7 @@ def find_loop(text: str, cfg: RepeatsConfig = RepeatsConfig()) -> Loop | None:
     periodic = [0]
     if loop is None:
         loop = _exact_loop(text, tail, offset, stop, cfg, periodic)
-    if loop is None and (cfg.gapped or cfg.near):
+    if loop is None and (cfg.gapped or cfg.near) and may_repeat(tail, cfg):
         search = GappedSearch(tail, offset, cfg, periodic[0])
         if cfg.gapped:
             loop = gapped_loop(search)
