@@ -84,20 +84,26 @@ def may_repeat(tail: str, cfg: RepeatsConfig) -> bool:
         return True
     if not tail.isascii() and any(c in tail for c in _DELETED_OTHER_STR):
         return True  # multi-byte deletions: the full normalisation decides
+    data = tail.encode("utf-8", "surrogatepass")
+    ascii_only = len(data) == len(tail)
     width = 16 * k
     while True:
-        end = normalize(tail[-width:])
+        if ascii_only:  # normalize() on bytes, without its checks and decoding
+            end: str | bytes = b" ".join(data[-width:].translate(None, _DELETED_ASCII).split())
+        else:
+            end = normalize(tail[-width:])
         if len(end) >= 4 * k or width >= len(tail):
             break
         width *= 4
     if len(end) < 4 * k:
         return True
-    squeezed = tail.encode("utf-8", "surrogatepass").translate(None, _GATE_DELETED)
+    squeezed = data.translate(None, _GATE_DELETED)
     total = 0
     n = len(end)
     for shift in (0, k // 2, k, 2 * k):
-        needle = end[n - shift - k: n - shift].replace(" ", "")
-        count = squeezed.count(needle.encode("utf-8", "surrogatepass")) if needle else 0
+        piece = end[n - shift - k: n - shift]
+        needle = piece.replace(b" ", b"") if ascii_only else piece.replace(" ", "").encode("utf-8", "surrogatepass")
+        count = squeezed.count(needle) if needle else 0
         if count >= 3:
             return True
         total += count
