@@ -22,7 +22,7 @@ from schemas.deadletter import RecordError
 from schemas.images import encode_image, open_image
 from schemas.layout import element, scale_elements
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
-from schemas.pdf_pages import pdf_line_boxes, render_pdf_pixels
+from schemas.pdf_pages import render_pdf_page
 
 VERSION = "1"
 
@@ -74,14 +74,14 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
     """Rasterise or decode one ``SourcePage`` into a ``PageRecord``."""
     text_layer = None
     if page.payload_kind == "pdf":
-        image, _, text_layer = render_pdf_pixels(
+        elements = list(page.elements)
+        want_lines = cfg.keep_line_boxes and not elements and page.rotation == 0
+        image, _, text_layer, boxes = render_pdf_page(
             page.payload, page.pdf_page_index, cfg.longest_side, page.rotation, cfg.keep_text_layer,
-            grey_when_achromatic=cfg.image_format == "png" and cfg.png_gray_when_achromatic,
+            grey_when_achromatic=cfg.image_format == "png" and cfg.png_gray_when_achromatic, with_lines=want_lines,
         )
         height, width = image.shape[:2]
-        elements = list(page.elements)
-        if cfg.keep_line_boxes and not elements and page.rotation == 0:
-            boxes = pdf_line_boxes(page.payload, page.pdf_page_index, cfg.longest_side)
+        if boxes is not None:
             clipped = [(max(0.0, x0), max(0.0, y0), min(float(width), x1), min(float(height), y1), text)
                        for x0, y0, x1, y1, text in boxes]
             elements = [element("text_line", (x0, y0, x1, y1), i, text)

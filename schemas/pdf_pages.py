@@ -153,6 +153,16 @@ def rasterize_pdf_page(data: bytes, index: int, longest_side: int, rotation: int
 def render_pdf_pixels(data: bytes, index: int, longest_side: int, rotation: int = 0, with_text: bool = False,
                       grey_when_achromatic: bool = False) -> tuple[np.ndarray, bool, str | None]:
     """``rasterize_pdf_page`` as uint8 pixels: ((H, W, 3) RGB or (H, W) grey, achromatic, text)."""
+    pixels, achromatic, text, _ = render_pdf_page(data, index, longest_side, rotation, with_text, grey_when_achromatic)
+    return pixels, achromatic, text
+
+
+def render_pdf_page(data: bytes, index: int, longest_side: int, rotation: int = 0, with_text: bool = False,
+                    grey_when_achromatic: bool = False, with_lines: bool = False) -> tuple[
+                        np.ndarray, bool, str | None, list[tuple[float, float, float, float, str]] | None]:
+    """``render_pdf_pixels`` plus, when ``with_lines``, the text layer's line boxes (``pdf_line_boxes``,
+    in pixels of the unrotated page) from the same page load and text page: loading a page and its
+    text page again cost as much as its PNG on olmOCR's real PDFs."""
     if rotation not in (0, 90, 180, 270):
         raise RecordError("bad_rotation", f"rotation must be 0/90/180/270, got {rotation}")
     with _PDFIUM_LOCK:
@@ -175,12 +185,17 @@ def render_pdf_pixels(data: bytes, index: int, longest_side: int, rotation: int 
                 pixels = grey
             else:
                 pixels = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-            text = None
-            if with_text:
+            text = lines = None
+            if with_text or with_lines:
                 textpage = page.get_textpage()
-                text = textpage.get_text_bounded()
-                textpage.close()
-            return pixels, grey is not None, text
+                try:
+                    if with_text:
+                        text = textpage.get_text_bounded()
+                    if with_lines:
+                        lines = _text_lines(textpage, height, scale)
+                finally:
+                    textpage.close()
+            return pixels, grey is not None, text, lines
         except pdfium.PdfiumError as exc:
             _last_document.close()
             raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
@@ -188,46 +203,66 @@ def render_pdf_pixels(data: bytes, index: int, longest_side: int, rotation: int 
             page.close()
 
 
+_VOIDP = ctypes.c_void_p
+_GET_CHAR_BOX = ctypes.CFUNCTYPE(ctypes.c_int, _VOIDP, ctypes.c_int, _VOIDP, _VOIDP, _VOIDP, _VOIDP)(
+    ctypes.cast(pdfium.raw.FPDFText_GetCharBox, _VOIDP).value)
+
+
 def _text_lines(textpage, height: float, scale: float) -> list[tuple[float, float, float, float, str]]:
     """Lines of a text page from its characters: one pass over pdfium's char boxes (``FPDFText_GetCharBox``),
-    a line ending at a generated line break or where the next char does not overlap the line vertically."""
+    a line ending at a generated line break or where the next char does not overlap the line vertically.
+    Whitespace joins the line without a box (its box is not asked for); a line's text is the slice of the
+    page text since the line began (~2,000 characters a page: the loop keeps to locals)."""
     n = textpage.count_chars()
     if n <= 0:
         return []
-    raw, tp = pdfium.raw, textpage.raw
     text = textpage.get_text_range(0, n)
     if len(text) != n:  # chars outside the BMP make the text and char indexes disagree: no boxes
         return []
+    # ~1 µs a call through an untyped pointer to the same function, addresses as plain ints (pypdfium2's
+    # typed binding converts each pointer argument: ~2 µs with byref(), ~1.2 with c_double objects)
+    get_box = _GET_CHAR_BOX
+    tp = ctypes.cast(textpage.raw, ctypes.c_void_p).value
     left, right, bottom, top = (ctypes.c_double() for _ in range(4))
+    at_left, at_right, at_bottom, at_top = map(ctypes.addressof, (left, right, bottom, top))
     lines: list[tuple[float, float, float, float, str]] = []
-    box: list[float] | None = None
-    chars: list[str] = []
-
-    def flush() -> None:
-        content = " ".join("".join(chars).split())
-        if box is not None and content and box[2] > box[0] and box[3] > box[1]:
-            lines.append((box[0] * scale, (height - box[3]) * scale, box[2] * scale, (height - box[1]) * scale,
-                          content))
-
-    for i in range(n):
-        ch = text[i]
-        if ch in "\r\n":
-            flush()
-            box, chars = None, []
+    start = 0  # where the current line's text begins
+    has_box = False
+    x0 = y0 = x1 = y1 = 0.0
+    for i, ch in enumerate(text):
+        if ch == "\r" or ch == "\n":
+            if has_box:
+                _add_line(lines, text[start:i], (x0, y0, x1, y1), height, scale)
+            start, has_box = i + 1, False
             continue
-        if not raw.FPDFText_GetCharBox(tp, i, left, right, bottom, top) or ch.isspace():
-            chars.append(ch)
+        if ch.isspace() or not get_box(tp, i, at_left, at_right, at_bottom, at_top):
             continue
-        if box is not None and (bottom.value > box[3] or top.value < box[1]):  # no vertical overlap: new line
-            flush()
-            box, chars = None, []
-        if box is None:
-            box = [left.value, bottom.value, right.value, top.value]
-        else:
-            box = [min(box[0], left.value), min(box[1], bottom.value), max(box[2], right.value), max(box[3], top.value)]
-        chars.append(ch)
-    flush()
+        lo, hi = bottom.value, top.value
+        if has_box and (lo > y1 or hi < y0):  # no vertical overlap: new line
+            _add_line(lines, text[start:i], (x0, y0, x1, y1), height, scale)
+            start, has_box = i, False
+        if not has_box:
+            x0, y0, x1, y1, has_box = left.value, lo, right.value, hi, True
+        else:  # min() and max() as comparisons: no calls
+            if (v := left.value) < x0:
+                x0 = v
+            if lo < y0:
+                y0 = lo
+            if (v := right.value) > x1:
+                x1 = v
+            if hi > y1:
+                y1 = hi
+    if has_box:
+        _add_line(lines, text[start:], (x0, y0, x1, y1), height, scale)
     return lines
+
+
+def _add_line(lines: list, chars: str, box: tuple[float, float, float, float], height: float, scale: float) -> None:
+    """Append the line (``box`` in PDF points, bottom-up) in pixels, unless it is empty or flat."""
+    x0, y0, x1, y1 = box
+    content = " ".join(chars.split())
+    if content and x1 > x0 and y1 > y0:
+        lines.append((x0 * scale, (height - y1) * scale, x1 * scale, (height - y0) * scale, content))
 
 
 def pdf_line_boxes(data: bytes, index: int, longest_side: int) -> list[tuple[float, float, float, float, str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from functools import lru_cache
 from statistics import median
 
 import numpy as np
@@ -20,19 +21,22 @@ from pipelines.clean.repeats_periods import TAG, band_copies, best_period, copy_
 _DELETED_ASCII = b"0123456789.,;:!?'\"`"
 _DELETED_OTHER = tuple(c.encode() for c in "\u00b7\u2022\u2019\u201c\u201d\uff0c\u3002\uff1b\uff1a\uff01\uff1f\u3001")
 _DELETED_OTHER_RE = re.compile(b"|".join(re.escape(m) for m in _DELETED_OTHER))
+_DELETED_OTHER_STR = tuple(m.decode() for m in _DELETED_OTHER)
 _DELETED_SET = frozenset(_DELETED_ASCII.decode() + b"".join(_DELETED_OTHER).decode())
 # per code point: 1 deleted, 2 ASCII whitespace (what bytes.split() splits on), 0 kept as is
 _CLASS = np.zeros(0x110000, dtype=np.uint8)
 _CLASS[[ord(c) for c in _DELETED_SET]] = 1
 _CLASS[[ord(c) for c in " \t\n\r\x0b\x0c"]] = 2
 _INT = re.compile(r"\d{1,18}")
+_NOT_LETTERS_ASCII = bytes(b for b in range(128) if not chr(b).isalpha())
 
 
 def normalize(tail: str) -> str:
     """The gapped-repeat view of ``tail``: digits and light punctuation deleted, runs of ASCII
     whitespace collapsed to one space, leading and trailing ones dropped."""
     data = tail.encode("utf-8", "surrogatepass").translate(None, _DELETED_ASCII)
-    if not tail.isascii():
+    # searching the str for each mark is cheaper than one regex pass over the bytes
+    if not tail.isascii() and any(c in tail for c in _DELETED_OTHER_STR):
         data = _DELETED_OTHER_RE.sub(b"", data)
     return b" ".join(data.split()).decode("utf-8", "surrogatepass")
 
@@ -58,6 +62,67 @@ def _index_array(tail: str) -> np.ndarray:
     if len(index) and kinds[index[-1]] == 2:
         index = index[:-1]
     return index
+
+
+# the gate's view: what ``normalize`` keeps, less the spaces (see ``may_repeat``)
+_GATE_DELETED = _DELETED_ASCII + b" \t\n\r\x0b\x0c"
+
+
+def may_repeat(tail: str, cfg: RepeatsConfig) -> bool:
+    """False when no gapped or near-exact loop can be found in ``tail``, decided without normalising
+    all of it (most clean labels stop here; True means: run the passes).
+
+    Both passes start from the end needles of the normalised tail (``GappedSearch.end_needles``):
+    the periodic and chain searches need one of them three times, the near-exact pass four of them
+    eight times in all. Only the last ``4 * needle_chars`` normalised characters are needed to
+    know the needles (``normalize`` of a suffix is a suffix of ``normalize``), and each count is
+    bounded from above by the count of the needle without its spaces in the tail with the spaces
+    deleted as well: the non-space characters of the normalised tail, in order, so each needle
+    occurrence is one there too, and occurrences that do not overlap stay apart."""
+    k = cfg.needle_chars
+    if not _gate_sound(k, cfg.gapped_min_copies):
+        return True
+    if not tail.isascii() and any(c in tail for c in _DELETED_OTHER_STR):
+        return True  # multi-byte deletions: the full normalisation decides
+    data = tail.encode("utf-8", "surrogatepass")
+    ascii_only = len(data) == len(tail)
+    width = 16 * k
+    while True:
+        if ascii_only:  # normalize() on bytes, without its checks and decoding
+            end: str | bytes = b" ".join(data[-width:].translate(None, _DELETED_ASCII).split())
+        else:
+            end = normalize(tail[-width:])
+        if len(end) >= 4 * k or width >= len(tail):
+            break
+        width *= 4
+    if len(end) < 4 * k:
+        return True
+    squeezed = data.translate(None, _GATE_DELETED)
+    total = 0
+    n = len(end)
+    for shift in (0, k // 2, k, 2 * k):
+        piece = end[n - shift - k: n - shift]
+        needle = piece.replace(b" ", b"") if ascii_only else piece.replace(" ", "").encode("utf-8", "surrogatepass")
+        count = squeezed.count(needle) if needle else 0
+        if count >= 3:
+            return True
+        total += count
+    return total >= 8
+
+
+@lru_cache(maxsize=16)
+def _gate_sound(k: int, bands: tuple[tuple[int, int], ...]) -> bool:
+    """``may_repeat`` holds for these bands: every periodic run the gapped periodic search can
+    accept (``copies * p`` characters of period ``p``) holds its last ``k`` characters three times
+    without overlap."""
+    low = 1
+    for max_period, copies in bands:
+        for p in range(low, max_period + 1):
+            step = p * -(-k // p)  # occurrences p apart overlap unless ceil(k / p) periods apart
+            if copies * p < k or (copies * p - k) // step + 1 < 3:
+                return False
+        low = max_period + 1
+    return True
 
 
 class _Mapping:
@@ -195,7 +260,11 @@ class GappedSearch:
 
 def letters(segment: str) -> str:
     """The letters of ``segment`` outside HTML tags: what a filler must not change."""
-    return "".join(filter(str.isalpha, TAG.sub("", segment)))
+    if "<" in segment or "&" in segment:
+        segment = TAG.sub("", segment)
+    if segment.isascii():  # a C loop over bytes instead of a call per character
+        return segment.encode().translate(None, _NOT_LETTERS_ASCII).decode()
+    return "".join(filter(str.isalpha, segment))
 
 
 def _chain_loop(search: GappedSearch) -> Loop | None:
@@ -244,6 +313,8 @@ def _walk_chain(search: GappedSearch, needle: str, e0: int, d: int) -> Loop | No
             break
         segments.append(segment)
         ends.append(q + k)
+    if len(segments) == 1:
+        return None  # the first copy below could make two: a chain needs three
     first = ends[-1] - d
     if first >= 0 and Indel.normalized_similarity(norm[first: ends[-1]], template) >= cfg.gap_min_similarity:
         segments.append(norm[first: ends[-1]])

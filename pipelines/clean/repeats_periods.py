@@ -9,6 +9,7 @@ need more).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Callable
 
 from pipelines.clean.repeats_config import Bands, RepeatsConfig
@@ -23,6 +24,12 @@ def band_copies(bands: Bands, period: int) -> int | None:
         if period <= max_period:
             return copies
     return None
+
+
+@lru_cache(maxsize=16)
+def _band_table(bands: Bands) -> tuple[int, ...]:
+    """``band_copies`` for periods 0 .. the last band's (0 stands for None), looked up by index."""
+    return tuple(band_copies(bands, p) or 0 for p in range(bands[-1][0] + 1))
 
 
 def unit_class(unit: str) -> str:
@@ -69,6 +76,7 @@ def best_period(t: str, max_period: int, needle_chars: int, bands: Bands, min_co
     if k < 1:
         return None
     needle = t[n - k:]
+    table = _band_table(bands)
     best: tuple[int, int] | None = None
     lo = max(0, n - k - max_period)
     end = n - 1  # rfind end bound: occurrences must end before the needle itself does
@@ -78,8 +86,8 @@ def best_period(t: str, max_period: int, needle_chars: int, bands: Bands, min_co
             return best
         end = j + k - 1
         p = n - k - j
-        copies = band_copies(bands, p)
-        if copies is None:
+        copies = table[p] if p < len(table) else 0
+        if not copies:
             return best
         need = max(copies * p, min_covered)
         if need > n or t[n - need + p: n] != t[n - need: n - p]:

@@ -118,3 +118,83 @@ def test_the_whole_real_pdf_folder_ingests_with_pdfiums_pixels(tmp_path):
                 assert np.array_equal(stored_pixels(image["bytes"]), want), (source_id, number)
                 seen.add((source_id, number))
     assert seen == {(rel, i + 1) for rel, n in expected.items() for i in range(n)}
+
+
+def reference_lines(path: Path, index: int, longest_side: int = 1288) -> list[tuple]:
+    """Line boxes as ``schemas.pdf_pages`` defines them, written plainly: every character's box through
+    pypdfium2's typed binding, a line ending at a generated break or a char that does not overlap it
+    vertically (whitespace and box-less chars join it without a box)."""
+    import ctypes
+
+    pdf = pdfium.PdfDocument(str(path))
+    try:
+        page = pdf[index]
+        width, height = page.get_size()
+        scale = longest_side / max(width, height)
+        textpage = page.get_textpage()
+        n = textpage.count_chars()
+        text = textpage.get_text_range(0, n) if n > 0 else ""
+        if n <= 0 or len(text) != n:
+            return []
+        boxes = [ctypes.c_double() for _ in range(4)]
+        lines, box, chars = [], None, []
+
+        def flush():
+            content = " ".join("".join(chars).split())
+            if box is not None and content and box[2] > box[0] and box[3] > box[1]:
+                lines.append((box[0] * scale, (height - box[3]) * scale, box[2] * scale, (height - box[1]) * scale,
+                              content))
+
+        for i, ch in enumerate(text):
+            if ch in "\r\n":
+                flush()
+                box, chars = None, []
+                continue
+            if not pdfium.raw.FPDFText_GetCharBox(textpage.raw, i, *boxes) or ch.isspace():
+                chars.append(ch)
+                continue
+            left, right, bottom, top = (b.value for b in boxes)
+            if box is not None and (bottom > box[3] or top < box[1]):
+                flush()
+                box, chars = None, []
+            box = [left, bottom, right, top] if box is None else [
+                min(box[0], left), min(box[1], bottom), max(box[2], right), max(box[3], top)]
+            chars.append(ch)
+        flush()
+        return lines
+    finally:
+        pdf.close()
+
+
+def test_render_stage_line_boxes_are_the_plain_per_character_ones():
+    """The render stage takes pixels, text layer and line boxes from one page load (``render_pdf_page``)
+    with a faster character loop; the boxes are those of the plain definition, and those of
+    ``pdf_line_boxes`` (its own page load)."""
+    from schemas.layout import element
+    from schemas.pdf_pages import pdf_line_boxes, render_pdf_page
+
+    checked = 0
+    for rel in FEW:
+        path = BUNDLED / rel
+        data = path.read_bytes()
+        for index in range(page_count(path)):
+            want = reference_lines(path, index)
+            _, _, text, lines = render_pdf_page(data, index, 1288, with_text=True, with_lines=True)
+            assert lines == want == pdf_line_boxes(data, index, 1288), (rel, index)
+            pdf = pdfium.PdfDocument(data)
+            try:
+                page = pdf[index]
+                assert text == page.get_textpage().get_text_bounded()
+            finally:
+                pdf.close()
+            checked += len(want)
+    assert checked > 100  # the scientific tables and the filing carry many lines
+    # and the stage stores them as text_line elements, clipped to the page
+    source = LocalFolderSource(SourceSettings(name="real", kind="local_folder", paths=(str(BUNDLED),)))
+    page = next(p for unit in source.plan(str(BUNDLED)) for row in source.read(unit) for p in row.pages
+                if p.source_id == FEW[2])
+    record = render_page(page, RenderConfig())
+    clipped = [(max(0.0, x0), max(0.0, y0), min(float(record.width), x1), min(float(record.height), y1), text)
+               for x0, y0, x1, y1, text in reference_lines(BUNDLED / FEW[2], page.pdf_page_index)]
+    kept = [b for b in clipped if b[2] > b[0] and b[3] > b[1]]
+    assert record.elements == [element("text_line", b[:4], i, b[4]) for i, b in enumerate(kept)]

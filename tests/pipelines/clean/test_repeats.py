@@ -484,3 +484,34 @@ def test_evaluation_set_is_what_its_generator_writes():
     stored = EVAL_SET.read_text(encoding="utf-8").splitlines()
     assert len(rebuilt) == len(stored)
     assert all(json.dumps(item, ensure_ascii=False) == line for item, line in zip(rebuilt, stored))
+
+
+# --------------------------------------------------------------------------- the needle gate
+
+
+def test_needle_gate_skips_only_labels_the_gapped_and_near_passes_would_not_flag():
+    """``may_repeat`` decides on a bound of the end needles' counts, without normalising the tail: on
+    the evaluation set and on clean prose, every tail it turns away yields nothing in either pass,
+    and it does turn most clean tails away (the point of it)."""
+    from pipelines.clean.repeats_detect import _trailing_space_start
+    from pipelines.clean.repeats_gapped import GappedSearch, gapped_loop, may_repeat
+    from pipelines.clean.repeats_near import near_loop
+
+    cfg = RepeatsConfig()
+    texts = [json.loads(line)["text"] for line in EVAL_SET.read_text(encoding="utf-8").splitlines()]
+    clean = [prose(seed, 4000) + f"Tabelle {seed}: Ärger über Straßen, naïve café — end." for seed in range(40)]
+    skipped = {"eval": 0, "clean": 0}
+    for group, items in (("eval", texts), ("clean", clean)):
+        for text in items:
+            stop = _trailing_space_start(text, 4096)
+            offset = max(0, stop - cfg.tail_chars)
+            tail = text[offset:stop]
+            if may_repeat(tail, cfg):
+                continue
+            skipped[group] += 1
+            search = GappedSearch(tail, offset, cfg)
+            assert gapped_loop(search) is None and near_loop(search) is None, text[-300:]
+    assert skipped["eval"] > 100 and skipped["clean"] > 20
+    # bands that accept two copies leave too few needle occurrences to bound: the gate stays open
+    loose = RepeatsConfig(gapped_min_copies=((512, 2),))
+    assert all(may_repeat(text[-1024:], loose) for text in clean[:5])
