@@ -19,7 +19,8 @@ with Chromium's fast settings, a lossless carrier).
 
 Images are encoded like rasterised PDF pages in the corpus (``schemas.images``): PNG with unfiltered
 rows deflated by ISA-L at level 1, achromatic pages as 8-bit grey; the screenshot is decoded with
-OpenCV (``decode_rgb``), so the stored pixels are Chromium's exactly. Chromium's output for the same HTML, fonts and build is byte-stable in our checks.
+OpenCV (``decode_rgb``), so the stored pixels are Chromium's exactly. Chromium's output for the same
+HTML, fonts and build is byte-stable in our checks.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ async (timeoutMs) => {
   };
   const page = document.getElementById("page");
   if (!window.pmFlow) tex(page);
-  page.getBoundingClientRect();  // style and layout now, so that every font the page uses starts loading
+  // Style and layout now, so that every font the page uses starts loading; not for a page the renderer
+  // fills (its fonts are all loaded up front, and FLOW_JS takes every block out first).
+  if (!window.pmFlow) page.getBoundingClientRect();
   const waits = [...document.images].map((img) => img.decode().catch(() => null));
   if (document.fonts.status !== "loaded") waits.push(document.fonts.ready);
   if (waits.length) {
@@ -292,7 +295,8 @@ PAGE_SCRIPT = ("window.pmReport = null;\n(" + CHECK_JS.strip() + ")(" + str(DEFA
                + ").then((r) => { window.pmReport = r; });\n")
 
 # The renderer's reused shell: KaTeX's CSS and script load once; each page then swaps in its own
-# ``<html lang>``, ``<style>``, ``<body class>`` and body (``_SWAP_JS``) and runs ``CHECK_JS``.
+# ``<html lang>``, ``<style>``, ``<body class>`` and body (``_SWAP_JS``) and runs ``CHECK_JS``, then, on a
+# page that passed, ``GEOMETRY_JS``: one round trip a page.
 _SHELL = """<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -306,13 +310,24 @@ _SHELL = """<!DOCTYPE html>
 </html>
 """
 _SWAP_JS = "async ([lang, css, bodyClass, body, timeoutMs, optional]) => {\n" \
-    "  window.pmFlow = optional ? (tex) => (" + FLOW_JS.strip() + ")(optional, tex) : null;\n" \
+    "  const flags = optional ? [...optional].map((c) => c === '1') : null;  // one string: cheap to send\n" \
+    "  // A page to fill stays undrawn (display: none) until FLOW_JS runs: a frame while images decode\n" \
+    "  // would lay out, paint and raster the overfull body for nothing.\n" \
+    "  window.pmFlow = optional ? (tex) => {\n" \
+    "    document.body.removeAttribute('style');\n" \
+    "    return (" + FLOW_JS.strip() + ")(flags, tex);\n" \
+    "  } : null;\n" \
+    "  if (optional) document.body.style.display = 'none';\n" \
     "  document.documentElement.lang = lang;\n" \
     "  document.getElementById('pm-style').textContent = css;\n" \
     "  document.body.className = bodyClass;\n" \
     "  document.body.innerHTML = body;\n" \
     "  window.scrollTo(0, 0);\n" \
-    "  return await (" + CHECK_JS.strip() + ")(timeoutMs);\n}"
+    "  const report = await (" + CHECK_JS.strip() + ")(timeoutMs);\n" \
+    "  const flow = report.flow, failed = flow && (flow.error || flow.missing.length);\n" \
+    "  if (!report.timeout && !report.errors.length && !report.nproblems && !failed)\n" \
+    "    report.geometry = (" + GEOMETRY_JS.strip() + ")();\n" \
+    "  return report;\n}"
 _PARTS = re.compile(r'<html lang="(?P<lang>[^"]*)">.*?<style>\n(?P<css>.*?)</style>\n</head>\n'
                     r'<body class="(?P<cls>[^"]*)">\n(?P<body>.*)<script>.*</script>\n</body>\n</html>\n?\Z', re.DOTALL)
 
@@ -545,7 +560,7 @@ class HtmlRenderer:
         try:
             page = self._get_page(size)
             report = page.evaluate(_SWAP_JS, [lang, css, body_class, body, self.timeout_ms,
-                                              optional if any(optional) else None])
+                                              "".join("01"[o] for o in optional) if any(optional) else None])
             if report.get("timeout"):
                 raise PlaywrightTimeout(f"images or fonts not ready in {self.timeout_ms} ms")
             if report["errors"]:
@@ -562,7 +577,7 @@ class HtmlRenderer:
             if report["nproblems"]:
                 problems = "; ".join(report["problems"][:3])
                 raise RecordError("synth_overflow", f"{spec.id}: {report['nproblems']} geometry problems: " + problems)
-            geometry = page.evaluate(GEOMETRY_JS)
+            geometry = report["geometry"]
             assert self._cdp is not None
             # Chromium's PNG is only a lossless carrier here (re-encoded below like the corpus), so
             # let it use its fast zlib settings.
