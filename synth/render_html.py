@@ -48,6 +48,7 @@ from synth.blocks import LAYOUTS, Figure, Footnote, PageSpec, PlacedBlock
 VERSION = "1"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 DEFAULT_TIMEOUT_MS = 15_000
+MAX_PAGES = 4  # offline pages a renderer keeps, one per page size
 
 # The in-page check, shared by the standalone document (``PAGE_SCRIPT``) and the renderer's reused
 # shell (``HtmlRenderer``): typeset every ``[data-tex]`` node with KaTeX, wait for images to decode
@@ -508,9 +509,11 @@ class HtmlRenderer:
         self._shell = self._dir / "shell.html"
         self._shell.write_text(_SHELL.format(katex_base=self._dist.as_uri()), encoding="utf-8")
         self._browser = browser
-        self._page: Page | None = None
+        # One offline page per page size (slides are landscape): switching a page's viewport costs
+        # ~20 ms of CPU (browser, renderer, compositor), more than a second page costs to keep.
+        self._pages: dict[tuple[int, int], tuple[Page, CDPSession]] = {}
+        self._page: Page | None = None  # the page of the last render
         self._cdp: CDPSession | None = None
-        self._size: tuple[int, int] | None = None
         self.timeout_ms = timeout_ms
         # Unfiltered rows deflated by ISA-L (schemas.png), as rasterised PDF pages are stored: a rendered
         # page is as flat as they are. Pillow's adaptive filters cost ~45 ms a page for ~4% smaller files.
@@ -522,29 +525,36 @@ class HtmlRenderer:
         return self._dir
 
     def _get_page(self, size: tuple[int, int]) -> Page:
-        if self._page is None or self._page.is_closed():
+        entry = self._pages.get(size)
+        if entry is None or entry[0].is_closed():
+            if entry is not None:
+                self._drop_page(size)
+            while len(self._pages) >= MAX_PAGES:
+                self._drop_page(next(iter(self._pages)))  # the oldest
             browser = self._browser if self._browser is not None else shared_browser()
-            self._page = new_offline_page(browser, [self._dist, self._dir], viewport=size)
-            self._size = size
-            self._page.goto(self._shell.as_uri(), wait_until="load", timeout=self.timeout_ms)
+            page = new_offline_page(browser, [self._dist, self._dir], viewport=size)
+            # Registered (and current) before goto, so that an error closes this page and no other.
+            self._pages[size] = self._page, self._cdp = page, page.context.new_cdp_session(page)
+            page.goto(self._shell.as_uri(), wait_until="load", timeout=self.timeout_ms)
             # Every KaTeX face loaded up front: FLOW_JS typesets and measures each block as it tries
             # it, so no font may still be loading then (a page's layout must not depend on history).
-            self._page.evaluate("() => Promise.all([...document.fonts].map((f) => f.load().catch(() => null)))")
-            self._cdp = self._page.context.new_cdp_session(self._page)
-        elif self._size != size:
-            self._page.set_viewport_size({"width": size[0], "height": size[1]})
-            self._size = size
-        return self._page
+            page.evaluate("() => Promise.all([...document.fonts].map((f) => f.load().catch(() => null)))")
+            entry = self._pages[size]
+        self._page, self._cdp = entry
+        return entry[0]
 
-    def _drop_page(self) -> None:
-        if self._page is not None:
+    def _drop_page(self, size: tuple[int, int] | None = None) -> None:
+        """Close the page of ``size`` (default: the last one used)."""
+        if size is None:
+            size = next((k for k, (page, _) in self._pages.items() if page is self._page), None)
+        entry = self._pages.pop(size, None) if size is not None else None
+        if entry is not None:
             try:
-                self._page.context.close()
+                entry[0].context.close()
             except PlaywrightError:
                 pass
-            self._page = None
-            self._cdp = None
-            self._size = None
+            if entry[0] is self._page:
+                self._page, self._cdp = None, None
 
     # ``synth.pages`` hands this renderer specs with optional filler: it fills the page itself.
     fills_pages = True
@@ -598,7 +608,8 @@ class HtmlRenderer:
         return RenderedPage(png=png, html=html, width=size[0], height=size[1], spec=final, geometry=geometry)
 
     def close(self) -> None:
-        self._drop_page()
+        for size in list(self._pages):
+            self._drop_page(size)
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> HtmlRenderer:
