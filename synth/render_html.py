@@ -174,10 +174,26 @@ FLOW_JS = r"""
   const done = new Set(), missing = [];
   const gapFillers = (from) => body.slice(from + 1).filter((el) => optional[idx.get(el)] && !done.has(el)
     && (el.localName === "p" || el.localName === "ul" || el.localName === "ol" || el.classList.contains("math-display")));
-  let c = 0, misses = 0;
+  const skip = (el) => done.has(el) || (misses >= 4 && optional[idx.get(el)]);  // misses: the last column is full
+  // Each trial costs a layout. So, until a column first runs out of room, the next 3 blocks are tried in
+  // one: blocks only stack down, so when all of them fit at once, each fits after its predecessors, as
+  // placing them one by one finds; otherwise they come out again and go one by one.
+  let c = 0, misses = 0, runCol = 0;
   for (let k = 0; k < body.length; k++) {
     const el = body[k];
-    if (done.has(el) || (misses >= 4 && optional[idx.get(el)])) continue;  // the last column is full
+    if (skip(el)) continue;
+    if (runCol <= c && c < n) {
+      const run = [];
+      for (let j = k; j < body.length && run.length < 3; j++) if (!skip(body[j])) run.push(body[j]);
+      for (const e of run) { put(cols[c], e); tex(e); }
+      if (run.length > 1 && run.every((e) => fits(cols[c], e))) {
+        for (const e of run) done.add(e);
+        k = body.indexOf(run[run.length - 1]);
+        continue;
+      }
+      for (const e of run) e.remove();
+      runCol = c + 1;
+    }
     done.add(el);
     let ok = false;
     while (!ok && c < n) {
