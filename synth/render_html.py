@@ -17,15 +17,16 @@ runs in the standalone document. Such pages raise ``RecordError("synth_overflow"
 ``RecordError("synth_timeout")``. The page box is captured by CDP ``Page.captureScreenshot`` (PNG
 with Chromium's fast settings, a lossless carrier).
 
-Images are encoded like the corpus (``schemas.images``): PNG, zlib level 1, achromatic pages as
-8-bit grey. Chromium's output for the same HTML, fonts and build is byte-stable in our checks.
+Images are encoded like rasterised PDF pages in the corpus (``schemas.images``): PNG with unfiltered
+rows deflated by ISA-L at level 1, achromatic pages as 8-bit grey; the screenshot is decoded with
+OpenCV (``decode_rgb``), so the stored pixels are Chromium's exactly. Chromium's output for the same
+HTML, fonts and build is byte-stable in our checks.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import re
 import shutil
 import tempfile
@@ -34,20 +35,20 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
-from PIL import Image
 from playwright.sync_api import Browser, CDPSession, Page
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from schemas.browser import new_offline_page, shared_browser
 from schemas.deadletter import RecordError
-from schemas.images import ImageEncoding, encode_image
+from schemas.images import ImageEncoding, decode_rgb, encode_image, grey_if_achromatic
 from schemas.math_render import INSTALL_HINT, KATEX_DIR
 from synth.blocks import LAYOUTS, Figure, Footnote, PageSpec, PlacedBlock
 
 VERSION = "1"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 DEFAULT_TIMEOUT_MS = 15_000
+MAX_PAGES = 4  # offline pages a renderer keeps, one per page size
 
 # The in-page check, shared by the standalone document (``PAGE_SCRIPT``) and the renderer's reused
 # shell (``HtmlRenderer``): typeset every ``[data-tex]`` node with KaTeX, wait for images to decode
@@ -73,7 +74,9 @@ async (timeoutMs) => {
   };
   const page = document.getElementById("page");
   if (!window.pmFlow) tex(page);
-  page.getBoundingClientRect();  // style and layout now, so that every font the page uses starts loading
+  // Style and layout now, so that every font the page uses starts loading; not for a page the renderer
+  // fills (its fonts are all loaded up front, and FLOW_JS takes every block out first).
+  if (!window.pmFlow) page.getBoundingClientRect();
   const waits = [...document.images].map((img) => img.decode().catch(() => null));
   if (document.fonts.status !== "loaded") waits.push(document.fonts.ready);
   if (waits.length) {
@@ -171,10 +174,26 @@ FLOW_JS = r"""
   const done = new Set(), missing = [];
   const gapFillers = (from) => body.slice(from + 1).filter((el) => optional[idx.get(el)] && !done.has(el)
     && (el.localName === "p" || el.localName === "ul" || el.localName === "ol" || el.classList.contains("math-display")));
-  let c = 0, misses = 0;
+  const skip = (el) => done.has(el) || (misses >= 4 && optional[idx.get(el)]);  // misses: the last column is full
+  // Each trial costs a layout. So, until a column first runs out of room, the next 3 blocks are tried in
+  // one: blocks only stack down, so when all of them fit at once, each fits after its predecessors, as
+  // placing them one by one finds; otherwise they come out again and go one by one.
+  let c = 0, misses = 0, runCol = 0;
   for (let k = 0; k < body.length; k++) {
     const el = body[k];
-    if (done.has(el) || (misses >= 4 && optional[idx.get(el)])) continue;  // the last column is full
+    if (skip(el)) continue;
+    if (runCol <= c && c < n) {
+      const run = [];
+      for (let j = k; j < body.length && run.length < 3; j++) if (!skip(body[j])) run.push(body[j]);
+      for (const e of run) { put(cols[c], e); tex(e); }
+      if (run.length > 1 && run.every((e) => fits(cols[c], e))) {
+        for (const e of run) done.add(e);
+        k = body.indexOf(run[run.length - 1]);
+        continue;
+      }
+      for (const e of run) e.remove();
+      runCol = c + 1;
+    }
     done.add(el);
     let ok = false;
     while (!ok && c < n) {
@@ -293,7 +312,8 @@ PAGE_SCRIPT = ("window.pmReport = null;\n(" + CHECK_JS.strip() + ")(" + str(DEFA
                + ").then((r) => { window.pmReport = r; });\n")
 
 # The renderer's reused shell: KaTeX's CSS and script load once; each page then swaps in its own
-# ``<html lang>``, ``<style>``, ``<body class>`` and body (``_SWAP_JS``) and runs ``CHECK_JS``.
+# ``<html lang>``, ``<style>``, ``<body class>`` and body (``_SWAP_JS``) and runs ``CHECK_JS``, then, on a
+# page that passed, ``GEOMETRY_JS``: one round trip a page.
 _SHELL = """<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -307,13 +327,24 @@ _SHELL = """<!DOCTYPE html>
 </html>
 """
 _SWAP_JS = "async ([lang, css, bodyClass, body, timeoutMs, optional]) => {\n" \
-    "  window.pmFlow = optional ? (tex) => (" + FLOW_JS.strip() + ")(optional, tex) : null;\n" \
+    "  const flags = optional ? [...optional].map((c) => c === '1') : null;  // one string: cheap to send\n" \
+    "  // A page to fill stays undrawn (display: none) until FLOW_JS runs: a frame while images decode\n" \
+    "  // would lay out, paint and raster the overfull body for nothing.\n" \
+    "  window.pmFlow = optional ? (tex) => {\n" \
+    "    document.body.removeAttribute('style');\n" \
+    "    return (" + FLOW_JS.strip() + ")(flags, tex);\n" \
+    "  } : null;\n" \
+    "  if (optional) document.body.style.display = 'none';\n" \
     "  document.documentElement.lang = lang;\n" \
     "  document.getElementById('pm-style').textContent = css;\n" \
     "  document.body.className = bodyClass;\n" \
     "  document.body.innerHTML = body;\n" \
     "  window.scrollTo(0, 0);\n" \
-    "  return await (" + CHECK_JS.strip() + ")(timeoutMs);\n}"
+    "  const report = await (" + CHECK_JS.strip() + ")(timeoutMs);\n" \
+    "  const flow = report.flow, failed = flow && (flow.error || flow.missing.length);\n" \
+    "  if (!report.timeout && !report.errors.length && !report.nproblems && !failed)\n" \
+    "    report.geometry = (" + GEOMETRY_JS.strip() + ")();\n" \
+    "  return report;\n}"
 _PARTS = re.compile(r'<html lang="(?P<lang>[^"]*)">.*?<style>\n(?P<css>.*?)</style>\n</head>\n'
                     r'<body class="(?P<cls>[^"]*)">\n(?P<body>.*)<script>.*</script>\n</body>\n</html>\n?\Z', re.DOTALL)
 
@@ -494,11 +525,15 @@ class HtmlRenderer:
         self._shell = self._dir / "shell.html"
         self._shell.write_text(_SHELL.format(katex_base=self._dist.as_uri()), encoding="utf-8")
         self._browser = browser
-        self._page: Page | None = None
+        # One offline page per page size (slides are landscape): switching a page's viewport costs
+        # ~20 ms of CPU (browser, renderer, compositor), more than a second page costs to keep.
+        self._pages: dict[tuple[int, int], tuple[Page, CDPSession]] = {}
+        self._page: Page | None = None  # the page of the last render
         self._cdp: CDPSession | None = None
-        self._size: tuple[int, int] | None = None
         self.timeout_ms = timeout_ms
-        self._encode_cfg = ImageEncoding(png_compress_level=png_compress_level)
+        # Unfiltered rows deflated by ISA-L (schemas.png), as rasterised PDF pages are stored: a rendered
+        # page is as flat as they are. Pillow's adaptive filters cost ~45 ms a page for ~4% smaller files.
+        self._encode_cfg = ImageEncoding(png_compress_level=png_compress_level, png_filter="none")
 
     @property
     def page_dir(self) -> Path:
@@ -506,29 +541,36 @@ class HtmlRenderer:
         return self._dir
 
     def _get_page(self, size: tuple[int, int]) -> Page:
-        if self._page is None or self._page.is_closed():
+        entry = self._pages.get(size)
+        if entry is None or entry[0].is_closed():
+            if entry is not None:
+                self._drop_page(size)
+            while len(self._pages) >= MAX_PAGES:
+                self._drop_page(next(iter(self._pages)))  # the oldest
             browser = self._browser if self._browser is not None else shared_browser()
-            self._page = new_offline_page(browser, [self._dist, self._dir], viewport=size)
-            self._size = size
-            self._page.goto(self._shell.as_uri(), wait_until="load", timeout=self.timeout_ms)
+            page = new_offline_page(browser, [self._dist, self._dir], viewport=size)
+            # Registered (and current) before goto, so that an error closes this page and no other.
+            self._pages[size] = self._page, self._cdp = page, page.context.new_cdp_session(page)
+            page.goto(self._shell.as_uri(), wait_until="load", timeout=self.timeout_ms)
             # Every KaTeX face loaded up front: FLOW_JS typesets and measures each block as it tries
             # it, so no font may still be loading then (a page's layout must not depend on history).
-            self._page.evaluate("() => Promise.all([...document.fonts].map((f) => f.load().catch(() => null)))")
-            self._cdp = self._page.context.new_cdp_session(self._page)
-        elif self._size != size:
-            self._page.set_viewport_size({"width": size[0], "height": size[1]})
-            self._size = size
-        return self._page
+            page.evaluate("() => Promise.all([...document.fonts].map((f) => f.load().catch(() => null)))")
+            entry = self._pages[size]
+        self._page, self._cdp = entry
+        return entry[0]
 
-    def _drop_page(self) -> None:
-        if self._page is not None:
+    def _drop_page(self, size: tuple[int, int] | None = None) -> None:
+        """Close the page of ``size`` (default: the last one used)."""
+        if size is None:
+            size = next((k for k, (page, _) in self._pages.items() if page is self._page), None)
+        entry = self._pages.pop(size, None) if size is not None else None
+        if entry is not None:
             try:
-                self._page.context.close()
+                entry[0].context.close()
             except PlaywrightError:
                 pass
-            self._page = None
-            self._cdp = None
-            self._size = None
+            if entry[0] is self._page:
+                self._page, self._cdp = None, None
 
     # ``synth.pages`` hands this renderer specs with optional filler: it fills the page itself.
     fills_pages = True
@@ -544,7 +586,7 @@ class HtmlRenderer:
         try:
             page = self._get_page(size)
             report = page.evaluate(_SWAP_JS, [lang, css, body_class, body, self.timeout_ms,
-                                              optional if any(optional) else None])
+                                              "".join("01"[o] for o in optional) if any(optional) else None])
             if report.get("timeout"):
                 raise PlaywrightTimeout(f"images or fonts not ready in {self.timeout_ms} ms")
             if report["errors"]:
@@ -561,7 +603,7 @@ class HtmlRenderer:
             if report["nproblems"]:
                 problems = "; ".join(report["problems"][:3])
                 raise RecordError("synth_overflow", f"{spec.id}: {report['nproblems']} geometry problems: " + problems)
-            geometry = page.evaluate(GEOMETRY_JS)
+            geometry = report["geometry"]
             assert self._cdp is not None
             # Chromium's PNG is only a lossless carrier here (re-encoded below like the corpus), so
             # let it use its fast zlib settings.
@@ -574,16 +616,16 @@ class HtmlRenderer:
         except PlaywrightError:
             self._drop_page()
             raise
-        image = Image.open(io.BytesIO(base64.b64decode(shot["data"])))
-        if image.size != size:
-            raise RecordError("synth_bad_size", f"{spec.id}: screenshot {image.size} != {size}")
-        if image.mode != "RGB":
-            image = image.convert("RGB")
-        return RenderedPage(png=encode_image(image, self._encode_cfg), html=html, width=size[0], height=size[1],
-                            spec=final, geometry=geometry)
+        pixels = decode_rgb(base64.b64decode(shot["data"]))
+        if pixels.shape[1::-1] != size:
+            raise RecordError("synth_bad_size", f"{spec.id}: screenshot {pixels.shape[1::-1]} != {size}")
+        grey = grey_if_achromatic(pixels)
+        png = encode_image(pixels if grey is None else grey, self._encode_cfg)
+        return RenderedPage(png=png, html=html, width=size[0], height=size[1], spec=final, geometry=geometry)
 
     def close(self) -> None:
-        self._drop_page()
+        for size in list(self._pages):
+            self._drop_page(size)
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> HtmlRenderer:

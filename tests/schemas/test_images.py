@@ -11,7 +11,8 @@ from PIL import Image
 
 from pipelines.render import RenderConfig
 from schemas.deadletter import RecordError
-from schemas.images import ImageEncoding, encode_image, open_image
+from schemas.images import ImageEncoding, decode_rgb, encode_image, open_image
+from schemas.png import encode_png
 
 
 def test_image_encoding_defaults_are_render_configs():
@@ -41,3 +42,17 @@ def test_open_image_refuses_past_the_pixel_cap_before_decoding():
     with pytest.raises(RecordError) as err:
         open_image(buf.getvalue(), 9_999)
     assert err.value.reason == "image_too_large"
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA"])
+def test_decode_rgb_gives_pillows_rgb_pixels(mode: str):
+    rng = np.random.default_rng(len(mode))
+    image = Image.fromarray(rng.integers(0, 256, (23, 17, len(mode)), dtype=np.uint8).squeeze(), mode=mode)
+    expected = np.asarray(image.convert("RGB"))
+    pillow = io.BytesIO()
+    image.save(pillow, format="PNG")  # adaptive filters: OpenCV's path
+    assert np.array_equal(decode_rgb(pillow.getvalue()), expected)
+    if mode == "RGB":  # unfiltered rows: the ISA-L path (schemas.png.decode_png)
+        assert np.array_equal(decode_rgb(encode_png(expected)), expected)
+    with pytest.raises(ValueError, match="decode_rgb"):
+        decode_rgb(b"not an image")

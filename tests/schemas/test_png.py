@@ -1,11 +1,13 @@
 import io
+import struct
+import zlib
 
 import cv2
 import numpy as np
 import pytest
 from PIL import Image
 
-from schemas.png import encode_png
+from schemas.png import SIGNATURE, decode_png, encode_png
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (7, 13), (64, 129), (5, 3, 3), (40, 33, 3)])
@@ -35,3 +37,51 @@ def test_flat_page_compresses_and_higher_levels_are_not_larger():
 def test_refuses_what_it_does_not_write(pixels):
     with pytest.raises(ValueError, match="encode_png"):
         encode_png(pixels)
+
+
+def _png(pixels: np.ndarray, filters: list[int], color: int) -> bytes:
+    """A PNG whose rows use the given filter types (0 none, 1 sub, 2 up), written by hand."""
+    rows = pixels.reshape(pixels.shape[0], -1).astype(np.int16)
+    bpp = {0: 1, 2: 3, 6: 4}[color]
+    out = []
+    for y, f in enumerate(filters):
+        prev = rows[y - 1] if y else np.zeros_like(rows[0])
+        left = np.concatenate([np.zeros(bpp, np.int16), rows[y][:-bpp]])
+        line = {0: rows[y], 1: rows[y] - left, 2: rows[y] - prev}[f] % 256
+        out.append(bytes([f]) + line.astype(np.uint8).tobytes())
+    header = struct.pack(">IIBBBBB", pixels.shape[1], pixels.shape[0], 8, color, 0, 0, 0)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return SIGNATURE + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"".join(out), 1)) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (40, 33, 3)])
+def test_decode_png_reads_back_what_encode_png_writes(shape):
+    pixels = np.random.default_rng(sum(shape)).integers(0, 256, size=shape, dtype=np.uint8)
+    assert np.array_equal(decode_png(encode_png(pixels)), pixels)
+
+
+@pytest.mark.parametrize("color", [0, 2, 6])
+def test_decode_png_undoes_up_filters_like_pillow(color):
+    # Chromium's fast screenshots filter every row "up"; mixed with unfiltered rows here.
+    channels = {0: 1, 2: 3, 6: 4}[color]
+    pixels = np.random.default_rng(color).integers(0, 256, size=(9, 11, channels), dtype=np.uint8)
+    data = _png(pixels, [2, 2, 0, 2, 2, 2, 0, 0, 2], color)
+    mode = {0: "L", 2: "RGB", 6: "RGB"}[color]
+    with Image.open(io.BytesIO(data)) as image:
+        expected = np.asarray(image.convert(mode))
+    assert np.array_equal(decode_png(data), expected)
+
+
+def test_decode_png_declines_what_it_does_not_cover():
+    pixels = np.random.default_rng(3).integers(0, 256, size=(6, 5, 3), dtype=np.uint8)
+    assert decode_png(_png(pixels, [2, 1, 2, 2, 2, 2], 2)) is None  # a "sub" row
+    buf = io.BytesIO()
+    Image.fromarray(pixels).convert("P").save(buf, format="PNG")  # palette
+    assert decode_png(buf.getvalue()) is None
+    buf = io.BytesIO()
+    Image.fromarray(pixels[:, :, 0].astype(np.uint16) * 257).save(buf, format="PNG")  # 16-bit grey
+    assert decode_png(buf.getvalue()) is None
+    whole = encode_png(pixels)
+    assert decode_png(whole[: len(whole) // 2]) is None and decode_png(b"not a png") is None
