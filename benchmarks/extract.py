@@ -1,6 +1,9 @@
 """Feature + embedding extraction in the pool's Beam job: pages/s/core, and peak RSS at 1x and 4x the pages.
 
-    .venv/bin/python benchmarks/extract.py [--pages 'out/pool/html-s12/records/*.parquet'] [--n 100]
+    .venv/bin/python benchmarks/extract.py [--pages 'out/retrieval-bench-pages/pool/html-*.parquet'] [--n 100]
+        [--mults 1,4]
+
+The pages are the retrieval benchmark's Chromium pages (``python benchmarks/retrieval_pool.py`` renders them once).
 
 Each size runs in its own process with ``OMP_NUM_THREADS=1`` and the DirectRunner in memory (one worker):
 the extract + embed step of ``classifiers.job`` over n and 4n pages (a layout embedder fitted on the first
@@ -56,8 +59,9 @@ def child(shard: str, embedder: str, out: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pages", default="out/pool/html-s12/records/*.parquet")
+    ap.add_argument("--pages", default="out/retrieval-bench-pages/pool/html-*.parquet")
     ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--mults", default="1,4", help="page counts to run, as multiples of --n")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -90,7 +94,7 @@ def main() -> None:
           f"{1 / (dec + feat):.0f} with its own decode")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     print("| pages | CPU s | wall s | pages/s/core (CPU) | peak RSS MB |\n|---|---|---|---|---|")
-    for mult in (1, 4):
+    for mult in (int(m) for m in args.mults.split(",")):
         n = args.n * mult
         shard = take(paths, n, tmp / f"pages-{n}.parquet")
         res = subprocess.run([sys.executable, __file__, "--child", str(shard), str(tmp / "embedder.npz"),
