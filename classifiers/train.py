@@ -229,7 +229,8 @@ def cross_validate(kind: str, cfg: TrainConfig, x: np.ndarray, y: np.ndarray) ->
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     folds = max(2, min(cfg.folds, n_pos, n_neg))
     skf = StratifiedKFold(n_splits=folds, shuffle=True, random_state=cfg.seed)
-    proba = cross_val_predict(make_model(kind, cfg, n_pos - n_pos // folds), x, y, cv=skf, method="predict_proba")[:, 1]
+    fewest = n_pos - -(-n_pos // folds)  # positives in the smallest training fold (the largest test fold left out)
+    proba = cross_val_predict(make_model(kind, cfg, fewest), x, y, cv=skf, method="predict_proba")[:, 1]
     pred = proba >= 0.5
     return {"folds": folds, "precision": float(precision_score(y, pred, zero_division=0)),
             "recall": float(recall_score(y, pred, zero_division=0)),
