@@ -162,7 +162,8 @@ def plain_shard(path: Path, n: int, seed: int, table_share: float = 0.05) -> Pat
 # pages with their tables and formulas stripped (hard negatives: columns, figures, lists, forms) and PIL pages
 # (2% with a ruled table: positives made another way).
 PARTS = {
-    "corpus": [("corpus/html-all-s11.parquet", "all", 300, 11), ("corpus/plain-s100.parquet", "plain", 200, 100)],
+    "corpus": [("corpus/html-all-s11.parquet", "all", 300, 11), ("corpus/html-all-s15.parquet", "all", 300, 15),
+               ("corpus/plain-s100.parquet", "plain", 200, 100)],
     "pool": [("pool/html-table-s12.parquet", "table", 240, 12), ("pool/html-formula-s13.parquet", "formula", 240, 13),
              ("pool/html-layout-stripped-s14.parquet", "layout-stripped", 300, 14),
              ("pool/plain-s200.parquet", "plain", 1500, 200)],
