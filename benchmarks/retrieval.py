@@ -4,7 +4,7 @@ sampling vs scoring every pool page with the classifier (exhaustive); and which 
     .venv/bin/python benchmarks/retrieval.py [--nn-per-seed 20 --head-k 400] [--index-kind ivf]
 
 The pages (``benchmarks/retrieval_pool.py``, rendered once and cached under ``--cache``, ~20 min of CPU):
-corpus (labelled; the classifiers train on it): 300 synth/ Chromium pages of all suites + 200 PIL pages (5% with
+corpus (labelled; the classifiers train on it): 2 x 300 synth/ Chromium pages of all suites + 200 PIL pages (5% with
 a ruled table). Pool: 240 table-suite + 240 formula-suite Chromium pages, 300 layout-suite Chromium pages with
 their tables and formulas stripped from the spec before rendering, 1,500 PIL pages (2% with a ruled table):
 ~2,280 pages, ~10% prevalence per mode. Failure modes ``table@synthetic-table`` and ``math@synthetic-formula``,
@@ -105,7 +105,7 @@ def main() -> None:
     ap.add_argument("--head-k", type=int, default=400)
     ap.add_argument("--index-kind", default="ivf", help="flat (exact) or ivf (approximate) over the pool")
     ap.add_argument("--nlist", type=int, default=64)
-    ap.add_argument("--nprobe", type=int, default=8)
+    ap.add_argument("--nprobe", type=int, default=16)
     ap.add_argument("--report-only", action="store_true", help="recompute the tables from an earlier run's outputs")
     args = ap.parse_args()
 
