@@ -43,7 +43,8 @@ train: $(STAMP) out/curriculum/manifest.json out/corpus/manifest.json
 # Failure-mode classifiers on the corpus and errors.json of `make train`, then retrieval (docs/classifiers.md).
 retrieve: $(STAMP) out/corpus/manifest.json
 	@test -f out/model/errors.json || { echo "out/model/errors.json is missing: run make train first"; exit 1; }
-	$(PY) -m classifiers.train --corpus out/corpus --errors out/model/errors.json --out out/classifiers
+	$(PY) -m classifiers.train --corpus out/corpus --errors out/model/errors.json --failing-corpus out/curriculum \
+	  --out out/classifiers
 	$(PY) -m classifiers.retrieve --corpus out/corpus --classifiers out/classifiers --k 1000 --out out/retrieval $(ARGS)
 
 out/curriculum/manifest.json: | $(STAMP)

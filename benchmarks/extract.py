@@ -1,6 +1,9 @@
 """Feature + embedding extraction in the pool's Beam job: pages/s/core, and peak RSS at 1x and 4x the pages.
 
-    .venv/bin/python benchmarks/extract.py [--pages 'out/pool/html-s12/records/*.parquet'] [--n 100]
+    .venv/bin/python benchmarks/extract.py [--pages 'out/retrieval-bench-pages/pool/html-*.parquet'] [--n 100]
+        [--mults 1,4]
+
+The pages are the retrieval benchmark's Chromium pages (``python benchmarks/retrieval_pool.py`` renders them once).
 
 Each size runs in its own process with ``OMP_NUM_THREADS=1`` and the DirectRunner in memory (one worker):
 the extract + embed step of ``classifiers.job`` over n and 4n pages (a layout embedder fitted on the first
@@ -29,19 +32,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def take(paths: list[str], n: int, dst: Path) -> Path:
-    rows = []
-    for p in paths:
-        for b in pq.ParquetFile(p).iter_batches(batch_size=64):
-            rows += b.to_pylist()
-            if len(rows) >= n:
-                break
-        if len(rows) >= n:
-            break
-    while len(rows) < n:  # repeat pages if the source is small (ids repeat: fine for a throughput figure)
-        rows += rows[: n - len(rows)]
+    """The first ``n`` pages of ``paths`` (cycled if fewer; ids repeat, fine for a throughput figure) in one shard
+    of 64-page row groups, streamed (this process stays small: its children inherit its memory until exec)."""
     schema = pq.ParquetFile(paths[0]).schema_arrow
-    pq.write_table(pa.Table.from_pylist(rows[:n], schema), dst, row_group_size=64)
+    done = 0
+    with pq.ParquetWriter(dst, schema) as w:
+        while done < n:
+            for p in paths:
+                for b in pq.ParquetFile(p).iter_batches(batch_size=64):
+                    b = b.slice(0, n - done)
+                    w.write_table(pa.Table.from_batches([b], schema))
+                    done += b.num_rows
+                    if done >= n:
+                        return dst
     return dst
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS (``VmHWM``). Not ``getrusage``'s ``ru_maxrss``: Linux carries a parent's high-water
+    mark into a child across fork + exec, so a child reported its parent's peak when that was higher."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def child(shard: str, embedder: str, out: str) -> dict:
@@ -51,13 +64,14 @@ def child(shard: str, embedder: str, out: str) -> dict:
     c, t = time.process_time(), time.perf_counter()
     res = run_pool_job([shard], out, "layout", embedder, IndexConfig(kind="flat"))
     return {"pages": res["out"], "cpu_s": time.process_time() - c, "wall_s": time.perf_counter() - t,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pages", default="out/pool/html-s12/records/*.parquet")
+    ap.add_argument("--pages", default="out/retrieval-bench-pages/pool/html-*.parquet")
     ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--mults", default="1,4", help="page counts to run, as multiples of --n")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -90,7 +104,7 @@ def main() -> None:
           f"{1 / (dec + feat):.0f} with its own decode")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     print("| pages | CPU s | wall s | pages/s/core (CPU) | peak RSS MB |\n|---|---|---|---|---|")
-    for mult in (1, 4):
+    for mult in (int(m) for m in args.mults.split(",")):
         n = args.n * mult
         shard = take(paths, n, tmp / f"pages-{n}.parquet")
         res = subprocess.run([sys.executable, __file__, "--child", str(shard), str(tmp / "embedder.npz"),

@@ -1,15 +1,19 @@
 """Retrieval quality where the truth is known: precision@100 and recall@1000 per failure mode, retrieval vs random
 sampling vs scoring every pool page with the classifier (exhaustive); and which CPU embedding retrieves better.
 
-    .venv/bin/python benchmarks/retrieval.py [--html 'out/pool/html-s1[2-9]/records/*.parquet'] [--plain 1000]
+    .venv/bin/python benchmarks/retrieval.py [--nn-per-seed 20 --head-k 400] [--index-kind ivf]
 
-Corpus (labelled, classifiers train on it): the Chromium pages of ``--train-html`` (synth/, all suites) plus
-``--train-plain`` cheap PIL pages (``benchmarks/retrieval_pool.py``). Failure modes: ``table@synthetic-table``
-and ``math@synthetic-formula``, 20 failing pages each (seeds), taken from the corpus's table and formula suites.
-Pool: the Chromium pages of ``--html`` plus ``--plain`` PIL pages (5% with a ruled table), cached under
-out/pool/. Truth from generation, two ways: ``suite`` (the synth suite the page was made for; PIL table
-pages count as table) and ``structure`` (the generated reference holds an HTML table / a display formula).
-Make the Chromium pages with ``python -m synth --pages 400 --seed S --out out/pool/html-sS``.
+The pages (``benchmarks/retrieval_pool.py``, rendered once and cached under ``--cache``, ~20 min of CPU):
+corpus (labelled; the classifiers train on it): 2 x 300 synth/ Chromium pages of all suites + 200 PIL pages (5% with
+a ruled table). Pool: 240 table-suite + 240 formula-suite Chromium pages, 300 layout-suite Chromium pages with
+their tables and formulas stripped from the spec before rendering, 1,500 PIL pages (2% with a ruled table):
+~2,280 pages, ~10% prevalence per mode. Failure modes ``table@synthetic-table`` and ``math@synthetic-formula``,
+20 failing pages each (seeds) from the corpus's table and formula suites.
+
+Truth from generation, two ways: ``suite`` (the page was generated for the table / formula suite; a PIL page
+drawn with a table counts as table) and ``structure`` (the generated reference holds an HTML table / a display
+formula). The candidate budget (``nn_per_seed`` x 20 seeds + ``head_k``) is kept well below the pool size, so
+retrieval scores only a share of the pool and can miss what exhaustive scoring finds.
 """
 
 from __future__ import annotations
@@ -23,33 +27,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.retrieval_pool import plain_page  # noqa: E402
-from schemas.page import PAGE_SCHEMA  # noqa: E402
+from benchmarks.retrieval_pool import build  # noqa: E402
 
 MODES = {"table@synthetic-table": ("table", "synthetic-table"), "math@synthetic-formula": ("math", "synthetic-formula")}
 DISPLAY = re.compile(r"\$\$|\\\[|\\begin\{(equation|align|gather)")
-
-
-def plain_shard(path: Path, n: int, seed: int, table_share: float = 0.05) -> Path:
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        rows = []
-        with pq.ParquetWriter(str(path) + ".tmp", PAGE_SCHEMA) as w:
-            for i in range(n):
-                rec, _ = plain_page(i, seed, table_share)
-                rows.append(rec.to_row())
-                if len(rows) == 100:
-                    w.write_table(pa.Table.from_pylist(rows, PAGE_SCHEMA))
-                    rows = []
-            if rows:
-                w.write_table(pa.Table.from_pylist(rows, PAGE_SCHEMA))
-        Path(str(path) + ".tmp").rename(path)
-    return path
 
 
 def truths(paths: list[str]) -> dict[str, dict[str, bool]]:
@@ -60,7 +45,8 @@ def truths(paths: list[str]) -> dict[str, dict[str, bool]]:
         for pid, dom, resp, meta in zip(*(t.column(c).to_pylist() for c in ("id", "domain", "response", "metadata"))):
             m = json.loads(meta or "{}")
             plain_table = bool(m.get("has_table"))
-            out[pid] = {"table_suite": dom == "synthetic-table" or plain_table,
+            out[pid] = {"plain": dom == "benchpool",
+                        "table_suite": dom == "synthetic-table" or plain_table,
                         "formula_suite": dom == "synthetic-formula",
                         "table_structure": "<table" in resp,
                         "formula_structure": bool(DISPLAY.search(resp))}
@@ -111,61 +97,52 @@ def embedding_comparison(clf: Path, pool_out: Path, corpus_feats: list[str], tru
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--train-html", default="out/pool/html-s11/records/*.parquet")
-    ap.add_argument("--train-plain", type=int, default=200)
-    ap.add_argument("--html", default="out/pool/html-s1[2-9]/records/*.parquet")
-    ap.add_argument("--plain", type=int, default=1000)
+    ap.add_argument("--cache", default="out/retrieval-bench-pages", help="rendered pages (made once, kept)")
     ap.add_argument("--out", default="out/bench-retrieval")
     ap.add_argument("--embedding", default="layout")
     ap.add_argument("--k", type=int, default=1000)
+    ap.add_argument("--nn-per-seed", type=int, default=20)
+    ap.add_argument("--head-k", type=int, default=400)
+    ap.add_argument("--index-kind", default="ivf", help="flat (exact) or ivf (approximate) over the pool")
+    ap.add_argument("--nlist", type=int, default=64)
+    ap.add_argument("--nprobe", type=int, default=16)
     ap.add_argument("--report-only", action="store_true", help="recompute the tables from an earlier run's outputs")
-    ap.add_argument("--dilute", type=float, default=0.1, help="also score a sub-pool whose positives are subsampled "
-                                                              "to this prevalence")
     args = ap.parse_args()
 
-    out = Path(args.out)
-    corpus = out / "corpus" / "data"
-    corpus.mkdir(parents=True, exist_ok=True)
-    train_html = sorted(glob.glob(args.train_html))
-    for k, p in enumerate(train_html):
-        dst = corpus / f"html-{k:03d}.parquet"
-        if not dst.exists():
-            dst.symlink_to(Path(p).resolve())
-    plain_shard(corpus / "plain.parquet", args.train_plain, seed=100)
-    pool_dir = out / "pool-pages"
-    pool_dir.mkdir(parents=True, exist_ok=True)
-    html = sorted(glob.glob(args.html))
-    for k, p in enumerate(html):
-        dst = pool_dir / f"html-{k:03d}.parquet"
-        if not dst.exists():
-            dst.symlink_to(Path(p).resolve())
     t = time.perf_counter()
-    half = args.plain // 2
-    names = [f"plain-s{200 + j}-{m}.parquet" for j, m in enumerate((half, args.plain - half)) if m]
-    for j, name in enumerate(names):
-        plain_shard(Path("out/pool") / name, int(name.split("-")[-1].split(".")[0]), seed=200 + j)
-    for name in names:
-        dst = pool_dir / name
-        if not dst.exists():
-            dst.symlink_to((Path("out/pool") / name).resolve())
-    print(f"pool pages ready ({time.perf_counter() - t:.0f} s)", flush=True)
-
-    corpus_files = sorted(str(p) for p in corpus.glob("*.parquet"))
-    pool_files = sorted(str(p) for p in pool_dir.glob("*.parquet"))
+    pages = build(Path(args.cache))
+    print(f"pages ready ({time.perf_counter() - t:.0f} s)", flush=True)
+    out = Path(args.out)
+    corpus_files = link(pages["corpus"], out / "corpus" / "data")
+    pool_files = link(pages["pool"], out / "pool-pages")
     truth_c, truth_p = truths(corpus_files), truths(pool_files)
     seeds = {}
-    for mode, (_, domain) in MODES.items():
+    for mode in MODES:
         key = "table_suite" if mode.startswith("table") else "formula_suite"
-        seeds[mode] = sorted(i for i, tr in truth_c.items() if tr[key] and i in truth_c)[:20]
+        seeds[mode] = sorted(i for i, tr in truth_c.items() if tr[key] and not tr["plain"])[:20]
     errors = {"failure_modes": [{"name": m, "test_type": tt, "domain": d, "example_ids": seeds[m]}
                                 for m, (tt, d) in MODES.items()]}
     (out / "errors.json").write_text(json.dumps(errors))
-    if not args.report_only:
-        run_both(args, out, pool_dir)
-    report(args, out, html, truth_c, truth_p, seeds)
+    summary = None if args.report_only else run_both(args, out)
+    if summary is None and (out / "retrieval" / "summary.json").exists():
+        summary = json.loads((out / "retrieval" / "summary.json").read_text())
+    report(args, out, corpus_files, truth_c, truth_p, seeds, summary)
 
 
-def run_both(args, out: Path, pool_dir: Path) -> None:
+def link(paths: list[Path], folder: Path) -> list[str]:
+    """Symlinks to the cached shards in ``folder`` (a corpus / pool folder of its own)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for p in paths:
+        dst = folder / p.name
+        if not dst.exists():
+            dst.symlink_to(p.resolve())
+        out.append(str(dst))
+    return sorted(out)
+
+
+def run_both(args, out: Path) -> dict:
+    from classifiers.index import IndexConfig
     from classifiers.retrieve import RetrieveConfig, retrieve
     from classifiers.train import TrainConfig, train
 
@@ -175,50 +152,52 @@ def run_both(args, out: Path, pool_dir: Path) -> None:
                       embedding=args.embedding))
     print(f"train: {time.perf_counter() - t:.0f} s wall, {time.process_time() - tc:.0f} s CPU", flush=True)
     t = time.perf_counter()
-    summary = retrieve(RetrieveConfig(corpus=str(pool_dir), classifiers=str(out / "clf"), out=str(out / "retrieval"),
-                                      k=args.k, exhaustive=True))
+    index = IndexConfig(kind=args.index_kind, nlist=args.nlist, nprobe=args.nprobe)
+    summary = retrieve(RetrieveConfig(corpus=str(out / "pool-pages"), classifiers=str(out / "clf"),
+                                      out=str(out / "retrieval"), k=args.k, nn_per_seed=args.nn_per_seed,
+                                      head_k=args.head_k, exhaustive=True, index=index))
     print(f"retrieve: {time.perf_counter() - t:.0f} s wall (pool job {summary['seconds_pool_job']} s)", flush=True)
+    return summary
 
 
-def report(args, out: Path, html: list[str], truth_c: dict, truth_p: dict, seeds: dict) -> None:
-    corpus_files = sorted(str(p) for p in (out / "corpus" / "data").glob("*.parquet"))
+def report(args, out: Path, corpus_files: list[str], truth_c: dict, truth_p: dict, seeds: dict,
+           summary: dict | None) -> None:
     n = len(truth_p)
-    lines = [f"pool: {n} pages ({len(html)} Chromium shards, {args.plain} PIL pages); corpus {len(truth_c)} pages; "
-             f"20 seeds per mode; embedding {args.embedding}", "",
-             "| mode | truth | prevalence | random p@100 | retrieval p@100 | exhaustive p@100 | retrieval / random |"
-             " random r@1000 | retrieval r@1000 | exhaustive r@1000 |", "|" + "---|" * 10]
+    budget = 20 * args.nn_per_seed + args.head_k
+    lines = [f"pool: {n} pages ({sum(not t['plain'] for t in truth_p.values())} Chromium, "
+             f"{sum(t['plain'] for t in truth_p.values())} PIL); corpus {len(truth_c)} pages; 20 seeds per mode; "
+             f"embedding {args.embedding}; index {args.index_kind} (nlist {args.nlist}, nprobe {args.nprobe}); "
+             f"candidate budget {args.nn_per_seed} per seed + head {args.head_k} = at most {budget} "
+             f"({budget / n:.0%} of the pool)", ""]
+    if summary:
+        for mode in MODES:
+            m = summary.get("modes", {}).get(mode, {})
+            lines.append(f"{mode}: {m.get('candidates', '?')} candidates scored of {n} pool pages, "
+                         f"{m.get('kept', '?')} kept")
+        lines.append("")
+    lines += ["| mode | truth | positives | prevalence = random p@100 | retrieval p@100 | exhaustive p@100 | "
+              "retrieval / random | random r@1000 | retrieval r@1000 | exhaustive r@1000 |", "|" + "---|" * 10]
     for mode in MODES:
         ranked = read_ranked(out / "retrieval" / f"{mode}.jsonl")
         exhaustive = read_ranked(out / "retrieval" / f"{mode}.exhaustive.jsonl")
         for kind in ("suite", "structure"):
             key = ("table_" if mode.startswith("table") else "formula_") + kind
             truth = {i: tr[key] for i, tr in truth_p.items()}
-            prev = sum(truth.values()) / n
+            pos = sum(truth.values())
+            prev = pos / n
             p, r = metrics(ranked, truth)
             pe, re_ = metrics(exhaustive, truth)
-            lines.append(f"| {mode} | {kind} | {prev:.3f} | {prev:.2f} | {p:.2f} | {pe:.2f} "
+            lines.append(f"| {mode} | {kind} | {pos} | {prev:.3f} | {p:.2f} | {pe:.2f} "
                          f"| {p / max(prev, 1e-9):.1f}x | {min(1.0, 1000 / n):.2f} | {r:.2f} | {re_:.2f} |")
-    lines += ["", f"sub-pool with positives subsampled to {args.dilute:.0%} prevalence (seeded; rankings filtered to "
-              "the sub-pool):", "", "| mode | truth | pages | prevalence | retrieval p@100 | exhaustive p@100 | "
-              "retrieval / random | retrieval r@1000 | exhaustive r@1000 |", "|" + "---|" * 9]
-    rng = np.random.default_rng(0)
-    for mode in MODES:
-        ranked = read_ranked(out / "retrieval" / f"{mode}.jsonl")
-        exhaustive = read_ranked(out / "retrieval" / f"{mode}.exhaustive.jsonl")
-        for kind in ("suite", "structure"):
-            key = ("table_" if mode.startswith("table") else "formula_") + kind
-            pos = sorted(i for i, tr in truth_p.items() if tr[key])
-            neg = sorted(i for i, tr in truth_p.items() if not tr[key])
-            keep_pos = int(round(args.dilute * len(neg) / (1 - args.dilute)))
-            if keep_pos >= len(pos) or keep_pos < 1:
-                continue
-            sub = set(neg) | set(rng.choice(pos, keep_pos, replace=False).tolist())
-            truth = {i: truth_p[i][key] for i in sub}
-            prev = keep_pos / len(sub)
-            p, r = metrics([i for i in ranked if i in sub], truth)
-            pe, re_ = metrics([i for i in exhaustive if i in sub], truth)
-            lines.append(f"| {mode} | {kind} | {len(sub)} | {prev:.3f} | {p:.2f} | {pe:.2f} | {p / prev:.1f}x "
-                         f"| {r:.2f} | {re_:.2f} |")
+    # Positives made another way: the PIL pages drawn with a ruled table (no synth/ page looks like them).
+    plain_tables = {i for i, tr in truth_p.items() if tr["plain"] and tr["table_suite"]}
+    if plain_tables:
+        ranked = read_ranked(out / "retrieval" / "table@synthetic-table.jsonl")
+        exhaustive = read_ranked(out / "retrieval" / "table@synthetic-table.exhaustive.jsonl")
+        lines += ["", f"PIL table pages (made another way): {len(plain_tables)} in the pool; retrieval finds "
+                  f"{len(plain_tables & set(ranked[:100]))} in its top 100, {len(plain_tables & set(ranked[:1000]))}"
+                  f" in its top 1000; exhaustive {len(plain_tables & set(exhaustive[:100]))} / "
+                  f"{len(plain_tables & set(exhaustive[:1000]))}"]
     lines += ["", "seed-neighbour retrieval alone (exact cosine, no classifier), structure truth:", "",
               "| embedding | mode | p@100 | r@1000 |", "|---|---|---|---|"]
     comparison = embedding_comparison(out / "clf", out / "retrieval" / "pool", _corpus_features(out, corpus_files),

@@ -11,10 +11,16 @@ from __future__ import annotations
 import hashlib
 import io
 import random
+import sys
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from PIL import Image, ImageDraw, ImageFont
 
-from schemas.page import PageRecord, ProvenanceStep, page_id
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from schemas.page import PAGE_SCHEMA, PageRecord, ProvenanceStep, page_id  # noqa: E402
 
 FONTS = ["/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
          "/usr/share/fonts/truetype/liberation/LiberationSerif-Regular.ttf",
@@ -91,3 +97,109 @@ def plain_page(i: int, seed: int = 0, table_share: float = 0.05, width: int = 10
         height=height, task="parse_page", instruction="Convert the page to Markdown.", response="\n".join(md),
         provenance=[ProvenanceStep("bench:pool", "1", "0")], metadata={"has_table": has_table, "columns": cols})
     return rec, has_table
+
+
+def render_synth(path: Path, pages: int, seed: int, suite: str, strip: tuple[type, ...] = (),
+                 chunk: int = 50) -> Path:
+    """``pages`` synth/ pages of ``suite`` (``all`` cycles the suites) rendered by Chromium into one Parquet
+    shard at ``path`` (kept if present: rendering costs ~0.3-1 s a page). ``strip``: block types left out of
+    every page before rendering (e.g. ``(Table, Formula)`` for layout pages that are clean negatives); the
+    page's ``metadata.stripped`` names them. Rejected pages are left out. Written a chunk at a time."""
+    from dataclasses import replace
+
+    from schemas.deadletter import RecordError
+    from synth.pages import page_spec, synthesize_page, to_page_record
+    from synth.plan import page_language, plan
+    from synth.render_html import HtmlRenderer
+
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(str(path) + ".tmp")
+    rows: list[dict] = []
+    with HtmlRenderer(path.parent / f".work-{path.stem}") as renderer, pq.ParquetWriter(tmp, PAGE_SCHEMA) as w:
+        for i, (layout, s, page_seed, pid) in enumerate(plan(pages, seed, suite)):
+            spec = page_spec(layout, s, page_seed, pid, page_language(i, "en"))
+            if strip:
+                spec = replace(spec, blocks=tuple(b for b in spec.blocks if not isinstance(b.block, strip)))
+            try:
+                page = synthesize_page(spec, renderer)
+            except RecordError:
+                continue
+            rec = to_page_record(page, spec)
+            if strip:
+                rec.metadata["stripped"] = sorted(t.__name__ for t in strip)
+            rows.append(rec.to_row())
+            if len(rows) >= chunk:
+                w.write_table(pa.Table.from_pylist(rows, PAGE_SCHEMA))
+                rows = []
+        if rows:
+            w.write_table(pa.Table.from_pylist(rows, PAGE_SCHEMA))
+    tmp.rename(path)
+    return path
+
+
+def plain_shard(path: Path, n: int, seed: int, table_share: float = 0.05) -> Path:
+    """``n`` PIL pages (``plain_page``) in one Parquet shard at ``path`` (kept if present)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = []
+        with pq.ParquetWriter(str(path) + ".tmp", PAGE_SCHEMA) as w:
+            for i in range(n):
+                rec, _ = plain_page(i, seed, table_share)
+                rows.append(rec.to_row())
+                if len(rows) == 100:
+                    w.write_table(pa.Table.from_pylist(rows, PAGE_SCHEMA))
+                    rows = []
+            if rows:
+                w.write_table(pa.Table.from_pylist(rows, PAGE_SCHEMA))
+        Path(str(path) + ".tmp").rename(path)
+    return path
+
+
+# The benchmark's pages: (file under the cache folder, what, how many, seed). Corpus: the labelled pages the
+# classifiers train on (seeds come from it). Pool: ~10% table-suite pages, ~10% formula-suite pages, layout-suite
+# pages with their tables and formulas stripped (hard negatives: columns, figures, lists, forms) and PIL pages
+# (2% with a ruled table: positives made another way).
+PARTS = {
+    "corpus": [("corpus/html-all-s11.parquet", "all", 300, 11), ("corpus/html-all-s15.parquet", "all", 300, 15),
+               ("corpus/plain-s100.parquet", "plain", 200, 100)],
+    "pool": [("pool/html-table-s12.parquet", "table", 240, 12), ("pool/html-formula-s13.parquet", "formula", 240, 13),
+             ("pool/html-layout-stripped-s14.parquet", "layout-stripped", 300, 14),
+             ("pool/plain-s200.parquet", "plain", 1500, 200)],
+}
+PLAIN_TABLE_SHARE = {"corpus": 0.05, "pool": 0.02}
+
+
+def build(cache: Path, log: bool = True) -> dict[str, list[Path]]:
+    """Render (once) and return the corpus and pool shards under ``cache``."""
+    import time
+
+    from synth.blocks import Formula, Table
+
+    out: dict[str, list[Path]] = {}
+    for part, items in PARTS.items():
+        out[part] = []
+        for name, what, n, seed in items:
+            path = cache / name
+            t = time.perf_counter()
+            fresh = not path.exists()
+            if what == "plain":
+                plain_shard(path, n, seed, PLAIN_TABLE_SHARE[part])
+            elif what == "layout-stripped":
+                render_synth(path, n, seed, "layout", strip=(Table, Formula))
+            else:
+                render_synth(path, n, seed, what)
+            if log and fresh:
+                print(f"{name}: {pq.ParquetFile(path).metadata.num_rows} pages in {time.perf_counter() - t:.0f} s",
+                      flush=True)
+            out[part].append(path)
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="render the retrieval benchmark's pages once (cached)")
+    ap.add_argument("--cache", type=Path, default=Path("out/retrieval-bench-pages"))
+    build(ap.parse_args().cache)

@@ -43,7 +43,7 @@ def extract_row(row: dict[str, Any]) -> dict[str, Any]:
     image = row.get("image")
     if isinstance(image, dict):
         image = image.get("bytes")
-    if not image:
+    if image is None or len(image) == 0:
         raise ValueError("record has no image bytes")
     grey, colour, shape = decode_grey(image)
     f = image_features(grey, colour, shape)
@@ -56,12 +56,27 @@ def extract_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def iter_rows(path: str, batch_size: int = 64) -> Iterator[dict[str, Any]]:
-    """The ``READ_COLUMNS`` of a page shard, a batch at a time (columns it lacks come back as None)."""
+    """The ``READ_COLUMNS`` of a page shard, a row group at a time (columns it lacks come back as None); the
+    image is a zero-copy view of the row group's buffer (``memoryview``), never a Python bytes copy.
+
+    Row group by row group (``read_row_group``), not ``ParquetFile.iter_batches``: with pyarrow 25,
+    iter_batches held on to memory across row groups (reading the images of 240 vs 3,840 pages in 64-row
+    groups: peak RSS 186 vs 688 MB; by row group 182 vs 224 MB), so the job's peak grew with the shard.
+    Peak memory is bounded by the largest row group (the corpus writes ~64 MB ones)."""
     pf = pq.ParquetFile(path)
     cols = [c for c in READ_COLUMNS if c in pf.schema_arrow.names]
-    for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
-        for r in batch.to_pylist():
-            yield r
+    rest = [c for c in cols if c != "image"]
+    for g in range(pf.metadata.num_row_groups):
+        table = pf.read_row_group(g, columns=cols, use_threads=False)
+        for batch in table.to_batches(max_chunksize=batch_size):
+            images = batch.column("image") if "image" in cols else None
+            if images is not None and pa.types.is_struct(images.type):
+                images = images.field("bytes")
+            for i, row in enumerate(batch.select(rest).to_pylist()):
+                buf = images[i].as_buffer() if images is not None and images[i].is_valid else None
+                row["image"] = memoryview(buf) if buf is not None else None
+                yield row
+        del table
 
 
 def extract_shard(path: str, out_path: str, batch_size: int = 256, vision: Any = None) -> dict[str, Any]:
@@ -84,7 +99,7 @@ def extract_shard(path: str, out_path: str, batch_size: int = 256, vision: Any =
                 out = extract_row(row)
                 if vision is not None:
                     image = row["image"]["bytes"] if isinstance(row["image"], dict) else row["image"]
-                    out["vision"] = vision.embed_images([image])[0].tolist()
+                    out["vision"] = vision.embed_images([bytes(image)])[0].tolist()
                 buf.append(out)
             except Exception as exc:  # one bad page never stops the shard; it is accounted as dead
                 dead.append({"id": str(row.get("id")), "reason": f"extract_{type(exc).__name__}",

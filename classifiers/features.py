@@ -26,6 +26,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+import schemas.images  # noqa: F401  (glibc keeps page-sized buffers on its heap: decodes skip page faults)
+
 WORK_WIDTH = 384  # px: the downscaled page the image features are computed on
 
 IMAGE_FEATURES: tuple[str, ...] = (
@@ -71,28 +73,30 @@ _LATEX_CLASSES = {
 def decode_grey(image: bytes, width: int = WORK_WIDTH) -> tuple[np.ndarray, np.ndarray | None, tuple[int, int]]:
     """(grey page ``width`` px wide, small BGR thumbnail or None for grey images, original (h, w)).
 
-    PNG/WebP/JPEG via OpenCV; a colour page keeps a 64-px BGR thumbnail for the colour features.
-    Raises ``ValueError`` on bytes OpenCV cannot decode."""
+    PNG/WebP/JPEG via OpenCV; a colour page keeps a 64-px BGR thumbnail for the colour features. A colour
+    page is downscaled first and made grey after (the two are linear, so the result is the same up to
+    rounding, on 8x fewer pixels). Raises ``ValueError`` on bytes OpenCV cannot decode."""
     buf = np.frombuffer(image, np.uint8)
     full = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
     if full is None:
         raise ValueError("image bytes cannot be decoded")
     shape = full.shape[:2]
+    if full.dtype != np.uint8:
+        full = (full / 257).astype(np.uint8)
     colour = None
     if full.ndim == 3:
         if full.shape[2] == 4:
             full = cv2.cvtColor(full, cv2.COLOR_BGRA2BGR)
-        small = cv2.resize(full, (64, max(1, round(64 * shape[0] / shape[1]))), interpolation=cv2.INTER_AREA)
-        colour = small
-        full = cv2.cvtColor(full, cv2.COLOR_BGR2GRAY)
-    if full.dtype != np.uint8:
-        full = (full / 257).astype(np.uint8)
+        small = downscale(full, width)
+        colour = cv2.resize(small, (64, max(1, round(64 * shape[0] / shape[1]))), interpolation=cv2.INTER_AREA)
+        return cv2.cvtColor(small, cv2.COLOR_BGR2GRAY), colour, shape
     return downscale(full, width), colour, shape
 
 
 def downscale(grey: np.ndarray, width: int = WORK_WIDTH) -> np.ndarray:
-    """``grey`` resized (area interpolation) to ``width`` px wide, aspect kept; smaller pages are left as they are."""
-    h, w = grey.shape
+    """``grey`` (or BGR) resized (area interpolation) to ``width`` px wide, aspect kept; smaller pages are left as
+    they are."""
+    h, w = grey.shape[:2]
     if w <= width:
         return grey
     return cv2.resize(grey, (width, max(1, round(h * width / w))), interpolation=cv2.INTER_AREA)

@@ -52,6 +52,9 @@ class TrainConfig:
     """What ``python -m classifiers.train`` runs; every key also a ``--set key=value``."""
 
     corpus: str = option("out/corpus", help="corpus folder (data/*.parquet) of labelled pages")
+    failing_corpus: str | None = option(None, help="corpus holding the failing pages of errors.json that `corpus` "
+                                                   "lacks (the model's training corpus, e.g. make train's "
+                                                   "out/curriculum); they join the training pages as positives")
     errors: str | None = option("out/model/errors.json", help="model.errors report (unset or absent: weak labels)")
     out: str = option("out/classifiers", help="folder for the classifiers, cards and embedder")
     embedding: str = option("layout", help="page embedding: layout (thumbnail PCA), features (+ text-layer TF-IDF "
@@ -90,9 +93,12 @@ class CorpusPages:
     vision: np.ndarray | None
 
 
-def read_corpus(cfg: TrainConfig) -> tuple[CorpusPages, pa.Table]:
+def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = frozenset()) -> tuple[CorpusPages,
+                                                                                                  pa.Table]:
     """Feature rows of the first ``max_pages`` labelled pages, and (id, image_sha256) of the training mix: every
-    page the model trains on (``split`` train, less the eval share ``model.records.assigned_split`` holds out)."""
+    page the model trains on (``split`` train, less the eval share ``model.records.assigned_split`` holds out).
+    Failing pages (``failing_ids``) the corpus lacks are read from ``failing_corpus`` and added (not to the mix:
+    they are another corpus's pages, so retrieval over ``corpus`` cannot return them)."""
     from model.records import assigned_split, shard_files
 
     ids, domains, feats, thumbs, texts, vis = [], [], [], [], [], []
@@ -117,7 +123,30 @@ def read_corpus(cfg: TrainConfig) -> tuple[CorpusPages, pa.Table]:
             texts.append(r["text_layer"])
             if vision is not None:
                 image = row["image"]["bytes"] if isinstance(row["image"], dict) else row["image"]
-                vis.append(vision.embed_images([image])[0])
+                vis.append(vision.embed_images([bytes(image)])[0])
+    missing = set(failing_ids) - set(ids)
+    if missing and cfg.failing_corpus:
+        for path in shard_files(cfg.failing_corpus):
+            for row in iter_rows(path):
+                if row["id"] not in missing:
+                    continue
+                try:
+                    r = extract_row(row)
+                except Exception as exc:
+                    log.warning("train: failing page %s left out: %s", row.get("id"), exc)
+                    continue
+                missing.discard(r["id"])
+                ids.append(r["id"])
+                domains.append(r["domain"])
+                feats.append(r["features"])
+                thumbs.append(r["thumb"])
+                texts.append(r["text_layer"])
+                if vision is not None:
+                    image = row["image"]["bytes"] if isinstance(row["image"], dict) else row["image"]
+                    vis.append(vision.embed_images([bytes(image)])[0])
+    if missing:
+        log.warning("train: %d failing pages are in neither %s nor failing_corpus %s", len(missing), cfg.corpus,
+                    cfg.failing_corpus)
     if not ids:
         raise ValueError(f"train: no readable pages in {cfg.corpus}")
     pages = CorpusPages(ids, domains, np.array(feats, np.float32), np.array(thumbs, np.float32), texts,
@@ -200,7 +229,8 @@ def cross_validate(kind: str, cfg: TrainConfig, x: np.ndarray, y: np.ndarray) ->
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     folds = max(2, min(cfg.folds, n_pos, n_neg))
     skf = StratifiedKFold(n_splits=folds, shuffle=True, random_state=cfg.seed)
-    proba = cross_val_predict(make_model(kind, cfg, n_pos - n_pos // folds), x, y, cv=skf, method="predict_proba")[:, 1]
+    fewest = n_pos - -(-n_pos // folds)  # positives in the smallest training fold (the largest test fold left out)
+    proba = cross_val_predict(make_model(kind, cfg, fewest), x, y, cv=skf, method="predict_proba")[:, 1]
     pred = proba >= 0.5
     return {"folds": folds, "precision": float(precision_score(y, pred, zero_division=0)),
             "recall": float(recall_score(y, pred, zero_division=0)),
@@ -226,7 +256,8 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    pages, mix = read_corpus(cfg)
+    modes = modes_from_errors(cfg.errors)
+    pages, mix = read_corpus(cfg, {i for m in modes for i in m["failing_ids"]})
     pq.write_table(mix, out / "training_mix.parquet")
     embedder, emb = fit_embedder(cfg, pages)
     if embedder is not None:
@@ -234,7 +265,7 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
     x = np.hstack([pages.features[:, :len(INPUT_FEATURES)], emb])
     feature_names = list(INPUT_FEATURES) + [f"emb_{i}" for i in range(emb.shape[1])]
     results = []
-    for mode in modes_from_errors(cfg.errors):
+    for mode in modes:
         y, rule = mode_targets(mode, pages)
         slug = mode_slug(mode["name"])
         n_pos, n_neg = int(y.sum()), int((~y).sum())
@@ -283,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         epilog="config keys (--set KEY=VALUE):\n  " + "\n  ".join(describe(TrainConfig)))
     ap.add_argument("--corpus")
     ap.add_argument("--errors")
+    ap.add_argument("--failing-corpus", dest="failing_corpus")
     ap.add_argument("--out")
     ap.add_argument("--embedding")
     ap.add_argument("--checkpoint")
@@ -290,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     raw = parse_sets(args.set)
-    raw.update({k: v for k in ("corpus", "errors", "out", "embedding", "checkpoint")
+    raw.update({k: v for k in ("corpus", "errors", "failing_corpus", "out", "embedding", "checkpoint")
                 if (v := getattr(args, k)) is not None})
     cfg = load(TrainConfig, raw, "train")
     manifest = train(cfg)
