@@ -67,7 +67,8 @@ def test_batched_greedy_equals_greedy_page_by_page(tmp_path):
 def test_a_short_run_on_the_first_level_lowers_eval_nll_and_makes_the_model_look_at_the_page(tmp_path):
     """300 alignment steps on level 0 (one word a page): the eval NLL falls, the pass rate rises, and the
     reference becomes more likely with the page's own image than with another page's (the image gap of
-    benchmarks/curriculum_sweep.py), which no amount of template learning can fake."""
+    benchmarks/curriculum_sweep.py), which no amount of template learning can fake. At lr 3e-3 the same run
+    ends with a gap of 0.00004: the image features grow into one large common vector and carry nothing."""
     from dataclasses import replace
 
     from model.eval import response_nll
@@ -90,7 +91,7 @@ def test_a_short_run_on_the_first_level_lowers_eval_nll_and_makes_the_model_look
 
     nll0, pass0, gap0 = measure()
     cfg = SFTConfig(phase="alignment", steps=300, log_every=0,
-                    optim=OptimConfig(lr=3e-3, vision_lr=3e-3, warmup_steps=10, min_lr_ratio=0.05, train_vision=True),
+                    optim=OptimConfig(lr=1e-3, vision_lr=1e-3, warmup_steps=10, min_lr_ratio=0.05, train_vision=True),
                     data=DataConfig(path=corpus, eval_fraction=0.0, max_length=512, max_sample_tokens=512,
                                     shift_prob=0.0))
     train_sft(loaded, cfg, tmp_path / "sft", progress=False)
