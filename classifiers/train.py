@@ -104,6 +104,24 @@ def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = froze
     ids, domains, feats, thumbs, texts, vis = [], [], [], [], [], []
     mix_ids, mix_sha = [], []
     vision = VisionEmbedder(cfg.checkpoint) if cfg.embedding == "vision" else None
+
+    def add(row: dict, what: str) -> bool:
+        """One page's features (and vision embedding) into the training arrays; False if it cannot be decoded."""
+        try:
+            r = extract_row(row)
+        except Exception as exc:  # a page that cannot be decoded is left out, and said
+            log.warning("train: %s %s left out: %s", what, row.get("id"), exc)
+            return False
+        ids.append(r["id"])
+        domains.append(r["domain"])
+        feats.append(r["features"])
+        thumbs.append(r["thumb"])
+        texts.append(r["text_layer"])
+        if vision is not None:
+            image = row["image"]["bytes"] if isinstance(row["image"], dict) else row["image"]
+            vis.append(vision.embed_images([bytes(image)])[0])
+        return True
+
     for path in shard_files(cfg.corpus):
         for row in iter_rows(path):
             if assigned_split(row["id"], row.get("split") or "train", cfg.eval_fraction) == "train":
@@ -111,39 +129,15 @@ def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = froze
                 mix_sha.append(row.get("image_sha256") or "")
             if len(ids) >= cfg.max_pages:
                 continue
-            try:
-                r = extract_row(row)
-            except Exception as exc:  # a corpus page that cannot be decoded is left out, and said
-                log.warning("train: page %s left out: %s", row.get("id"), exc)
-                continue
-            ids.append(r["id"])
-            domains.append(r["domain"])
-            feats.append(r["features"])
-            thumbs.append(r["thumb"])
-            texts.append(r["text_layer"])
-            if vision is not None:
-                image = row["image"]["bytes"] if isinstance(row["image"], dict) else row["image"]
-                vis.append(vision.embed_images([bytes(image)])[0])
+            add(row, "page")
     missing = set(failing_ids) - set(ids)
     if missing and cfg.failing_corpus:
         for path in shard_files(cfg.failing_corpus):
             for row in iter_rows(path):
                 if row["id"] not in missing:
                     continue
-                try:
-                    r = extract_row(row)
-                except Exception as exc:
-                    log.warning("train: failing page %s left out: %s", row.get("id"), exc)
-                    continue
-                missing.discard(r["id"])
-                ids.append(r["id"])
-                domains.append(r["domain"])
-                feats.append(r["features"])
-                thumbs.append(r["thumb"])
-                texts.append(r["text_layer"])
-                if vision is not None:
-                    image = row["image"]["bytes"] if isinstance(row["image"], dict) else row["image"]
-                    vis.append(vision.embed_images([bytes(image)])[0])
+                if add(row, "failing page"):
+                    missing.discard(row["id"])
     if missing:
         log.warning("train: %d failing pages are in neither %s nor failing_corpus %s", len(missing), cfg.corpus,
                     cfg.failing_corpus)
