@@ -24,7 +24,6 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +51,7 @@ def one(run: dict, corpus: str, out: str) -> dict:
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT))
     from model.data import DataConfig, eval_samples
-    from model.eval import evaluate, response_nll
+    from model.eval import evaluate, image_gap
     from model.models import build_tiny, n_params
     from model.optim import OptimConfig
     from model.sft import SFTConfig, train_sft
@@ -64,19 +63,11 @@ def one(run: dict, corpus: str, out: str) -> dict:
     ev = DataConfig(path=corpus, eval_fraction=0.0)
     samples = [s for s in eval_samples(ev, loaded.processor) if s.domain == domain][: run["eval"]]
 
-    def image_gap() -> float:
-        """Mean reference NLL with the next eval page's image minus with the page's own (same level, same
-        size): 0 when the model does not look at the page, however low its NLL."""
-        with torch.no_grad():
-            own = [response_nll(loaded, s.encoded) for s in samples]
-            other = [response_nll(loaded, replace(s.encoded, pixel_values=samples[(i + 1) % len(samples)]
-                                                  .encoded.pixel_values)) for i, s in enumerate(samples)]
-        return sum(other) / len(other) - sum(own) / len(own)
-
     def measure() -> dict:
         rep = evaluate(loaded, samples, 48, progress=False, batch_size=20)
         sm = rep.summary
-        return {"nll": round(sm["nll"], 3), "image_gap": round(image_gap(), 3), "edit": round(sm["edit_distance"], 3),
+        return {"nll": round(sm["nll"], 3), "image_gap": round(image_gap(loaded, samples), 3),
+                "edit": round(sm["edit_distance"], 3),
                 "pass": round(sm["unit_test_pass_rate"], 3), "pages_per_s": round(sm["pages_per_s"], 2),
                 **{t: round(a["unit_test_pass_rate"], 3) for t, a in rep.by_test_type.items()}}
 

@@ -129,6 +129,19 @@ def response_nll(loaded: Loaded, encoded: Encoded) -> float:
     return float(loss) / max(1, n)
 
 
+def image_gap(loaded: Loaded, samples: list) -> float:
+    """Mean reference NLL with the next sample's image minus with the sample's own: 0 for a model that
+    does not look at the page, however low its NLL (issue 22). The samples' images must share one size
+    (a curriculum level), so the image tokens line up."""
+    from dataclasses import replace
+
+    with torch.no_grad():
+        own = [response_nll(loaded, s.encoded) for s in samples]
+        other = [response_nll(loaded, replace(s.encoded, pixel_values=samples[(i + 1) % len(samples)]
+                                              .encoded.pixel_values)) for i, s in enumerate(samples)]
+    return (sum(other) - sum(own)) / len(samples)
+
+
 def score_prediction(prediction: str, reference: str, unit_tests: Iterable[str]) -> tuple[float, list[dict]]:
     tests = []
     for raw in unit_tests:

@@ -18,9 +18,9 @@ runs in the standalone document. Such pages raise ``RecordError("synth_overflow"
 with Chromium's fast settings, a lossless carrier).
 
 Images are encoded like rasterised PDF pages in the corpus (``schemas.images``): PNG with unfiltered
-rows deflated by ISA-L at level 1, achromatic pages as 8-bit grey; the screenshot is decoded with
-OpenCV (``decode_rgb``), so the stored pixels are Chromium's exactly. Chromium's output for the same
-HTML, fonts and build is byte-stable in our checks.
+rows deflated by ISA-L at level 1, achromatic pages as 8-bit grey; the screenshot is decoded by
+``decode_rgb`` (ISA-L for Chromium's PNGs, OpenCV otherwise), so the stored pixels are Chromium's
+exactly. Chromium's output for the same HTML, fonts and build is byte-stable in our checks.
 """
 
 from __future__ import annotations
