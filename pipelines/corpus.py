@@ -58,6 +58,7 @@ from pipelines.quiet import quiet_beam_args, quiet_stderr
 from pipelines.refresh import (
     FAST_PATH_MAX_INPUTS,
     LATEST,
+    READ_STAGE,
     UNITS_FILE,
     PreviousRun,
     carried_dead_letters,
@@ -299,6 +300,15 @@ def run_metadata(cfg: CorpusConfig, beam_args: list[str]) -> dict[str, Any]:
             "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)), "beam_args": beam_args}
 
 
+def unit_accounting(infos: list, counts: list[tuple]) -> dict[str, Any]:
+    """Planned units against those the reader finished (read now or carried from a previous run):
+    ``missing`` names the units a runner lost (sorted; the first 100)."""
+    planned = {info.key for info in infos}
+    finished = {unit for unit, stage, kind, _, value in counts if stage == READ_STAGE and kind == "units" and value}
+    missing = sorted(planned - finished)
+    return {"planned": len(planned), "finished": len(planned & finished), "missing": missing[:100]}
+
+
 def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_args: list[str]) -> None:
     """The last step: manifest.json from the summed counts, shard and dead-letter results; the units
     table an incremental refresh reads (``refresh/units.parquet``)."""
@@ -313,6 +323,7 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
         run={
             **run_metadata(cfg, beam_args),
             "seconds": round(time.time() - started, 3),
+            "units": unit_accounting(routed[Kind.UNIT_INFO], routed[Kind.UNIT_COUNT]),
             **({"refresh": {**routed[Kind.REFRESH][0], "write_fingerprint": write_fingerprint(cfg, stage_order(cfg))}}
                if routed[Kind.REFRESH] else {}),
         },
@@ -363,10 +374,9 @@ class PlanUnits(beam.PTransform):
 
 class ReuseUnchanged(beam.PTransform):
     """Incremental refresh (``pipelines/refresh.py``): the planned units -> ``{"read": the units to
-    read as (settings, unit, key), "carried": envelopes of what the reused units had in ``previous``}``:
-    their pages, dead letters and dropped samples from its files, their counts from its units table.
-    Without ``previous`` every unit is read. Either way every unit's info and a summary ride along
-    to the manifest step."""
+    read as (settings, unit, key), "carried": the reused units' pages and dropped samples from the
+    files of ``previous``, "accounted": their counts (from its units table) and dead letters, every
+    unit's info and a summary for the manifest step}``. Without ``previous`` every unit is read."""
 
     def __init__(self, previous: str | None, spill_dir: str):
         super().__init__()
@@ -381,10 +391,10 @@ class ReuseUnchanged(beam.PTransform):
             | "SpreadCarryFiles" >> beam.Reshuffle()
             | "ReadCarried" >> beam.FlatMap(read_carried)
         )
-        accounted = decided | "Accounted" >> beam.Filter(is_accounted)
         return {
             "read": decided | "ToRead" >> payloads(Kind.UNIT),
-            "carried": (accounted, pages) | "Carried" >> beam.Flatten(),
+            "carried": pages,
+            "accounted": decided | "Accounted" >> beam.Filter(is_accounted),
         }
 
 
@@ -640,11 +650,18 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
         | "PlanUnits" >> PlanUnits(cfg, planned)
         | "ReuseUnchanged" >> ReuseUnchanged(previous, spill_dir)
     )
-    envelopes = (
-        (units["read"] | "ReadRenderValidate" >> ReadRenderValidate(cfg) | "Clean" >> Clean(cfg.clean, cfg.run.output),
-         units["carried"])
-        | "WithCarried" >> beam.Flatten()
+    # Pages are spilled on each branch before the branches meet: a Flatten of two producers is a fusion
+    # break, where a runner would move and buffer every page (Beam's FnApiRunner holds them in memory).
+    read = (
+        units["read"]
+        | "ReadRenderValidate" >> ReadRenderValidate(cfg)
+        | "Clean" >> Clean(cfg.clean, cfg.run.output)
         | "SpillPages" >> SpillPages(spill_dir, cfg.write, dedup)
+    )
+    carried = units["carried"] | "SpillCarried" >> SpillPages(spill_dir, cfg.write, dedup)
+    envelopes = (
+        (read, carried, units["accounted"])
+        | "WithCarried" >> beam.Flatten()
         | "Dedup" >> Dedup(dedup, spill_dir, cfg.write)
     )
     results = (

@@ -317,7 +317,7 @@ class Decision:
             reasons[reason] = reasons.get(reason, 0) + 1
 
         def pages(row):
-            return sum(int(c[3]) for c in json.loads(row["counts"]) if c[0] == "read" and c[1] == "emitted")
+            return sum(int(c[3]) for c in json.loads(row["counts"]) if c[0] == READ_STAGE and c[1] == "emitted")
 
         return {
             "previous": previous,
@@ -380,9 +380,16 @@ def carried_rows(path: str, reused: frozenset[str] | set[str]) -> Iterator[dict]
             yield from table.filter(keep).to_pylist()
 
 
+READ_STAGE = "read"  # the stage that reads units (``ReadUnits``): it counts each unit it finishes
+
+
 def carried_events(row: dict) -> list[tuple[str, str, str, str, float]]:
-    """(stage, source, kind, reason, value) of a reused unit, as its previous run counted them."""
-    return [(stage, row["source"], kind, reason, value) for stage, kind, reason, value in json.loads(row["counts"])]
+    """(stage, source, kind, reason, value) of a reused unit, as its previous run counted them; a
+    table written before units were counted gets the unit's one ``units`` count here."""
+    counts = json.loads(row["counts"])
+    if not any(kind == "units" for _, kind, _, _ in counts):
+        counts.append([READ_STAGE, "units", "", 1])
+    return [(stage, row["source"], kind, reason, value) for stage, kind, reason, value in counts]
 
 
 def carried_dead_letters(row: dict) -> list[DeadLetter]:
@@ -486,6 +493,8 @@ def carry_whole(infos: Iterable[UnitInfo], previous_uri: str, output: str, finge
             counts.seconds = 0.0
     summary = {**Decision([], dict(previous.units), []).summary(previous.folder),
                "write_fingerprint": fingerprint, "fast_path": True}
-    manifest.run = {**run, "seconds": round(time.time() - started, 3), "refresh": summary}
+    # every planned unit is one the previous, balanced run finished
+    units = {"planned": len(infos), "finished": len(infos), "missing": []}
+    manifest.run = {**run, "seconds": round(time.time() - started, 3), "units": units, "refresh": summary}
     io.write_bytes_atomic(io.join(output, "manifest.json"), manifest.to_json().encode("utf-8"))
     return manifest

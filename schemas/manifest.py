@@ -17,7 +17,7 @@ from typing import Iterable, NamedTuple
 class CountEvent(NamedTuple):
     stage: str
     source: str
-    kind: str  # in | out | emitted | dropped | dead | counter | seconds
+    kind: str  # in | out | emitted | dropped | dead | counter | seconds | units
     reason: str
     value: float
     unit: str = ""  # the input unit the record came from (pipelines/refresh.py), when known
@@ -32,6 +32,7 @@ class StageCounts:
     dead: dict[str, int] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)  # e.g. label rewrites, by kind
     seconds: float = 0.0
+    units: int = 0  # input units the stage finished reading (the reader stage only)
 
     def add(self, kind: str, reason: str, value: float) -> None:
         if kind == "in":
@@ -48,6 +49,8 @@ class StageCounts:
             self.counters[reason] = self.counters.get(reason, 0) + int(value)
         elif kind == "seconds":
             self.seconds += value
+        elif kind == "units":
+            self.units += int(value)
         else:
             raise ValueError(f"unknown count kind {kind!r}")
 
@@ -87,6 +90,7 @@ class RunManifest:
             total.out += counts.out
             total.emitted += counts.emitted
             total.seconds += counts.seconds
+            total.units += counts.units
             for reason, n in counts.dropped.items():
                 total.dropped[reason] = total.dropped.get(reason, 0) + n
             for reason, n in counts.dead.items():
@@ -131,6 +135,13 @@ class RunManifest:
                 taken = self.stages.get(nxt, {}).get(source, StageCounts()).inputs
                 if emitted != taken:
                     problems.append(f"{source}: {prev} emitted {emitted} but {nxt} took {taken}")
+        units = self.run.get("units") or {}
+        if units and units.get("finished") != units.get("planned"):
+            lost = units.get("missing") or []
+            problems.append(
+                f"{units.get('finished')} of {units.get('planned')} planned input units were read or carried; "
+                f"never read: {', '.join(lost[:10])}{' ...' if len(lost) > 10 else ''} (lost by the runner: rerun)"
+            )
         if self.stage_order:
             last = self.totals(self.stage_order[-1])
             if last.emitted != self.records_written:
@@ -209,9 +220,11 @@ class RunManifest:
             lines.append("counters (all sources):")
             lines.extend(counters)
         lines.append("")
+        units = self.run.get("units")
         lines.append(
             f"in {self.records_in}  written {self.records_written}  dropped {self.records_dropped}"
             f"  dead-lettered {self.records_dead}  shards {len(self.shards)}"
-            f"  balanced {'yes' if not self.imbalances() else 'NO'}"
+            + (f"  units {units['finished']}/{units['planned']}" if units else "")
+            + f"  balanced {'yes' if not self.imbalances() else 'NO'}"
         )
         return "\n".join(lines)

@@ -43,6 +43,10 @@ def test_manifest_balances_and_accounts_every_source(direct_run):
         read = manifest.stages["read"][source]
         assert read.inputs == read.out + read.n_dropped + read.n_dead
         assert manifest.stages["write"][source].out > 0, f"{source} wrote nothing"
+    # every planned input unit was finished by the reader, each counted once
+    units = manifest.run["units"]
+    assert units["planned"] == units["finished"] == manifest.totals("read").units > len(cfg.sources)
+    assert units["missing"] == []
 
 
 def test_datasets_reads_image_column(direct_run):
@@ -151,11 +155,33 @@ def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
     steps = StepLabels()
     p.visit(steps)
     assert [s for s in steps.labels if s and "/" not in s] == [
-        "PlanUnits", "ReuseUnchanged", "ReadRenderValidate", "Clean", "WithCarried", "SpillPages", "Dedup",
+        "PlanUnits", "ReuseUnchanged", "ReadRenderValidate", "Clean", "SpillPages", "SpillCarried", "WithCarried",
+        "Dedup",
         "SumCounts", "UnitTable", "WritePages", "WriteDeadLetters", "WriteDuplicates", "WriteDroppedSamples",
         "WriteManifest"]
     assert [s for s in steps.labels if s.count("/") == 1 and s.startswith("Clean/")] == [
         "Clean/conventions", "Clean/formula_render", "Clean/repeats", "Clean/short", "Clean/instruct"]
+
+
+def test_pages_are_spilled_in_the_fused_step_that_renders_them(samples_root, tmp_path):
+    """No fusion break between rendering and spilling: there a runner moves and buffers every page
+    (the FnApiRunner behind the DirectRunner holds a whole step's output in memory), which cost half the
+    ingest throughput on real PDFs. Fusion as Beam's portable runners plan it (the FnApiRunner's phases)."""
+    from apache_beam.runners.portability.fn_api_runner import translations as t
+
+    cfg = load_config(sample_config(samples_root, tmp_path))
+    p = beam.Pipeline(options=PipelineOptions(IN_MEMORY))
+    corpus.build_pipeline(p, cfg, IN_MEMORY)
+    phases = [t.annotate_downstream_side_inputs, t.annotate_stateful_dofns_as_roots, t.fix_side_input_pcoll_coders,
+              t.pack_combiners, t.lift_combiners, t.expand_sdf, t.expand_gbk, t.sink_flattens, t.greedily_fuse,
+              t.read_to_impulse, t.impulse_to_input, t.sort_stages]
+    _, stages = t.create_and_optimize_stages(p.to_runner_api(), phases=phases, known_runner_urns=frozenset())
+    fused = {name: [s.name for s in stages if any(tr.unique_name == name for tr in s.transforms)]
+             for name in ("ReadRenderValidate/Render", "SpillPages/Spill",
+                          "ReuseUnchanged/ReadCarried", "SpillCarried/Spill")}
+    assert all(len(found) == 1 for found in fused.values()), fused
+    assert fused["ReadRenderValidate/Render"] == fused["SpillPages/Spill"]
+    assert fused["ReuseUnchanged/ReadCarried"] == fused["SpillCarried/Spill"]
 
 
 def test_corpus_module_defines_no_element_types():
@@ -173,6 +199,28 @@ def test_finalize_refuses_an_unknown_envelope_kind_and_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="unexpected envelope kind 'shards'"):
         corpus.finalize([("shards", shard)], cfg, 0.0, [])
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_unit_the_runner_lost_unbalances_the_manifest_and_is_named(tmp_path):
+    """A runner that drops a unit leaves every per-record count balanced (its records never
+    existed), so only planned units against finished ones can tell: the manifest must."""
+    from pipelines.refresh import UnitInfo
+    from schemas.manifest import CountEvent
+
+    cfg = load_config(None, {"run": {"output": str(tmp_path / "out")}})
+    infos = [UnitInfo(f"k{i}", f"unit-{i}", "s", "c", "{}", "{}") for i in range(3)]
+    finished = ["k0", "k2"]  # k1 was planned but never read
+    events = [CountEvent("read", "s", "in", "", 1, k) for k in finished] + [
+        CountEvent("read", "s", kind, "", 1, k) for k in finished for kind in ("out", "emitted", "units")]
+    items = [Envelope(Kind.UNIT_INFO, info) for info in infos]
+    items += [Envelope(Kind.COUNT, e._replace(unit="")) for e in events]
+    items += [Envelope(Kind.UNIT_COUNT, (e.unit, e.stage, e.kind, e.reason, e.value)) for e in events]
+    corpus.finalize(items, cfg, 0.0, [])
+    manifest = RunManifest.from_json((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest.run["units"] == {"planned": 3, "finished": 2, "missing": ["k1"]}
+    problems = manifest.imbalances()
+    assert any("2 of 3 planned input units" in p and "k1" in p for p in problems), problems
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["balanced"] is False
 
 
 def test_shard_planner_refuses_an_unknown_envelope_kind():

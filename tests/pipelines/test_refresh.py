@@ -64,6 +64,16 @@ def test_a_full_run_writes_the_units_table_and_stamps_pages(first):
     assert losers.num_rows == manifest.totals("dedup").n_dropped > 0
 
 
+def test_units_are_counted_once_each_and_old_tables_get_their_count(first):
+    manifest, out = first
+    units = pq.read_table(out / refresh.UNITS_FILE).to_pylist()
+    for row in units:  # the reader's one ``units`` count per unit rides in the table, for carrying
+        assert [c for c in json.loads(row["counts"]) if c[1] == "units"] == [["read", "units", "", 1]]
+    old = {**units[0], "counts": json.dumps([c for c in json.loads(units[0]["counts"]) if c[1] != "units"])}
+    assert ("read", old["source"], "units", "", 1) in refresh.carried_events(old)
+    assert sorted(refresh.carried_events(units[0])) == sorted(refresh.carried_events(old))
+
+
 def test_unchanged_rerun_reads_nothing_and_writes_identical_shards(first, samples, tmp_path):
     """Through the DAG (the fast path off): every unit carried, write and dedup run over them again."""
     manifest, out = first
