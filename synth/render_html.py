@@ -44,6 +44,7 @@ from schemas.deadletter import RecordError
 from schemas.images import ImageEncoding, decode_rgb, encode_image, grey_if_achromatic
 from schemas.math_render import INSTALL_HINT, KATEX_DIR
 from synth.blocks import LAYOUTS, Figure, Footnote, PageSpec, PlacedBlock
+from synth.charts import chart_svg
 
 VERSION = "1"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
@@ -440,6 +441,7 @@ def _environment() -> Environment:
     env.filters["rich"] = rich
     env.filters["data_uri"] = _data_uri
     env.filters["figure_svg"] = figure_svg
+    env.filters["chart_svg"] = lambda chart: Markup(chart_svg(chart))
     env.filters["kind"] = lambda b: type(b).__name__
     env.filters["numeric"] = lambda s: bool(s) and bool(_NUMERIC.match(s)) and any(ch.isdigit() for ch in s)
     return env
