@@ -28,12 +28,16 @@ from synth.plan import plan  # noqa: E402
 
 
 def cpu_seconds() -> float:
-    """CPU seconds of this process, its live descendants and its waited-for children."""
+    """CPU seconds of this process, its live descendants and its waited-for children.
+
+    A live descendant counts with the children it has reaped (``children_user``/``children_system``):
+    Chromium's renderer or GPU process that exits mid-run is reaped by Chromium, not by us, and its
+    CPU would otherwise drop out (and what it had used before the run would be subtracted)."""
     me = psutil.Process()
     total = sum(me.cpu_times()[:2])
     for child in me.children(recursive=True):
         try:
-            total += sum(child.cpu_times()[:2])
+            total += sum(child.cpu_times()[:4])
         except psutil.Error:
             pass
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
