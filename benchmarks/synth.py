@@ -33,7 +33,7 @@ import psutil
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 # The repo's packages import only after the sys.path fix above (hence E402).
-from benchmarks.synth_cpu import cpu_seconds  # noqa: E402  (process tree + waited-for children)
+from benchmarks.synth_cpu import cpu_seconds, warm_up  # noqa: E402  (process tree + waited-for children)
 from schemas.browser import launch_chromium, shared_browser  # noqa: E402
 from schemas.deadletter import RecordError  # noqa: E402
 from synth.blocks import Formula, Table  # noqa: E402
@@ -83,7 +83,7 @@ def main() -> None:
     table_cats: Counter[str] = Counter()  # tables by category over the table-suite pages
     layout_structure = [0, 0]  # layout-suite pages with a table or a formula
     with HtmlRenderer(work) as r:
-        synthesize_page(page_spec(*jobs[0][0], jobs[0][1]), r)  # warm-up: page, KaTeX fonts
+        warm_up(r, args.seed, args.language)  # one page per page size (its offline page, KaTeX fonts), another seed
         t0, c0 = time.perf_counter(), cpu_seconds()
         measure_s = spec_cpu_s = 0.0
         kept = 0
