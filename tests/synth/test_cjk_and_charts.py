@@ -105,3 +105,19 @@ def test_zh_page_renders_without_tofu(tmp_path):
     assert info["fontOk"] and info["width"] > 40
     assert not info["same"] and not info["blank"]  # distinct glyphs, not identical tofu boxes
     assert Image.open(io.BytesIO(page.png)).size == (spec.width_px, spec.height_px)
+
+
+def test_latex_pages_include_the_chart_as_a_png_of_the_same_shapes():
+    from dataclasses import replace
+
+    from synth.blocks import PlacedBlock
+    from synth.content import without_optional
+    from synth.render_latex import render_latex
+
+    spec = next(s for seed in range(40) for s in [make_page_spec("report", "layout", seed)]
+                if any(f.kind == "chart" for f in _figures(s)))
+    fig = next(f for f in _figures(spec) if f.kind == "chart")
+    required = without_optional(spec)
+    spec = replace(required, blocks=(*required.blocks, PlacedBlock(fig, required.blocks[-1].column)))
+    tex, images = render_latex(spec)
+    assert list(images.values()) == [chart_png(fig.chart)] and "\\includegraphics" in tex
