@@ -3,8 +3,9 @@
 Wall-clock rates mean little on a shared machine, so this counts CPU seconds: the Python process's
 own time, plus its descendants' (Chromium's processes, live for the whole run, read with psutil;
 each pdflatex job, waited for, from ``RUSAGE_CHILDREN``). ``pages_per_cpu_s`` is pages per second
-per core (targets: HTML >= 8, LaTeX >= 2). One warm-up page per renderer is left out (browser start,
-fonts, first pdflatex format load); pages are planned as ``python -m synth`` plans them, with their
+per core (targets: HTML >= 8, LaTeX >= 2). Warm-up pages are left out (``warm_up``: one per page
+size, of another seed: browser start, the renderer's offline page per size, fonts, first pdflatex
+format load); pages are planned as ``python -m synth`` plans them, with their
 themes, pictures and charts.
 """
 
@@ -28,16 +29,39 @@ from synth.plan import plan  # noqa: E402
 
 
 def cpu_seconds() -> float:
-    """CPU seconds of this process, its live descendants and its waited-for children."""
+    """CPU seconds of this process, its live descendants and its waited-for children.
+
+    A live descendant counts with the children it has reaped (``children_user``/``children_system``):
+    Chromium's renderer or GPU process that exits mid-run is reaped by Chromium, not by us, and its
+    CPU would otherwise drop out (and what it had used before the run would be subtracted)."""
     me = psutil.Process()
     total = sum(me.cpu_times()[:2])
     for child in me.children(recursive=True):
         try:
-            total += sum(child.cpu_times()[:2])
+            total += sum(child.cpu_times()[:4])
         except psutil.Error:
             pass
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return total + kids.ru_utime + kids.ru_stime
+
+
+def warm_up(renderer, seed: int, language: str = "en", renderer_name: str = "html") -> int:
+    """Render one page of each page size (letter, 16:9 slides) from another seed's plan: what a worker pays
+    once (the HTML renderer opens one offline page per size, ~0.5 CPU-s each), kept out of per-page figures.
+    Returns the number of pages rendered."""
+    from synth.plan import page_language
+
+    sizes: set[tuple[int, int]] = set()
+    for i, job in enumerate(plan(16, seed + 1_000_003, "all", language, renderer=renderer_name)):
+        spec = page_spec(*job, page_language(i, language))
+        if (spec.width_px, spec.height_px) in sizes:
+            continue
+        sizes.add((spec.width_px, spec.height_px))
+        try:
+            synthesize_page(spec, renderer)
+        except RecordError:
+            pass
+    return len(sizes)
 
 
 def measure(renderer_name: str, pages: int, seed: int) -> dict[str, object]:
@@ -45,15 +69,12 @@ def measure(renderer_name: str, pages: int, seed: int) -> dict[str, object]:
         from synth.render_latex import LatexRenderer as Renderer
     else:
         from synth.render_html import HtmlRenderer as Renderer  # type: ignore[assignment]
-    jobs = plan(pages + 1, seed, "all", renderer=renderer_name)
+    jobs = plan(pages, seed, "all", renderer=renderer_name)
     rejected: Counter[str] = Counter()
     with Renderer() as r:
-        try:
-            synthesize_page(page_spec(*jobs[0]), r)  # warm-up
-        except RecordError:
-            pass
+        warm_up(r, seed, renderer_name=renderer_name)
         cpu0, wall0 = cpu_seconds(), time.perf_counter()
-        for job in jobs[1:]:
+        for job in jobs:
             try:
                 synthesize_page(page_spec(*job), r)
             except RecordError as exc:

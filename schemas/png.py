@@ -94,12 +94,11 @@ def decode_png(data: bytes) -> np.ndarray | None:
     filters = rows[:, 0]
     if ((filters != 0) & (filters != 2)).any():
         return None
-    out = rows[:, 1:].copy()
-    # A run of "up" rows is a running sum down the columns (uint8 wraps mod 256, as the filter defines),
-    # restarting at each unfiltered row; "up" on the first row adds the (zero) row above it.
-    starts = [0, *(int(y) for y in np.flatnonzero(filters[1:] == 0) + 1), height]
-    for a, b in zip(starts, starts[1:]):
-        np.add.accumulate(out[a:b], axis=0, dtype=np.uint8, out=out[a:b])
+    out = rows[:, 1:].copy()  # "up" on the first row adds the (zero) row above it: its bytes as they are
+    # One vectorised add per row (uint8 wraps mod 256, as the filter defines): ~1.4 ms for a 1024x1325 RGBA
+    # screenshot, where np.add.accumulate(axis=0) over the same rows takes ~95 ms (it walks the columns).
+    for y in np.flatnonzero(filters[1:] == 2) + 1:
+        np.add(out[y], out[y - 1], out=out[y])
     pixels = out.reshape(height, width, channels)
     if channels == 1:
         return pixels[:, :, 0]

@@ -11,9 +11,12 @@ same spec into the reference Markdown; ``synth.tests_from_blocks`` into olmOCR-B
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from synth.themes import Theme
+
+if TYPE_CHECKING:  # planning imports blocks, not the chart drawing
+    from synth.charts import Chart
 
 # Page kinds, each with its template and content builder. The order is the planner's: page ``i`` of
 # a run gets ``LAYOUTS[i % 8]`` (``synth.plan``), so reordering changes which page gets which layout.
@@ -66,7 +69,8 @@ class ListBlock:
 class Figure:
     caption: str
     kind: str = "picture"  # picture (synth.pictures) | chart (synth.charts) | placeholder (a drawn stand-in)
-    image_png: bytes | None = None  # the picture or chart, embedded as a data URI / included file by the renderers
+    image_png: bytes | None = None  # the picture, embedded as a data URI / included file by the renderers
+    chart: Chart | None = None  # a chart's kind and colours: inline SVG in HTML, a PNG of the same shapes in LaTeX
     width_pct: int = 100  # drawn at this share of the column width (a figure shrunk to fit the page)
 
 

@@ -28,9 +28,10 @@ scales optional text, ``fill=False`` leaves the filler out.
 ``language="zh"`` gives a Simplified Chinese page: paragraphs from ``synth/data/snippets_zh.json``
 (CC0, written for pagemill), Chinese names, organisations, headings, captions, furniture and dates
 (``2021年3月5日``), and tables' words and captions and formulas' ``\\text{}`` words in Chinese. Figures
-carry a seeded, text-free PNG in ``Figure.image_png``: a matplotlib chart (``synth.charts``) or a
-procedural picture (``synth.pictures``). ``synth.themes`` draws each page's fonts, colours, margins,
-column count and page size (16:9 for slides) from its own seed.
+are seeded and text-free: a chart (``Figure.chart``, ``synth.charts``: its kind and colours; the
+renderers draw it) or a procedural picture (a PNG in ``Figure.image_png``, ``synth.pictures``).
+``synth.themes`` draws each page's fonts, colours, margins, column count and page size (16:9 for
+slides) from its own seed.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from synth.blocks import (
     PlacedBlock,
     Table,
 )
-from synth.charts import chart_png
+from synth.charts import make_chart
 from synth.formulas import CATEGORIES as FORMULA_CATEGORIES
 from synth.formulas import generate_formula, inline_formula, localize_formula
 from synth.pictures import picture_png
@@ -256,8 +257,9 @@ class ContentSource:
             ])
         kind = self.rng.choice(["picture", "chart"])
         # Seeded by the caption (no draw from the page's rng) and text-free (synth.charts, synth.pictures).
-        png = chart_png(caption) if kind == "chart" else picture_png(caption)
-        return Figure(caption=caption, kind=kind, image_png=png)
+        if kind == "chart":
+            return Figure(caption=caption, kind=kind, chart=make_chart(caption))
+        return Figure(caption=caption, kind=kind, image_png=picture_png(caption))
 
     def sources(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(f"{s.title} ({s.license}, {s.source})" for s in self.used))

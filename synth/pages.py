@@ -15,9 +15,7 @@ from schemas.layout import Element
 from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
 from schemas.prompts import default_instruction
 from schemas.unit_tests import UnitTest, unit_test_to_json
-from synth.blocks import (
-    PageSpec,
-)
+from synth.blocks import Figure, PageSpec
 from synth.content import make_page_spec, sources_shown, without_optional
 from synth.fields import page_fields
 from synth.geometry import rendered_elements
@@ -102,9 +100,15 @@ def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
         elements=list(page.elements),
         metadata={"layout": spec.layout, "suite": spec.suite, "seed": spec.seed,
                   **({"fields": fields} if (fields := page_fields(page.spec or spec)) else {}),
+                  **({"charts": charts} if (charts := page_charts(page.spec or spec)) else {}),
                   "sources": list((page.spec or spec).sources), "renderer": page.renderer,
                   **({"theme": spec.theme.as_dict()} if spec.theme is not None else {})},
     )
+
+
+def page_charts(spec: PageSpec) -> list[dict[str, object]]:
+    """The charts a page shows, in block order: kind, palette name and colours (``Chart.as_dict``)."""
+    return [pb.block.chart.as_dict() for pb in spec.blocks if isinstance(pb.block, Figure) and pb.block.chart]
 
 
 # --- specs -----------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from synth.blocks import (
     Table,
     TableCell,
 )
+from synth.charts import chart_png
 from synth.render_html import RenderedPage
 from synth.tables import header_rows
 
@@ -252,9 +253,10 @@ def _list(b: ListBlock) -> str:
 
 
 def _figure(b: Figure, images: dict[str, bytes], height: float = FIGURE_HEIGHT) -> str:
-    if b.image_png is not None:
+    png = chart_png(b.chart) if b.chart is not None else b.image_png
+    if png is not None:
         name = f"fig{len(images)}.png"
-        images[name] = b.image_png
+        images[name] = png
         art = f"\\includegraphics[width=0.9\\linewidth,height={height}\\textheight,keepaspectratio]{{{name}}}"
     else:
         art = r"\framebox[0.9\linewidth]{\rule{0pt}{0.28\linewidth}}"

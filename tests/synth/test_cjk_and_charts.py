@@ -1,4 +1,4 @@
-"""Chinese pages (CJK font, zh content, tests that allow CJK) and matplotlib chart figures."""
+"""Chinese pages (CJK font, zh content, tests that allow CJK) and chart figures (SVG in HTML, PNG in LaTeX)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from synth.blocks import Figure
-from synth.charts import chart_png
+from synth.charts import CHART_KINDS, chart_png, chart_svg, make_chart
 from synth.content import make_page_spec
 from synth.reference import reference_markdown
 from synth.render_html import render_html
@@ -45,20 +45,34 @@ def test_zh_tests_pass_on_reference_and_baseline_allows_cjk(layout):
 
 def test_chart_png_is_deterministic_and_text_free_size():
     for kind in ("bar", "line", "pie"):
-        a, b = chart_png("seed-1", kind), chart_png("seed-1", kind)
+        a, b = chart_png(make_chart("seed-1", kind)), chart_png(make_chart("seed-1", kind))
         assert a == b and a.startswith(b"\x89PNG")
-        assert Image.open(io.BytesIO(a)).size == (600, 300)
-    assert chart_png("seed-1", "bar") != chart_png("seed-2", "bar")
+        image = Image.open(io.BytesIO(a)).convert("RGB")
+        assert image.size == (600, 300)
+        assert len(set(image.resize((60, 30)).getdata())) > 3  # drawn, not a blank box
+    assert chart_png(make_chart("seed-1", "bar")) != chart_png(make_chart("seed-2", "bar"))
 
 
-def test_chart_figures_carry_png_and_are_embedded():
+def test_chart_svg_is_text_free_and_follows_the_seed():
+    kinds = {make_chart(f"s{i}").kind for i in range(60)}
+    assert kinds == set(CHART_KINDS)  # every kind is drawn from seeds
+    for kind in CHART_KINDS:
+        chart = make_chart("seed-1", kind)
+        svg = chart_svg(chart)
+        assert svg == chart_svg(make_chart("seed-1", kind)) and svg.startswith("<svg")
+        assert "<text" not in svg and "<image" not in svg
+        assert any(color in svg for color in chart.colors)
+        assert svg != chart_svg(make_chart("seed-2", kind))
+
+
+def test_chart_figures_carry_a_chart_drawn_as_inline_svg():
     spec = next(s for seed in range(40) for s in [make_page_spec("report", "layout", seed)]
                 if any(f.kind == "chart" for f in _figures(s)))
     fig = next(f for f in _figures(spec) if f.kind == "chart")
-    assert fig.image_png and fig.image_png.startswith(b"\x89PNG")
+    assert fig.chart is not None and fig.image_png is None and fig.chart.kind in CHART_KINDS
     again = make_page_spec(spec.layout, spec.suite, spec.seed)
-    assert next(f for f in _figures(again) if f.kind == "chart").image_png == fig.image_png
-    assert "data:image/png;base64," in render_html(spec)
+    assert next(f for f in _figures(again) if f.kind == "chart").chart == fig.chart
+    assert chart_svg(fig.chart) in render_html(spec)
 
 
 def test_cjk_font_installed():
@@ -91,3 +105,19 @@ def test_zh_page_renders_without_tofu(tmp_path):
     assert info["fontOk"] and info["width"] > 40
     assert not info["same"] and not info["blank"]  # distinct glyphs, not identical tofu boxes
     assert Image.open(io.BytesIO(page.png)).size == (spec.width_px, spec.height_px)
+
+
+def test_latex_pages_include_the_chart_as_a_png_of_the_same_shapes():
+    from dataclasses import replace
+
+    from synth.blocks import PlacedBlock
+    from synth.content import without_optional
+    from synth.render_latex import render_latex
+
+    spec = next(s for seed in range(40) for s in [make_page_spec("report", "layout", seed)]
+                if any(f.kind == "chart" for f in _figures(s)))
+    fig = next(f for f in _figures(spec) if f.kind == "chart")
+    required = without_optional(spec)
+    spec = replace(required, blocks=(*required.blocks, PlacedBlock(fig, required.blocks[-1].column)))
+    tex, images = render_latex(spec)
+    assert list(images.values()) == [chart_png(fig.chart)] and "\\includegraphics" in tex

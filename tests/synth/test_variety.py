@@ -12,7 +12,7 @@ from PIL import Image
 
 from schemas.deadletter import RecordError
 from synth.blocks import Figure, Formula, Table
-from synth.charts import CHART_KINDS, chart_png
+from synth.charts import CHART_KINDS, chart_png, make_chart
 from synth.content import make_page_spec
 from synth.formulas import generate_formula, localize_formula
 from synth.pages import SynthPage, to_page_record
@@ -46,15 +46,17 @@ def test_picture_kind_is_drawn_from_the_seed_and_unknown_kind_fails():
 
 @pytest.mark.parametrize("kind", CHART_KINDS)
 def test_every_chart_kind_is_deterministic(kind):
-    a = chart_png("seed-3", kind)
-    assert a == chart_png("seed-3", kind) and a.startswith(b"\x89PNG")
+    a = chart_png(make_chart("seed-3", kind))
+    assert a == chart_png(make_chart("seed-3", kind)) and a.startswith(b"\x89PNG")
 
 
 def test_figures_carry_a_picture_or_a_chart():
     figures = [p.block for seed in range(30) for p in make_page_spec("report", "layout", seed).blocks
                if isinstance(p.block, Figure)]
     assert {f.kind for f in figures} == {"picture", "chart"}
-    assert all(f.image_png and f.image_png.startswith(b"\x89PNG") for f in figures)
+    assert all(f.image_png and f.image_png.startswith(b"\x89PNG") for f in figures if f.kind == "picture")
+    charts = [f.chart for f in figures if f.kind == "chart"]
+    assert all(charts) and len({c.kind for c in charts}) >= 4 and len({c.palette for c in charts}) >= 3
     pictures = [f.image_png for f in figures if f.kind == "picture"]
     assert len(set(pictures)) == len(pictures)  # never the same drawing twice
 
