@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from classifiers.features import INPUT_FEATURES
+from classifiers.features import INPUT_FEATURES, halve
 
 THUMB_SHAPE = (32, 24)  # rows, columns
 TEXT_DIMS = 16
@@ -38,7 +38,7 @@ def layout_thumbnail(grey: np.ndarray) -> np.ndarray:
     (2 x 2 means) while at least twice the grid, then area-averaged: ~5x cheaper than one ``INTER_AREA`` pass."""
     rows, cols = THUMB_SHAPE
     while grey.shape[1] >= 2 * cols and grey.shape[0] >= 2 * rows:
-        grey = cv2.resize(grey, (grey.shape[1] // 2, grey.shape[0] // 2), interpolation=cv2.INTER_LINEAR)
+        grey = halve(grey)
     small = cv2.resize(grey, (cols, rows), interpolation=cv2.INTER_AREA)
     return 1.0 - small.reshape(-1).astype(np.float32) / 255.0
 

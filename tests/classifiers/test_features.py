@@ -116,3 +116,24 @@ def test_page_features_of_a_record_row_and_bad_bytes():
     assert vector(f).shape == (len(INPUT_FEATURES),)
     with pytest.raises(ValueError, match="cannot be decoded"):
         decode_grey(b"not an image")
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_isal_and_opencv_decodes_give_the_same_small_page(channels):
+    # The corpus's unfiltered PNGs take the ISA-L path (RGB order), anything else OpenCV's (BGR order): same page.
+    from schemas.png import encode_png
+
+    img = np.full((1325, 1024), 255, np.uint8)
+    _words(img, 80, 940, 100, 1200)
+    cv2.line(img, (80, 600), (940, 600), 0, 2)  # a 2-px rule: the halving and the last resize must keep it
+    if channels == 3:
+        rgb = np.dstack([img, img, img])
+        rgb[:300, :, 0] = 200  # a tinted band: a colour page
+        fast, slow = decode_grey(encode_png(rgb)), decode_grey(_png(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)))
+        assert np.array_equal(fast[1], slow[1])
+    else:
+        fast, slow = decode_grey(encode_png(img)), decode_grey(_png(img))
+        assert fast[1] is None and slow[1] is None
+    assert fast[0].shape == (497, 384) and fast[2] == slow[2] == (1325, 1024)
+    assert np.array_equal(fast[0], slow[0])
+    assert image_features(*fast)["h_lines"] >= 1
