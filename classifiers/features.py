@@ -37,6 +37,7 @@ IMAGE_FEATURES: tuple[str, ...] = (
     "columns", "column_gap_share", "text_lines", "line_height", "line_pitch_cv", "row_ink_share",
     "components", "small_component_share", "wide_component_share", "tall_component_share",
     "component_height_median", "skew_degrees", "sharpness", "ink_left_right_balance", "ink_top_share",
+    "centred_lines", "centred_line_share", "cell_lines", "cell_line_run",
 )
 TEXT_LAYER_FEATURES: tuple[str, ...] = (
     "tl_present", "tl_log_chars", "tl_lines", "tl_digit_share", "tl_cjk_share", "tl_latin_share",
@@ -247,6 +248,8 @@ def image_features(grey: np.ndarray, colour: np.ndarray | None = None,
     f["wide_component_share"] = float(((cw >= 4 * np.maximum(ch, 1)) & (cw >= 6)).sum()) / n  # fraction bars, rules
     f["tall_component_share"] = float((ch >= 2.5 * np.maximum(np.median(ch) if len(ch) else 1, 1)).sum()) / n
     f["component_height_median"] = float(np.median(ch)) if len(ch) else 0.0
+    f["centred_lines"], f["centred_line_share"], f["cell_lines"], f["cell_line_run"] = _line_layout(
+        text, st, wide or [[0, w]])
     half = w // 2
     left = cv2.reduce(text[:, :half], 1, cv2.REDUCE_SUM, dtype=cv2.CV_32F).ravel() / 255.0
     right = row_px.astype(np.float32) - left
@@ -256,6 +259,55 @@ def image_features(grey: np.ndarray, colour: np.ndarray | None = None,
     f["ink_left_right_balance"] = (2 * total_left - total) / max(total, 1.0)
     f["ink_top_share"] = float(row_px[: h // 3].sum()) / max(total, 1.0)
     return {k: f[k] for k in IMAGE_FEATURES}
+
+
+def _line_layout(text: np.ndarray, st: np.ndarray, columns: list[list[int]]) -> tuple[float, float, float, float]:
+    """Text lines, column by column: (centred lines, their share of the lines, cell lines, the longest run of
+    consecutive cell lines).
+
+    A centred line is narrow (under 60% of the column) and centred in it (centre within 8% of the column's):
+    how display formulas sit, and few other lines do (a heading now and then). A cell line holds >= 3 runs of
+    text separated by gaps of over 4% of the column (word spaces are ~1%): a row of a table, ruled or not;
+    runs of them are tables. Lines are runs of the column's own row profile; a line's components are those
+    whose centres fall in it."""
+    if not len(st):
+        return 0.0, 0.0, 0.0, 0.0
+    cx = st[:, cv2.CC_STAT_LEFT] + st[:, cv2.CC_STAT_WIDTH] / 2
+    cy = st[:, cv2.CC_STAT_TOP] + st[:, cv2.CC_STAT_HEIGHT] / 2
+    left, right = st[:, cv2.CC_STAT_LEFT], st[:, cv2.CC_STAT_LEFT] + st[:, cv2.CC_STAT_WIDTH]
+    n_lines = n_centred = n_cells = best_run = 0
+    for x0, x1 in columns:
+        width = x1 - x0
+        runs = _runs(cv2.reduce(text[:, x0:x1], 1, cv2.REDUCE_MAX).ravel() > 0)
+        if not runs or width < 8:
+            continue
+        starts = np.array([a for a, _ in runs])
+        ends = np.array([b for _, b in runs])
+        inside = np.flatnonzero((cx >= x0) & (cx < x1))
+        line = np.searchsorted(starts, cy[inside], side="right") - 1
+        ok = (line >= 0) & (cy[inside] < ends[np.maximum(line, 0)])
+        line, idx = line[ok], inside[ok]
+        if not len(line):
+            continue
+        lo = np.full(len(runs), x1, np.int64)
+        hi = np.full(len(runs), x0, np.int64)
+        np.minimum.at(lo, line, left[idx])
+        np.maximum.at(hi, line, right[idx])
+        has = hi > lo
+        centre = (lo + hi) / 2 - (x0 + x1) / 2
+        centred = has & ((hi - lo) < 0.6 * width) & (np.abs(centre) < 0.08 * width)
+        n_lines += int(has.sum())
+        n_centred += int(centred.sum())
+        # Gaps between neighbouring components of a line, left to right.
+        order = np.lexsort((left[idx], line))
+        ln, lf, rt = line[order], left[idx][order], right[idx][order]
+        big = (ln[1:] == ln[:-1]) & (lf[1:] - rt[:-1] > 0.04 * width)
+        gaps = np.zeros(len(runs), np.int64)
+        np.add.at(gaps, ln[1:][big], 1)
+        cell = gaps >= 2
+        n_cells += int(cell.sum())
+        best_run = max([best_run] + [int(e - a) for a, e in _runs(cell)])
+    return float(n_centred), n_centred / max(n_lines, 1), float(n_cells), float(best_run)
 
 
 def _skew(left: np.ndarray, right: np.ndarray, half: int, max_degrees: float = 5.0) -> float:

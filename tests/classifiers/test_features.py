@@ -137,3 +137,30 @@ def test_isal_and_opencv_decodes_give_the_same_small_page(channels):
     assert fast[0].shape == (497, 384) and fast[2] == slow[2] == (1325, 1024)
     assert np.array_equal(fast[0], slow[0])
     assert image_features(*fast)["h_lines"] >= 1
+
+
+def test_centred_narrow_lines_like_display_formulas():
+    prose = np.full((1300, 1000), 255, np.uint8)
+    _words(prose, 100, 900, 100, 1200)
+    maths = prose.copy()
+    for y in (300, 600, 900):  # three display "formulas": short lines centred in the column, space around them
+        maths[y - 40: y + 50, 100:900] = 255
+        for x in range(400, 600, 25):  # glyph-sized blobs (a solid bar would be taken for a ruling line)
+            cv2.rectangle(maths, (x, y), (x + 14, y + 14), 0, -1)
+    fp, fm = _features(prose), _features(maths)
+    assert fm["centred_lines"] >= 3 and fp["centred_lines"] == 0
+    assert fm["centred_line_share"] > fp["centred_line_share"]
+
+
+def test_unruled_table_rows_are_cell_lines():
+    prose = np.full((1300, 1000), 255, np.uint8)
+    _words(prose, 100, 900, 100, 1200)
+    table = prose.copy()
+    table[400:700, 100:900] = 255
+    for y in range(420, 680, 36):  # eight rows of four cells, no ruling lines
+        for x in (100, 320, 540, 760):
+            cv2.rectangle(table, (x, y), (x + 60, y + 12), 0, -1)
+    ft, fp = _features(table), _features(prose)
+    assert ft["line_crossings"] == 0
+    assert ft["cell_line_run"] >= 6 and ft["cell_lines"] >= 6
+    assert fp["cell_line_run"] <= 1
