@@ -37,7 +37,7 @@ IMAGE_FEATURES: tuple[str, ...] = (
     "columns", "column_gap_share", "text_lines", "line_height", "line_pitch_cv", "row_ink_share",
     "components", "small_component_share", "wide_component_share", "tall_component_share",
     "component_height_median", "skew_degrees", "sharpness", "ink_left_right_balance", "ink_top_share",
-    "centred_lines", "centred_line_share", "cell_lines", "cell_line_run",
+    "centred_lines", "cell_lines", "cell_line_run",
 )
 TEXT_LAYER_FEATURES: tuple[str, ...] = (
     "tl_present", "tl_log_chars", "tl_lines", "tl_digit_share", "tl_cjk_share", "tl_latin_share",
@@ -248,8 +248,7 @@ def image_features(grey: np.ndarray, colour: np.ndarray | None = None,
     f["wide_component_share"] = float(((cw >= 4 * np.maximum(ch, 1)) & (cw >= 6)).sum()) / n  # fraction bars, rules
     f["tall_component_share"] = float((ch >= 2.5 * np.maximum(np.median(ch) if len(ch) else 1, 1)).sum()) / n
     f["component_height_median"] = float(np.median(ch)) if len(ch) else 0.0
-    f["centred_lines"], f["centred_line_share"], f["cell_lines"], f["cell_line_run"] = _line_layout(
-        text, st, wide or [[0, w]])
+    f["centred_lines"], f["cell_lines"], f["cell_line_run"] = _line_layout(text, st, wide or [[0, w]])
     half = w // 2
     left = cv2.reduce(text[:, :half], 1, cv2.REDUCE_SUM, dtype=cv2.CV_32F).ravel() / 255.0
     right = row_px.astype(np.float32) - left
@@ -261,21 +260,23 @@ def image_features(grey: np.ndarray, colour: np.ndarray | None = None,
     return {k: f[k] for k in IMAGE_FEATURES}
 
 
-def _line_layout(text: np.ndarray, st: np.ndarray, columns: list[list[int]]) -> tuple[float, float, float, float]:
-    """Text lines, column by column: (centred lines, their share of the lines, cell lines, the longest run of
-    consecutive cell lines).
+def _line_layout(text: np.ndarray, st: np.ndarray, columns: list[list[int]]) -> tuple[float, float, float]:
+    """Text lines, column by column: (centred lines, cell lines, the longest run of consecutive cell lines).
 
-    A centred line is narrow (under 60% of the column) and centred in it (centre within 8% of the column's):
-    how display formulas sit, and few other lines do (a heading now and then). A cell line holds >= 3 runs of
-    text separated by gaps of over 4% of the column (word spaces are ~1%): a row of a table, ruled or not;
-    runs of them are tables. Lines are runs of the column's own row profile; a line's components are those
-    whose centres fall in it."""
+    A centred line is narrow (under 60% of the column), centred in it (centre within 8% of the column's) and
+    set in prose (a full-width line of body-text height, under 2% of the page's, within two lines of it): how
+    display formulas sit, and few other lines do (a heading now and then; a slide's or title page's centred
+    lines have no small prose around them). A count, not a share of the lines: on a page of few lines (a
+    slide) a share is large by chance, and a classifier trained on synthetic pages learned to trust it. A cell
+    line holds >= 3 runs of text separated by gaps of over 4% of the column (word spaces are ~1%): a row of a
+    table, ruled or not; runs of them are tables. Lines are runs of the column's own row profile; a line's
+    components are those whose centres fall in it."""
     if not len(st):
-        return 0.0, 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0
     cx = st[:, cv2.CC_STAT_LEFT] + st[:, cv2.CC_STAT_WIDTH] / 2
     cy = st[:, cv2.CC_STAT_TOP] + st[:, cv2.CC_STAT_HEIGHT] / 2
     left, right = st[:, cv2.CC_STAT_LEFT], st[:, cv2.CC_STAT_LEFT] + st[:, cv2.CC_STAT_WIDTH]
-    n_lines = n_centred = n_cells = best_run = 0
+    n_centred = n_cells = best_run = 0
     for x0, x1 in columns:
         width = x1 - x0
         runs = _runs(cv2.reduce(text[:, x0:x1], 1, cv2.REDUCE_MAX).ravel() > 0)
@@ -295,8 +296,12 @@ def _line_layout(text: np.ndarray, st: np.ndarray, columns: list[list[int]]) -> 
         np.maximum.at(hi, line, right[idx])
         has = hi > lo
         centre = (lo + hi) / 2 - (x0 + x1) / 2
-        centred = has & ((hi - lo) < 0.6 * width) & (np.abs(centre) < 0.08 * width)
-        n_lines += int(has.sum())
+        # Centred in prose: a full-width line (>= 80% of the column) within two lines above or below, so that
+        # centred titles, slides and captions on their own do not count.
+        small = (ends - starts) < 0.02 * text.shape[0]
+        full = (has & small & ((hi - lo) >= 0.8 * width)).astype(np.int32)
+        near_full = np.convolve(full, np.ones(5, np.int32))[2:2 + len(full)] > 0
+        centred = has & ((hi - lo) < 0.6 * width) & (np.abs(centre) < 0.08 * width) & near_full
         n_centred += int(centred.sum())
         # Gaps between neighbouring components of a line, left to right.
         order = np.lexsort((left[idx], line))
@@ -307,7 +312,7 @@ def _line_layout(text: np.ndarray, st: np.ndarray, columns: list[list[int]]) -> 
         cell = gaps >= 2
         n_cells += int(cell.sum())
         best_run = max([best_run] + [int(e - a) for a, e in _runs(cell)])
-    return float(n_centred), n_centred / max(n_lines, 1), float(n_cells), float(best_run)
+    return float(n_centred), float(n_cells), float(best_run)
 
 
 def _skew(left: np.ndarray, right: np.ndarray, half: int, max_degrees: float = 5.0) -> float:
