@@ -103,7 +103,9 @@ def main() -> None:
           f"features + thumbnail {feat * 1000:.1f} ms CPU -> {1 / feat:.0f} pages/s/core with a shared decode, "
           f"{1 / (dec + feat):.0f} with its own decode")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    print("| pages | CPU s | wall s | pages/s/core (CPU) | peak RSS MB |\n|---|---|---|---|---|")
+    print("| pages | CPU s | wall s | pages/s/core (CPU) | pages/s/core over the previous size | peak RSS MB |\n"
+          "|---|---|---|---|---|---|")
+    prev = None  # (pages, CPU s) of the previous size: the difference leaves out the job's fixed cost
     for mult in (int(m) for m in args.mults.split(",")):
         n = args.n * mult
         shard = take(paths, n, tmp / f"pages-{n}.parquet")
@@ -113,7 +115,10 @@ def main() -> None:
             print(res.stderr[-2000:])
             continue
         r = json.loads(res.stdout.strip().splitlines()[-1])
-        print(f"| {r['pages']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | {r['pages'] / r['cpu_s']:.0f} | "
+        marginal = f"{(r['pages'] - prev[0]) / (r['cpu_s'] - prev[1]):.0f}" \
+            if prev and r["cpu_s"] > prev[1] else "-"
+        prev = (r["pages"], r["cpu_s"])
+        print(f"| {r['pages']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | {r['pages'] / r['cpu_s']:.0f} | {marginal} | "
               f"{r['peak_rss_mb']:.0f} |", flush=True)
 
 

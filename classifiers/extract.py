@@ -51,8 +51,27 @@ def extract_row(row: dict[str, Any]) -> dict[str, Any]:
     f.update(label_features(row.get("response")))
     return {"id": row["id"], "source": row.get("source") or "", "domain": row.get("domain") or "",
             "split": row.get("split") or "train", "image_sha256": row.get("image_sha256") or "",
-            "features": [f[n] for n in ALL_FEATURES], "thumb": layout_thumbnail(grey).tolist(),
+            "features": np.array([f[n] for n in ALL_FEATURES], np.float32), "thumb": layout_thumbnail(grey),
             "text_layer": row.get("text_layer")}
+
+
+def feature_table(rows: list[dict[str, Any]], schema: pa.Schema = FEATURE_SCHEMA) -> pa.Table:
+    """Feature rows (``extract_row``'s dicts) as an Arrow table of ``schema``, the vectors column-wise from numpy
+    (building the lists element by element was a tenth of the job's time)."""
+    arrays = []
+    for field in schema:
+        if pa.types.is_string(field.type):
+            arrays.append(pa.array([r[field.name] for r in rows], pa.string()))
+            continue
+        values = np.stack([np.asarray(r[field.name], np.float32) for r in rows]) if rows \
+            else np.zeros((0, 0), np.float32)
+        flat = pa.array(values.reshape(-1), pa.float32())
+        if pa.types.is_fixed_size_list(field.type):
+            arrays.append(pa.FixedSizeListArray.from_arrays(flat, field.type.list_size))
+        else:
+            offsets = pa.array(np.arange(len(rows) + 1, dtype=np.int32) * (values.shape[1] if rows else 0))
+            arrays.append(pa.ListArray.from_arrays(offsets, flat))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def iter_rows(path: str, batch_size: int = 64) -> Iterator[dict[str, Any]]:
@@ -99,18 +118,18 @@ def extract_shard(path: str, out_path: str, batch_size: int = 256, vision: Any =
                 out = extract_row(row)
                 if vision is not None:
                     image = row["image"]["bytes"] if isinstance(row["image"], dict) else row["image"]
-                    out["vision"] = vision.embed_images([bytes(image)])[0].tolist()
+                    out["vision"] = vision.embed_images([bytes(image)])[0]
                 buf.append(out)
             except Exception as exc:  # one bad page never stops the shard; it is accounted as dead
                 dead.append({"id": str(row.get("id")), "reason": f"extract_{type(exc).__name__}",
                              "message": str(exc)[:300]})
                 continue
             if len(buf) >= batch_size:
-                writer.write_table(pa.Table.from_pylist(buf, schema))
+                writer.write_table(feature_table(buf, schema))
                 n_out += len(buf)
                 buf = []
         if buf:
-            writer.write_table(pa.Table.from_pylist(buf, schema))
+            writer.write_table(feature_table(buf, schema))
             n_out += len(buf)
     Path(tmp).replace(out_path)
     return {"input": n_in, "out": n_out, "dead": dead, "path": out_path}

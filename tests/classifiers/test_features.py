@@ -116,3 +116,50 @@ def test_page_features_of_a_record_row_and_bad_bytes():
     assert vector(f).shape == (len(INPUT_FEATURES),)
     with pytest.raises(ValueError, match="cannot be decoded"):
         decode_grey(b"not an image")
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_isal_and_opencv_decodes_give_the_same_small_page(channels):
+    # The corpus's unfiltered PNGs take the ISA-L path (RGB order), anything else OpenCV's (BGR order): same page.
+    from schemas.png import encode_png
+
+    img = np.full((1325, 1024), 255, np.uint8)
+    _words(img, 80, 940, 100, 1200)
+    cv2.line(img, (80, 600), (940, 600), 0, 2)  # a 2-px rule: the halving and the last resize must keep it
+    if channels == 3:
+        rgb = np.dstack([img, img, img])
+        rgb[:300, :, 0] = 200  # a tinted band: a colour page
+        fast, slow = decode_grey(encode_png(rgb)), decode_grey(_png(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)))
+        assert np.array_equal(fast[1], slow[1])
+    else:
+        fast, slow = decode_grey(encode_png(img)), decode_grey(_png(img))
+        assert fast[1] is None and slow[1] is None
+    assert fast[0].shape == (497, 384) and fast[2] == slow[2] == (1325, 1024)
+    assert np.array_equal(fast[0], slow[0])
+    assert image_features(*fast)["h_lines"] >= 1
+
+
+def test_centred_narrow_lines_like_display_formulas():
+    prose = np.full((1300, 1000), 255, np.uint8)
+    _words(prose, 100, 900, 100, 1200)
+    maths = prose.copy()
+    for y in (300, 600, 900):  # three display "formulas": short lines centred in the column, space around them
+        maths[y - 40: y + 50, 100:900] = 255
+        for x in range(400, 600, 25):  # glyph-sized blobs (a solid bar would be taken for a ruling line)
+            cv2.rectangle(maths, (x, y), (x + 14, y + 14), 0, -1)
+    fp, fm = _features(prose), _features(maths)
+    assert fm["centred_lines"] >= 3 and fp["centred_lines"] == 0
+
+
+def test_unruled_table_rows_are_cell_lines():
+    prose = np.full((1300, 1000), 255, np.uint8)
+    _words(prose, 100, 900, 100, 1200)
+    table = prose.copy()
+    table[400:700, 100:900] = 255
+    for y in range(420, 680, 36):  # eight rows of four cells, no ruling lines
+        for x in (100, 320, 540, 760):
+            cv2.rectangle(table, (x, y), (x + 60, y + 12), 0, -1)
+    ft, fp = _features(table), _features(prose)
+    assert ft["line_crossings"] == 0
+    assert ft["cell_line_run"] >= 6 and ft["cell_lines"] >= 6
+    assert fp["cell_line_run"] <= 1

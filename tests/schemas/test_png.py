@@ -85,3 +85,14 @@ def test_decode_png_declines_what_it_does_not_cover():
     assert decode_png(buf.getvalue()) is None
     whole = encode_png(pixels)
     assert decode_png(whole[: len(whole) // 2]) is None and decode_png(b"not a png") is None
+
+
+def test_decode_png_reads_a_memoryview_and_returns_a_view_when_asked():
+    pixels = np.random.default_rng(5).integers(0, 256, size=(17, 9, 3), dtype=np.uint8)
+    data = encode_png(pixels)
+    view = decode_png(memoryview(data), writable=False)
+    assert np.array_equal(view, pixels) and not view.flags.writeable  # unfiltered rows: no copy
+    copied = decode_png(memoryview(data))
+    assert np.array_equal(copied, pixels) and copied.flags.writeable
+    up = _png(pixels, [2] * 17, 2)
+    assert np.array_equal(decode_png(up, writable=False), pixels)  # "up" rows are always summed in a copy
