@@ -65,12 +65,17 @@ def tiny_processor(max_side: int = 336, white_zero: bool = False) -> PageProcess
 
 
 def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int = 128, layers: int = 4,
-                vision_hidden: int = 64, vision_depth: int = 2, rope_theta: float = 1e6):
+                vision_hidden: int = 64, vision_depth: int = 2, rope_theta: float = 1e6,
+                mrope_section: tuple[int, int, int] | list[int] | None = None):
     """Config for a few-million-parameter model of the given kind, sized for the project tokenizer.
 
     ``rope_theta``: with a head of 32 dims, M-RoPE gives height and width the lowest of 16 frequencies;
     at 1e6 a step of one image token turns width by under 2e-4 rad, so the decoder cannot tell image
-    columns apart (issue 22's sweep: no reading at all); 100 makes them distinguishable."""
+    columns apart (issue 22's sweep: no reading at all); 100 makes them distinguishable.
+
+    ``mrope_section``: how the head_dim/2 frequencies, highest first, split over (time, height, width);
+    default 2/8, 3/8, 3/8 of them, as Qwen2-VL's 16/24/24. An image's tokens share one time index, so its
+    section is wasted on the page, and width, the axis a line of text runs along, gets the lowest frequencies."""
     from transformers import Glm4vMoeConfig, Qwen2_5_VLConfig
 
     tok = tiny_tokenizer()
@@ -80,7 +85,9 @@ def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int =
     head_dim = hidden // heads
     # M-RoPE sections split head_dim/2 rotary frequencies over (time, height, width).
     half = head_dim // 2
-    mrope = [half - 2 * (half * 3 // 8), half * 3 // 8, half * 3 // 8]
+    mrope = list(mrope_section) if mrope_section else [half - 2 * (half * 3 // 8), half * 3 // 8, half * 3 // 8]
+    if len(mrope) != 3 or sum(mrope) != half or min(mrope) < 1:
+        raise ModelLoadError(f"mrope_section {mrope} must be 3 positive counts summing to head_dim/2 = {half}")
     rope = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": mrope}
     special = dict(bos_token_id=ids("<|im_start|>"), eos_token_id=ids("<|im_end|>"),
                    pad_token_id=ids("<|endoftext|>"))

@@ -70,8 +70,8 @@ class TrainRunConfig:
                               "reported under its own domains (empty: none)")
     eval_corpus_fraction: float = option(0.1, help="share of eval_corpus's 'train' rows held out as its eval split "
                                          "(by id hash, as eval_fraction)")
-    tiny_sizes: dict[str, int] = option({}, help="tiny model sizes: hidden, layers, vision_hidden, vision_depth, "
-                                        "rope_theta (model.models.tiny_config; empty: its defaults)")
+    tiny_sizes: dict[str, Any] = option({}, help="tiny model sizes: hidden, layers, vision_hidden, vision_depth, "
+                                        "rope_theta, mrope_section (model.models.tiny_config; empty: its defaults)")
     white_zero: bool = option(False, help="tiny model: normalise pixels so white paper is 0 "
                                           "(model.models.tiny_image_processor)")
     alignment: SFTConfig = option(default_factory=lambda: SFTConfig(phase="alignment"),

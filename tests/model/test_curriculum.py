@@ -111,3 +111,20 @@ def test_the_run_eval_set_joins_the_eval_corpus_split_to_the_curriculum_eval_pag
     assert [s.id for s in run_eval_samples(cfg, tiny_processor(), limit=4)] == [s.id for s in samples[:4]]
     no_extra = TrainRunConfig.from_mapping({"corpus": str(tmp_path / "cur"), "eval_fraction": 0.0})
     assert len(list(run_eval_samples(no_extra, tiny_processor()))) == 6
+
+
+def test_the_tiny_model_takes_an_m_rope_section_and_rejects_one_that_does_not_split_the_head():
+    """``tiny_sizes.mrope_section`` (time, height, width frequency counts, highest first) reaches the
+    rotary embedding; a split that does not sum to head_dim/2 fails before any training."""
+    from model.models import ModelLoadError, tiny_config
+    from model.train import TrainRunConfig
+
+    cfg = TrainRunConfig.from_mapping({"tiny_sizes": {"rope_theta": 10, "mrope_section": [2, 4, 10]}})
+    loaded = build_tiny("tiny", seed=0, **cfg.tiny_sizes)
+    rotary = loaded.model.model.language_model.rotary_emb
+    assert list(rotary.mrope_section) == [2, 4, 10]
+    # width's first frequency is the 7th of 16: 10^(-6/16) rad a column, against 10^(-10/16) by default
+    assert abs(float(rotary.inv_freq[6]) - 10 ** (-6 / 16)) < 1e-6
+    assert tiny_config("tiny").text_config.rope_parameters["mrope_section"] == [4, 6, 6]
+    with pytest.raises(ModelLoadError, match="summing to head_dim/2 = 16"):
+        tiny_config("tiny", mrope_section=[4, 4, 4])
