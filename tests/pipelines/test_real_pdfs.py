@@ -81,7 +81,7 @@ def test_a_few_real_pdfs_read_as_page_ranges_render_as_pdfium_does(tmp_path):
     pages = [payload for kind, payload in envelopes if kind == Kind.ITEM]
     expected = {rel: page_count(tmp_path / rel) for rel in FEW}
     assert not [p for k, p in envelopes if k == Kind.DEAD]
-    assert counts == {"in": len(FEW), "out": len(FEW), "emitted": sum(expected.values())}
+    assert counts == {"in": len(FEW), "out": len(FEW), "emitted": sum(expected.values()), "units": len(units)}
     assert sorted((p.source_id, p.page_number) for p in pages) == sorted(
         (rel, i + 1) for rel, n in expected.items() for i in range(n))
     for page in pages:

@@ -203,7 +203,8 @@ def test_long_pdf_is_planned_as_page_ranges_counted_once(tmp_path):
     for kind, event in envelopes:
         if kind == Kind.EVENT and event.kind != "seconds":
             counts[(event.kind, event.reason)] = counts.get((event.kind, event.reason), 0) + int(event.value)
-    assert counts == {("in", ""): 3, ("out", ""): 2, ("emitted", ""): 7, ("dead", "label_page_mismatch"): 1}
+    assert counts == {("in", ""): 3, ("out", ""): 2, ("emitted", ""): 7, ("dead", "label_page_mismatch"): 1,
+                      ("units", ""): len(units)}  # each unit finished once
     pages = [p for kind, p in envelopes if kind == Kind.ITEM]
     assert [(p.source_id, p.page_number, p.pdf_page_index) for p in pages] == (
         [("long.pdf", i + 1, i) for i in range(5)] + [("short.pdf", 1, 0), ("short.pdf", 2, 1)])
