@@ -75,6 +75,7 @@ class Level:
     jitter: bool = False
     degrade: bool = False
     text: str = "sentence"  # a line is a "word", a "pair" (<Name> <object>) or a "sentence"
+    random_x: bool = False  # lines start at a random x instead of 12 px
     train_pages: int = 600  # default train pages of the level (the first levels are trained on longest)
 
 
@@ -85,6 +86,7 @@ LEVELS: dict[int, Level] = {
     3: Level(3, (20, 24), (448, 168), 4),
     4: Level(4, (18, 22), (448, 196), 4, heading=True, jitter=True),
     5: Level(4, (18, 22), (448, 196), 4, heading=True, jitter=True, degrade=True),
+    6: Level(1, (26, 36), (336, 56), 2, text="word", random_x=True, train_pages=2000),
 }
 
 
@@ -118,7 +120,10 @@ class PILRenderer:
         lines = [(b.block.text, bold if isinstance(b.block, Heading) else font) for b in spec.blocks]
         step = (height - 16) // len(lines)
         widest = max(draw.textlength(text, font=f) for text, f in lines)
-        x0 = rng.randint(6, max(6, int(width - widest) - 6)) if lv.jitter else 12
+        if lv.random_x:
+            x0 = rng.randint(12, max(12, int(width - widest) - 6))
+        else:
+            x0 = rng.randint(6, max(6, int(width - widest) - 6)) if lv.jitter else 12
         for i, (text, f) in enumerate(lines):
             if draw.textlength(text, font=f) > width - x0 - 2:
                 raise ValueError(f"curriculum: line {text!r} does not fit {width} px at {size} px")
