@@ -14,6 +14,7 @@ level     lines  font size px  image px    text of a line, extra
 3         3      20-24         448 x 168   sentences; 4 fonts
 4         4      18-22         448 x 196   4 fonts, a heading line, slight grey/jitter
 5         4      18-22         448 x 196   as 4, then one ``synth.augment`` degradation
+6         1      26-36         336 x 56    one word at a random x (between 0 and 1; numbered last)
 ========  =====  ============  ==========  ==================================================
 
 A sentence is ``<Name> <verb> the <object>.`` drawn from a fixed vocabulary (24 names, 16 verbs, 40
@@ -30,6 +31,9 @@ come from ``--seed``, eval pages (split ``eval``) from ``--eval-seed``; each rec
 ``curriculum-l<level>`` so evaluation reports per level. Levels 0 and 1 exist because a from-scratch
 model first has to learn that the page decides the answer: on sentence pages (level 2) the tiny model
 learns the sentence template long before it looks at the image (issue 22's sweep, docs/training.md).
+Level 6 measures whether a model reads a word wherever it stands: level 0 puts every word at x = 12, and a
+model trained on it reads 90% of level-0 objects but 2.5% of the same words at another x (docs/training.md);
+it is numbered last so that the other levels keep their numbers.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ class Level:
     jitter: bool = False
     degrade: bool = False
     text: str = "sentence"  # a line is a "word", a "pair" (<Name> <object>) or a "sentence"
+    random_x: bool = False  # lines start at a random x instead of 12 px
     train_pages: int = 600  # default train pages of the level (the first levels are trained on longest)
 
 
@@ -85,6 +90,7 @@ LEVELS: dict[int, Level] = {
     3: Level(3, (20, 24), (448, 168), 4),
     4: Level(4, (18, 22), (448, 196), 4, heading=True, jitter=True),
     5: Level(4, (18, 22), (448, 196), 4, heading=True, jitter=True, degrade=True),
+    6: Level(1, (26, 36), (336, 56), 2, text="word", random_x=True, train_pages=2000),
 }
 
 
@@ -118,7 +124,10 @@ class PILRenderer:
         lines = [(b.block.text, bold if isinstance(b.block, Heading) else font) for b in spec.blocks]
         step = (height - 16) // len(lines)
         widest = max(draw.textlength(text, font=f) for text, f in lines)
-        x0 = rng.randint(6, max(6, int(width - widest) - 6)) if lv.jitter else 12
+        if lv.random_x:
+            x0 = rng.randint(12, max(12, int(width - widest) - 6))
+        else:
+            x0 = rng.randint(6, max(6, int(width - widest) - 6)) if lv.jitter else 12
         for i, (text, f) in enumerate(lines):
             if draw.textlength(text, font=f) > width - x0 - 2:
                 raise ValueError(f"curriculum: line {text!r} does not fit {width} px at {size} px")

@@ -23,11 +23,13 @@ from synth.curriculum import LEVELS, build, make_record
 
 @pytest.mark.parametrize("level", sorted(LEVELS))
 def test_a_curriculum_page_carries_verified_unit_tests_of_the_one_checker(level):
-    record = make_record(level, seed=0, index=7)
+    # Levels 0 and 6 are one word: a present test when it is long (level 0 index 7 and level 6 index 9:
+    # "submarine"), never an order test.
+    one_word = LEVELS[level].lines == 1
+    record = make_record(level, seed=0, index=9 if level == 6 else 7)
     types = [json.loads(t)["type"] for t in record.unit_tests]
-    # Level 0 is one word: a present test when it is long (index 7: "submarine"), never an order test.
-    expected = {"present", "baseline"} if level == 0 else {"order", "present", "baseline"}
-    assert expected <= set(types) and (level > 0 or "order" not in types)
+    expected = {"present", "baseline"} if one_word else {"order", "present", "baseline"}
+    assert expected <= set(types) and (not one_word or "order" not in types)
     for raw in record.unit_tests:
         passed, why = unit_test_from_json(raw).check(record.response)
         assert passed, why
@@ -36,6 +38,24 @@ def test_a_curriculum_page_carries_verified_unit_tests_of_the_one_checker(level)
             assert not unit_test_from_json(raw).check("")[0]
     assert record.domain == f"curriculum-l{level}" and record.image.startswith(b"\x89PNG")
     assert record.width <= 448 and record.height <= 448
+
+
+def test_level_6_draws_its_word_at_a_random_x_where_level_0_starts_every_word_at_the_same_column():
+    """Level 6 is the bridge from level 0 (a word at x = 12) to level 1 (objects after names of any width):
+    a model that only learned each word's pixels at one position cannot read it elsewhere."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    def first_ink_column(level: int, index: int) -> int:
+        ink = np.asarray(Image.open(io.BytesIO(make_record(level, 0, index).image)).convert("L")) < 128
+        return int(ink.any(axis=0).argmax())
+
+    level0 = {first_ink_column(0, i) for i in range(8)}
+    level6 = {first_ink_column(6, i) for i in range(8)}
+    assert max(level0) - min(level0) <= 4  # the glyph's own side bearing only
+    assert len(level6) >= 6 and max(level6) - min(level6) > 60
 
 
 def test_eval_pages_come_from_another_seed_and_are_written_as_the_eval_split(tmp_path):

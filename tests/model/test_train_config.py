@@ -25,6 +25,8 @@ def test_configs_train_yaml_is_the_curriculum_run():
     assert cfg.alignment.data.domain_rates == {"curriculum-l0": 1.0, "curriculum-l1": 1.0}
     assert cfg.eval_corpus == "out/corpus" and cfg.eval_corpus_fraction == 0.1
     assert cfg.grpo.sources == ("curriculum-l1",)
+    # the same pages every step, so the first-10 and last-10 reward means compare the same pages
+    assert cfg.grpo.max_prompts == cfg.grpo.prompts_per_step and cfg.grpo.baseline == "group_mean"
     assert cfg.phases == ("alignment", "robustness", "grpo", "merge", "mtp")
 
 
