@@ -369,6 +369,10 @@ def _title(rng: random.Random, layout: str, src: ContentSource, org: str) -> str
     }[layout]
 
 
+# The density goal of a table page (issue 23): >= 2 tables, or one of at least this many cells (a slide).
+LARGE_TABLE_CELLS = 30
+
+
 @dataclass(frozen=True)
 class _Draft:
     """A page being filled: its rng, content source and settings, and the body so far as (block,
@@ -416,6 +420,15 @@ class _Draft:
         self.drawn["table"] = k + 1
         return generate_table(self.rng, self.table_cats[k % len(self.table_cats)], max_cols=self.max_cols)
 
+    def large_table(self, min_cells: int = LARGE_TABLE_CELLS) -> Table:
+        """The next table of at least ``min_cells`` cells: tables drawn round-robin until one is that
+        large (5 of the 6 categories reach 30 cells, about a quarter of their tables do)."""
+        for _ in range(500):
+            table = self.table()
+            if sum(len(row) for row in table.rows) >= min_cells:
+                return table
+        raise RuntimeError(f"no table of {min_cells} cells in 500 draws")  # p ~ 0.75**500: never
+
     def name(self) -> str:
         return person_name(self.rng, self.language)
 
@@ -444,12 +457,14 @@ def _report(d: _Draft) -> None:
 
 
 def _slides(d: _Draft) -> None:
-    # On a formula or table slide the structure is the point: the bullets and text give way to it
-    # (a 16:9 slide holds little more than the title and one table).
-    text_required = d.suite == "layout"
-    d.add(d.src.list_block(ordered=False, n=3), text_required)
+    # On a formula or table slide the structure is the point: it follows the title (formulas in two
+    # columns, ``make_page_spec``; one large table, ``_suite_blocks``), and the slide's bullets come after
+    # it as filler where there is room (a 16:9 column held the title, the bullets and three formulas).
+    if d.suite != "layout":
+        return
+    d.add(d.src.list_block(ordered=False, n=3), True)
     d.add(d.src.heading(2), False)
-    d.add(d.src.paragraph(fact=False, bold=True)[0], text_required)
+    d.add(d.src.paragraph(fact=False, bold=True)[0], True)
 
 
 def _blog(d: _Draft) -> None:
@@ -560,6 +575,9 @@ def _suite_blocks(d: _Draft, layout: str) -> list[tuple[Block, bool]]:
             extra.append((d.formula(), k < required))
         p, _ = d.src.paragraph(inline_math=True, fact=False)
         extra.append((p, False))
+    elif d.suite == "table" and layout == "slides":  # a 16:9 slide holds one table: a large one
+        extra.append((d.large_table(), True))
+        extra.append((d.table(), False))
     elif d.suite == "table":
         for k in range(2):
             extra.append((d.table(), k == 0))
@@ -608,6 +626,10 @@ def _fill_section(d: _Draft, layout: str, k: int) -> list[Block]:
         out.append(src.heading(2 if layout == "slides" else 3))
     elif layout == "newspaper" and rng.random() < 0.2:
         out.append(src.heading(3))
+    if d.suite in ("formula", "table") and layout == "slides":  # bullets: short enough for a column's gap
+        out.append(src.list_block(ordered=False, n=rng.randint(2, 3)))
+        out.append(d.formula() if d.suite == "formula" else d.table())
+        return out
     if d.suite == "formula":
         out.append(src.paragraph(inline_math=rng.random() < 0.6, fact=False)[0])
         out.append(d.formula())
@@ -679,6 +701,8 @@ def make_page_spec(layout: str, suite: str, seed: int, id: str | None = None, *,
     src = ContentSource(rng, density, language)
     org = rng.choice(_ZH_ORGS if zh else _ORGS)
     theme = page_theme(layout, seed, language)  # its own rng: fonts, colours, margins, columns, page size
+    if layout == "slides" and suite == "formula":  # >= 8 formulas need both halves of a slide
+        theme = replace(theme, columns=2)
     columns = theme.columns
     furniture = _furniture_zh(rng, layout, org) if zh else _furniture(rng, layout, org)
     title = _title_zh(rng, layout, src) if zh else _title(rng, layout, src, org)

@@ -133,7 +133,7 @@ async (timeoutMs) => {
 # current column if it fits there (a figure that does not may shrink to 90..40 % of the column
 # width), else in the next column; a block that fits in no column is left out, a required one by
 # evicting optional blocks from the last column first. Before moving on from a column, the next
-# few optional paragraphs, lists and formulas are tried in its gap. Footnotes stay at the end of the
+# few optional paragraphs, lists, tables and formulas are tried in its gap. Footnotes stay at the end of the
 # last column; optional headings left at the end of a column, or before another heading, are
 # removed. Returns what stayed: ``placed`` ([element index, column] in reading order), ``shrunk``
 # ([element index, width %]) and ``missing`` (required elements that fit nowhere).
@@ -175,7 +175,8 @@ FLOW_JS = r"""
   };
   const done = new Set(), missing = [];
   const gapFillers = (from) => body.slice(from + 1).filter((el) => optional[idx.get(el)] && !done.has(el)
-    && (el.localName === "p" || el.localName === "ul" || el.localName === "ol" || el.classList.contains("math-display")));
+    && (el.localName === "p" || el.localName === "ul" || el.localName === "ol" || el.localName === "table"
+        || el.classList.contains("math-display")));
   const skip = (el) => done.has(el) || (misses >= 4 && optional[idx.get(el)]);  // misses: the last column is full
   // Each trial costs a layout. So, until a column first runs out of room, the next 3 blocks are tried in
   // one: blocks only stack down, so when all of them fit at once, each fits after its predecessors, as

@@ -96,13 +96,20 @@ def test_page_is_filled_from_what_fits(renderer: HtmlRenderer, layout: str, suit
     assert again.spec is None and again.png == page.png
 
 
-def test_density_minimums(renderer: HtmlRenderer) -> None:
-    formula = synthesize_page(page_spec("report", "formula", 8, "dense-formula"), renderer)
+@pytest.mark.parametrize("layout", ["report", "slides", "newspaper"])
+def test_density_minimums(renderer: HtmlRenderer, layout: str) -> None:
+    # Slides are the tight case: one 16:9 column held three formulas or one table (issue 23's sample).
+    formula = synthesize_page(page_spec(layout, "formula", 8, f"dense-formula-{layout}"), renderer)
     math = [t for t in formula.tests if t.type == "math"]
     assert len(math) >= 8
     blocks = reading_order(formula.spec)
     assert {b.category for b in blocks if isinstance(b, Formula)} == set(FORMULA_CATEGORIES)
     assert any("\\(" in b.text for b in blocks if isinstance(b, Paragraph))  # inline ones too
+    slide = synthesize_page(page_spec("slides", "table", 8 + len(layout), f"dense-table-slide-{layout}"), renderer)
+    tables = [b for b in reading_order(slide.spec) if isinstance(b, Table)]
+    assert len(tables) >= 2 or max(map(_cells, tables)) >= 30
+    if layout != "report":
+        return
     cats: set[str] = set()
     for layout, seed in (("report", 9), ("invoice", 10), ("blog", 11)):
         table = synthesize_page(page_spec(layout, "table", seed, f"dense-table-{layout}"), renderer)
