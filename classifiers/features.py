@@ -324,7 +324,8 @@ def _skew(left: np.ndarray, right: np.ndarray, half: int, max_degrees: float = 5
         return 0.0
     left = left - left.mean()
     right = right - right.mean()
-    reach = max(1, int(math.tan(math.radians(max_degrees)) * half))
+    # At most h - 1: on a strip shorter than the reach (a text-line crop) a larger shift would slice past the ends.
+    reach = max(1, min(int(math.tan(math.radians(max_degrees)) * half), h - 1))
     scores = [float(np.dot(left[max(0, -d): h - max(0, d)], right[max(0, d): h - max(0, -d)]))
               for d in range(-reach, reach + 1)]
     dy = int(np.argmax(scores)) - reach
