@@ -100,6 +100,7 @@ def plain_client(base_url: str, n: int, concurrency: int, max_tokens: int) -> di
 def beam_stage(base_url: str, n: int, concurrency: int, max_tokens: int, cache: str, via: str) -> dict:
     import apache_beam as beam
 
+    from pipelines.local_runner import LocalRunner
     from pipelines.relabel_stages import RelabelStage
     from pipelines.transforms import ApplyBatchStage
     from relabel.stages import RelabelConfig
@@ -107,7 +108,7 @@ def beam_stage(base_url: str, n: int, concurrency: int, max_tokens: int, cache: 
     stage = RelabelStage(RelabelConfig(client=ClientConfig(base_url=base_url, concurrency=concurrency, timeout_s=300),
                                        cache_path=cache, max_tokens=max_tokens, tasks=()))
     t0 = time.perf_counter()
-    with beam.Pipeline(argv=["--direct_running_mode=in_memory"]) as p:
+    with beam.Pipeline(runner=LocalRunner(), argv=["--direct_running_mode=in_memory"]) as p:
         records = p | beam.Create(range(n)) | beam.Map(make_record)
         if via == "runinference":
             from apache_beam.ml.inference.base import RemoteModelHandler, RunInference

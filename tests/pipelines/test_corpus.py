@@ -16,6 +16,7 @@ from apache_beam.pipeline import PipelineVisitor
 from pipelines import corpus
 from pipelines.accounting import Envelope, Kind
 from pipelines.config import load_config
+from pipelines.local_runner import LocalRunner
 from schemas.manifest import RunManifest
 from schemas.page import PAGE_SCHEMA, PageRecord, validate
 from tests.helpers import IN_MEMORY, sample_config
@@ -150,7 +151,7 @@ class StepLabels(PipelineVisitor):
 
 def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
     cfg = load_config(sample_config(samples_root, tmp_path))
-    p = beam.Pipeline(options=PipelineOptions(IN_MEMORY))
+    p = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions(IN_MEMORY))
     corpus.build_pipeline(p, cfg, IN_MEMORY)
     steps = StepLabels()
     p.visit(steps)
@@ -170,7 +171,7 @@ def test_pages_are_spilled_in_the_fused_step_that_renders_them(samples_root, tmp
     from apache_beam.runners.portability.fn_api_runner import translations as t
 
     cfg = load_config(sample_config(samples_root, tmp_path))
-    p = beam.Pipeline(options=PipelineOptions(IN_MEMORY))
+    p = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions(IN_MEMORY))
     corpus.build_pipeline(p, cfg, IN_MEMORY)
     phases = [t.annotate_downstream_side_inputs, t.annotate_stateful_dofns_as_roots, t.fix_side_input_pcoll_coders,
               t.pack_combiners, t.lift_combiners, t.expand_sdf, t.expand_gbk, t.sink_flattens, t.greedily_fuse,

@@ -8,6 +8,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.local_runner import LocalRunner
 from pipelines.relabel_stages import AuditStage, PreferenceStage, RelabelStage, loop_kind
 from relabel.client import ClientConfig, ServerUnavailable
 from relabel.prompts import parse_verdict
@@ -180,7 +181,7 @@ def test_beam_batches_balance_and_a_rerun_sends_nothing(proxy, tmp_path):
 
     def run():
         _GOT.clear()
-        with beam.Pipeline() as p:
+        with beam.Pipeline(runner=LocalRunner()) as p:
             (p | beam.Create([Envelope(Kind.ITEM, r) for r in records(10)])
              | beam.BatchElements(min_batch_size=4, max_batch_size=8)
              | beam.ParDo(ApplyBatchStage("audit", stage)) | beam.Map(_collect))

@@ -1,0 +1,54 @@
+"""The local runner never starts Beam's Prism runner (which downloads a binary from GitHub on every run),
+where Beam's own DirectRunner does; other runners named by ``--runner`` are left to Beam.
+
+PrismRunner.run_pipeline is replaced by a recorder: the real one would try the download, which cannot
+run here (no network), so whether it is called is the behaviour under test."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability import prism_runner
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipelines.local_runner import LocalRunner, pipeline_runner
+
+IN_MEMORY = ["--direct_running_mode=in_memory"]
+
+
+@pytest.fixture()
+def prism_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+
+    def refuse(self, pipeline, options):
+        calls.append("prism")
+        raise RuntimeError("Prism is not to be started")  # the DirectRunner then falls back, as offline
+
+    monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", refuse)
+    return calls
+
+
+def _squares(runner, args: list[str]) -> None:
+    options = PipelineOptions(args)
+    with beam.Pipeline(runner=runner, options=options) as p:
+        assert_that(p | beam.Create([1, 2, 3]) | beam.Map(lambda x: x * x), equal_to([1, 4, 9]))
+
+
+@pytest.mark.parametrize("args", [IN_MEMORY, IN_MEMORY + ["--runner=DirectRunner"],
+                                  ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]])
+def test_default_and_direct_runner_options_run_without_prism(prism_calls: list[str], args: list[str]) -> None:
+    runner = pipeline_runner(PipelineOptions(args))
+    assert isinstance(runner, LocalRunner)
+    _squares(runner, args)
+    assert prism_calls == []
+
+
+def test_beams_own_direct_runner_tries_prism_first(prism_calls: list[str]) -> None:
+    _squares(None, IN_MEMORY)  # Beam's default: the control that shows the recorder sees a Prism start
+    assert prism_calls == ["prism"]
+
+
+def test_other_runners_are_left_to_beam() -> None:
+    for name in ("apache_beam.runners.dask.dask_runner.DaskRunner", "DataflowRunner", "FlinkRunner", "PrismRunner"):
+        assert pipeline_runner(PipelineOptions([f"--runner={name}"])) is None
