@@ -87,8 +87,11 @@ class ApplyStage(beam.DoFn):
         self._seen += 1
         if self.progress_every and self._seen % self.progress_every == 0:
             rate = self._seen / (time.perf_counter() - self._started)
-            print(f"[{self.stage} pid {os.getpid()}] {self._seen} records, {rate:.1f}/s",
-                  file=sys.stderr, flush=True)
+            # One write per line: workers share the launcher's stderr, and print() writes the text and its
+            # newline apart, so two workers' lines could interleave (an unbuffered stderr, as Beam's
+            # multi-process workers have, passes each write straight through; a short one is atomic).
+            sys.stderr.write(f"[{self.stage} pid {os.getpid()}] {self._seen} records, {rate:.1f}/s\n")
+            sys.stderr.flush()
 
 
 class ApplyBatchStage(beam.DoFn):
