@@ -37,6 +37,7 @@ from benchmarks.synth_cpu import cpu_seconds, warm_up  # noqa: E402  (process tr
 from schemas.browser import launch_chromium, shared_browser  # noqa: E402
 from schemas.deadletter import RecordError  # noqa: E402
 from synth.blocks import Formula, Table  # noqa: E402
+from synth.content import LARGE_TABLE_CELLS  # noqa: E402
 from synth.pages import page_spec, synthesize_page  # noqa: E402
 from synth.plan import page_language, plan  # noqa: E402
 from synth.reference import reading_order  # noqa: E402
@@ -133,8 +134,8 @@ def main() -> None:
                 tables = [b for b in blocks if isinstance(b, Table)]
                 table_cats.update(t.category for t in tables)
                 tables_per_page.append(len(tables))
-                cells = max((sum(len(row) for row in t.rows) for t in tables), default=0)
-                dense_table_pages[0] += len(tables) >= 2 or cells >= 30
+                cells = max((t.cell_count for t in tables), default=0)
+                dense_table_pages[0] += len(tables) >= 2 or cells >= LARGE_TABLE_CELLS
                 dense_table_pages[1] += 1
         shared_s = time.perf_counter() - t0 - measure_s
         cpu_s = cpu_seconds() - c0 - measure_cpu_s

@@ -23,12 +23,11 @@ from typing import Any, Iterator
 import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from classifiers import index as ix
 from classifiers.embed import load_embedder, read_embeddings, write_embeddings
 from classifiers.extract import INPUT_FEATURES, extract_shard, matrix, read_feature_rows
-from pipelines.local_runner import pipeline_runner
+from pipelines.local_runner import new_pipeline
 from pipelines.quiet import QUIET_BEAM_ARGS
 
 DEFAULT_BEAM_ARGS = ("--runner=DirectRunner", "--direct_running_mode=in_memory", "--direct_num_workers=1")
@@ -145,8 +144,7 @@ def write_merged(blob: bytes | None, path: str) -> str:
 
 def _pipeline(beam_args: list[str] | None) -> beam.Pipeline:
     args = list(beam_args if beam_args is not None else DEFAULT_BEAM_ARGS) + list(QUIET_BEAM_ARGS)
-    options = PipelineOptions(args)
-    return beam.Pipeline(runner=pipeline_runner(options), options=options)
+    return new_pipeline(args)
 
 
 def sample_embeddings(paths: list[str], limit: int, seed: int = 0) -> np.ndarray:

@@ -54,7 +54,7 @@ from pipelines.clean.dedup_stage import (
 )
 from pipelines.clean.registry import build_stage
 from pipelines.config import CleanConfig, CorpusConfig, SourceSettings, load_config
-from pipelines.local_runner import pipeline_runner
+from pipelines.local_runner import new_pipeline
 from pipelines.quiet import quiet_beam_args, quiet_stderr
 from pipelines.refresh import (
     FAST_PATH_MAX_INPUTS,
@@ -715,8 +715,7 @@ def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | N
         manifest, planned = fast_path(cfg, args, previous, started)
         if manifest is not None:
             return manifest
-    options = PipelineOptions(args)
-    p = beam.Pipeline(runner=pipeline_runner(options), options=options)
+    p = new_pipeline(args)
     build_pipeline(p, cfg, args, previous, planned)
     result = p.run()
     try:

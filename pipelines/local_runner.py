@@ -11,12 +11,14 @@ naming anything else (DaskRunner, Dataflow, Flink, Spark, Prism itself) is left 
 
 from __future__ import annotations
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineResult, PipelineRunner
 
-# --runner values that mean Beam's DirectRunner (its default when none is given).
-DIRECT_RUNNER_NAMES = frozenset({"DirectRunner", "direct", "SwitchingDirectRunner"})
+# --runner values that mean Beam's DirectRunner (its default when none is given), as Beam reads them: the
+# class name, any case, "Runner" optional, or its full dotted path.
+DIRECT_RUNNER_NAMES = frozenset({"direct", "switchingdirect"})
 
 
 class LocalRunner(SwitchingDirectRunner):
@@ -37,7 +39,16 @@ def pipeline_runner(options: PipelineOptions) -> PipelineRunner | None:
     """``LocalRunner`` where ``options`` name no runner or the DirectRunner; None (Beam creates the
     runner the options name) otherwise."""
     name = options.view_as(StandardOptions).runner
-    return LocalRunner() if name is None or name in DIRECT_RUNNER_NAMES else None
+    if name is None:
+        return LocalRunner()
+    short = name.rsplit(".", 1)[-1].lower()
+    return LocalRunner() if short.removesuffix("runner") in DIRECT_RUNNER_NAMES else None
 
 
-__all__ = ["DIRECT_RUNNER_NAMES", "LocalRunner", "pipeline_runner"]
+def new_pipeline(args: list[str]) -> beam.Pipeline:
+    """A ``beam.Pipeline`` over ``args`` on the runner ``pipeline_runner`` picks."""
+    options = PipelineOptions(args)
+    return beam.Pipeline(runner=pipeline_runner(options), options=options)
+
+
+__all__ = ["DIRECT_RUNNER_NAMES", "LocalRunner", "new_pipeline", "pipeline_runner"]

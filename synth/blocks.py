@@ -58,6 +58,11 @@ class Table:
     style: str = "ruled"  # ruled | borderless | grid
     category: str = ""  # e.g. spanned, dense_numeric, transposed, borderless, empty_cells, checkbox
 
+    @property
+    def cell_count(self) -> int:
+        """Cells as written (a spanning cell counts once): the measure of a table page's density goal."""
+        return sum(len(row) for row in self.rows)
+
 
 @dataclass(frozen=True)
 class ListBlock:

@@ -425,7 +425,7 @@ class _Draft:
         large (5 of the 6 categories reach 30 cells, about a quarter of their tables do)."""
         for _ in range(500):
             table = self.table()
-            if sum(len(row) for row in table.rows) >= min_cells:
+            if table.cell_count >= min_cells:
                 return table
         raise RuntimeError(f"no table of {min_cells} cells in 500 draws")  # p ~ 0.75**500: never
 

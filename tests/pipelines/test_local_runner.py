@@ -13,8 +13,7 @@ from apache_beam.runners.portability import prism_runner
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.local_runner import LocalRunner, pipeline_runner
-
-IN_MEMORY = ["--direct_running_mode=in_memory"]
+from tests.helpers import IN_MEMORY
 
 
 @pytest.fixture()

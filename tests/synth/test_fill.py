@@ -37,10 +37,6 @@ def _spec(blocks: list[tuple[object, bool]], id: str) -> PageSpec:
                     blocks=tuple(PlacedBlock(b, 0, opt) for b, opt in blocks))
 
 
-def _cells(table: Table) -> int:
-    return sum(len(row) for row in table.rows)
-
-
 # -- specs (no browser) ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("layout", ["report", "paper", "slides"])
@@ -107,14 +103,14 @@ def test_density_minimums(renderer: HtmlRenderer, layout: str) -> None:
     assert any("\\(" in b.text for b in blocks if isinstance(b, Paragraph))  # inline ones too
     slide = synthesize_page(page_spec("slides", "table", 8 + len(layout), f"dense-table-slide-{layout}"), renderer)
     tables = [b for b in reading_order(slide.spec) if isinstance(b, Table)]
-    assert len(tables) >= 2 or max(map(_cells, tables)) >= 30
+    assert len(tables) >= 2 or max(t.cell_count for t in tables) >= 30
     if layout != "report":
         return
     cats: set[str] = set()
     for layout, seed in (("report", 9), ("invoice", 10), ("blog", 11)):
         table = synthesize_page(page_spec(layout, "table", seed, f"dense-table-{layout}"), renderer)
         tables = [b for b in reading_order(table.spec) if isinstance(b, Table)]
-        assert len(tables) >= 2 or max(map(_cells, tables)) >= 30
+        assert len(tables) >= 2 or max(t.cell_count for t in tables) >= 30
         assert sum(t.type == "table" for t in table.tests) >= 12
         cats |= {t.category for t in tables}
     assert cats == set(TABLE_CATEGORIES)
