@@ -444,7 +444,9 @@ def row_bytes(table: pa.Table | pa.RecordBatch) -> pa.Array:
     fields) plus offsets, as Arrow holds them; int64."""
     total = np.zeros(table.num_rows, dtype=np.int64)
     for column in table.columns:
-        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if isinstance(column, pa.ChunkedArray):
+            # combine_chunks copies even a single chunk: ~0.3 ms a page for the image column's fresh memory
+            column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         total += _value_bytes(column)
     return pa.array(total)
 

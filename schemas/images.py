@@ -78,9 +78,13 @@ def grey_if_achromatic(bgr: np.ndarray) -> np.ndarray | None:
     OpenCV's BGR->grey weights sum to one in fixed point, so a pixel (v, v, v) maps to v; grey->BGR
     therefore reproduces the page iff every pixel is achromatic. The test does not depend on channel
     order, so RGB pages may be passed too. Two SIMD passes, ~4x cheaper than comparing channel views
-    in numpy.
+    in numpy. A colour pixel among every 7th of every 7th row ends it first: most real PDF pages have
+    colour, and that look costs ~1/3 of the two passes.
     """
     bgr = np.ascontiguousarray(bgr)
+    sample = bgr[::7, ::7]
+    if (sample[..., 0] != sample[..., 1]).any() or (sample[..., 1] != sample[..., 2]).any():
+        return None
     grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
     if cv2.norm(bgr, cv2.cvtColor(grey, cv2.COLOR_GRAY2BGR), cv2.NORM_INF) == 0:
         return grey

@@ -120,10 +120,15 @@ def test_the_whole_real_pdf_folder_ingests_with_pdfiums_pixels(tmp_path):
     assert seen == {(rel, i + 1) for rel, n in expected.items() for i in range(n)}
 
 
+SPLIT_RUNS: list[tuple[str, int, int]] = []  # (file, page, run start) that reference_lines split per character
+
+
 def reference_lines(path: Path, index: int, longest_side: int = 1288) -> list[tuple]:
-    """Line boxes as ``schemas.pdf_pages`` defines them, written plainly: every character's box through
-    pypdfium2's typed binding, a line ending at a generated break or a char that does not overlap it
-    vertically (whitespace and box-less chars join it without a box)."""
+    """Line boxes as ``schemas.pdf_pages`` defines them, written plainly through pypdfium2's typed
+    binding: the text between generated line breaks, boxed by the union of pdfium's text rectangles
+    over it less the whitespace at its ends; where a rectangle lies wholly above or below the union so
+    far, that text is instead split at every character whose box does not overlap the line so far
+    (whitespace and box-less chars join a line without a box)."""
     import ctypes
 
     pdf = pdfium.PdfDocument(str(path))
@@ -137,38 +142,59 @@ def reference_lines(path: Path, index: int, longest_side: int = 1288) -> list[tu
         if n <= 0 or len(text) != n:
             return []
         boxes = [ctypes.c_double() for _ in range(4)]
-        lines, box, chars = [], None, []
+        lines = []
 
-        def flush():
+        def add(box, chars):
             content = " ".join("".join(chars).split())
             if box is not None and content and box[2] > box[0] and box[3] > box[1]:
                 lines.append((box[0] * scale, (height - box[3]) * scale, box[2] * scale, (height - box[1]) * scale,
                               content))
 
-        for i, ch in enumerate(text):
-            if ch in "\r\n":
-                flush()
-                box, chars = None, []
-                continue
-            if not pdfium.raw.FPDFText_GetCharBox(textpage.raw, i, *boxes) or ch.isspace():
+        def per_character(start, end):
+            SPLIT_RUNS.append((path.name, index, start))
+            box, chars = None, []
+            for i in range(start, end):
+                ch = text[i]
+                if ch.isspace() or not pdfium.raw.FPDFText_GetCharBox(textpage.raw, i, *boxes):
+                    chars.append(ch)
+                    continue
+                left, right, bottom, top = (b.value for b in boxes)
+                if box is not None and (bottom > box[3] or top < box[1]):
+                    add(box, chars)
+                    box, chars = None, []
+                box = [left, bottom, right, top] if box is None else [
+                    min(box[0], left), min(box[1], bottom), max(box[2], right), max(box[3], top)]
                 chars.append(ch)
-                continue
-            left, right, bottom, top = (b.value for b in boxes)
-            if box is not None and (bottom > box[3] or top < box[1]):
-                flush()
-                box, chars = None, []
-            box = [left, bottom, right, top] if box is None else [
-                min(box[0], left), min(box[1], bottom), max(box[2], right), max(box[3], top)]
-            chars.append(ch)
-        flush()
+            add(box, chars)
+
+        start = 0
+        for end in [i for i, ch in enumerate(text) if ch in "\r\n"] + [n]:
+            run = text[start:end]
+            if run.strip():
+                first = start + len(run) - len(run.lstrip())
+                rects = []
+                for k in range(pdfium.raw.FPDFText_CountRects(textpage.raw, first, len(run.strip()))):
+                    pdfium.raw.FPDFText_GetRect(textpage.raw, k, *boxes)
+                    left, top, right, bottom = (b.value for b in boxes)
+                    rects.append((left, bottom, right, top))
+                box = None
+                for rect in rects:
+                    if box is not None and (rect[1] > box[3] or rect[3] < box[1]):
+                        per_character(start, end)
+                        break
+                    box = list(rect) if box is None else [min(box[0], rect[0]), min(box[1], rect[1]),
+                                                          max(box[2], rect[2]), max(box[3], rect[3])]
+                else:
+                    add(box, [run])
+            start = end + 1
         return lines
     finally:
         pdf.close()
 
 
-def test_render_stage_line_boxes_are_the_plain_per_character_ones():
+def test_render_stage_line_boxes_are_the_plain_definitions():
     """The render stage takes pixels, text layer and line boxes from one page load (``render_pdf_page``)
-    with a faster character loop; the boxes are those of the plain definition, and those of
+    with ctypes calls the typed binding would slow; the boxes are those of the plain definition, and those of
     ``pdf_line_boxes`` (its own page load)."""
     from schemas.layout import element
     from schemas.pdf_pages import pdf_line_boxes, render_pdf_page
@@ -189,6 +215,7 @@ def test_render_stage_line_boxes_are_the_plain_per_character_ones():
                 pdf.close()
             checked += len(want)
     assert checked > 100  # the scientific tables and the filing carry many lines
+    assert SPLIT_RUNS  # both kinds of run were checked: boxed by rectangles and split per character
     # and the stage stores them as text_line elements, clipped to the page
     source = LocalFolderSource(SourceSettings(name="real", kind="local_folder", paths=(str(BUNDLED),)))
     page = next(p for unit in source.plan(str(BUNDLED)) for row in source.read(unit) for p in row.pages

@@ -11,7 +11,7 @@ from PIL import Image
 
 from pipelines.render import RenderConfig
 from schemas.deadletter import RecordError
-from schemas.images import ImageEncoding, decode_rgb, encode_image, open_image
+from schemas.images import ImageEncoding, decode_rgb, encode_image, grey_if_achromatic, open_image
 from schemas.png import encode_png
 
 
@@ -56,3 +56,13 @@ def test_decode_rgb_gives_pillows_rgb_pixels(mode: str):
         assert np.array_equal(decode_rgb(encode_png(expected)), expected)
     with pytest.raises(ValueError, match="decode_rgb"):
         decode_rgb(b"not an image")
+
+
+@pytest.mark.parametrize("where", [(0, 0), (3, 5), (699, 499)])  # on the 7-px sample grid, off it, the last pixel
+def test_one_colour_pixel_anywhere_makes_a_page_colour(where):
+    rng = np.random.default_rng(7)
+    page = np.repeat(rng.integers(0, 256, (700, 500, 1), dtype=np.uint8), 3, axis=2)  # grey, not flat
+    grey = grey_if_achromatic(page)
+    assert grey is not None and np.array_equal(grey, page[..., 0])
+    page[where] = (page[where][0], page[where][0], page[where][0] ^ 1)  # one channel off by one
+    assert grey_if_achromatic(page) is None
