@@ -51,3 +51,28 @@ def test_beams_own_direct_runner_tries_prism_first(prism_calls: list[str]) -> No
 def test_other_runners_are_left_to_beam() -> None:
     for name in ("apache_beam.runners.dask.dask_runner.DaskRunner", "DataflowRunner", "FlinkRunner", "PrismRunner"):
         assert pipeline_runner(PipelineOptions([f"--runner={name}"])) is None
+
+
+def test_the_local_runner_runs_the_graph_without_a_runner_api_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pipeline.run rebuilds the whole graph from its runner-API form first unless the runner runs on the
+    Fn API (~1 s for the corpus DAG). The FnApiRunner serialises the graph itself, so the local runner
+    skips that (Beam skips it for its own DirectRunner by class name). A spy counts the rebuilds."""
+    rebuilds: list[int] = []
+    original = beam.Pipeline.from_runner_api
+
+    def counted(*args, **kwargs):
+        rebuilds.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(beam.Pipeline, "from_runner_api", staticmethod(counted))
+    _squares(LocalRunner(), IN_MEMORY)
+    assert rebuilds == []
+    _squares(_RoundTripping(), IN_MEMORY)  # a control: the spy sees Beam's rebuild where it happens
+    assert rebuilds == [1]
+
+
+class _RoundTripping(LocalRunner):
+    """The local runner as it was before, for the control above: Beam rebuilds its graph."""
+
+    def is_fnapi_compatible(self) -> bool:
+        return False
