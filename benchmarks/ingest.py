@@ -179,7 +179,9 @@ def run_pipeline(root: Path, workers: int, shard_mb: int) -> tuple[float, int, i
 def _pdftoppm(args: tuple[Path, Path]) -> None:
     pdf, out = args
     out.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["pdftoppm", "-scale-to", "1288", "-png", str(pdf), str(out / pdf.stem)], check=True)
+    # stderr: poppler warns on every odd operator of the gnarly PDFs
+    subprocess.run(["pdftoppm", "-scale-to", "1288", "-png", str(pdf), str(out / pdf.stem)], check=True,
+                   stderr=subprocess.DEVNULL)
 
 
 def run_pdftoppm(pdfs: list[tuple[Path, int]], workers: int) -> float:
