@@ -211,7 +211,7 @@ _COUNT_RECTS = ctypes.CFUNCTYPE(ctypes.c_int, _VOIDP, ctypes.c_int, ctypes.c_int
     ctypes.cast(pdfium.raw.FPDFText_CountRects, _VOIDP).value)
 _GET_RECT = ctypes.CFUNCTYPE(ctypes.c_int, _VOIDP, ctypes.c_int, _VOIDP, _VOIDP, _VOIDP, _VOIDP)(
     ctypes.cast(pdfium.raw.FPDFText_GetRect, _VOIDP).value)
-_BREAKS = re.compile(r"[\r\n]+")
+_RUN = re.compile(r"[^\r\n]+")  # text between line breaks (pdfium generates \r\n between lines)
 
 
 def _text_lines(textpage, height: float, scale: float) -> list[tuple[float, float, float, float, str]]:
@@ -237,8 +237,9 @@ def _text_lines(textpage, height: float, scale: float) -> list[tuple[float, floa
     left, top, right, bottom = (ctypes.c_double() for _ in range(4))
     at = tuple(map(ctypes.addressof, (left, top, right, bottom)))
     lines: list[tuple[float, float, float, float, str]] = []
-    for start, end in _runs(text):
-        chunk = text[start:end]
+    for run in _RUN.finditer(text):
+        start, end = run.span()
+        chunk = run.group()
         body = chunk.strip()
         if not body:
             continue
@@ -250,7 +251,6 @@ def _text_lines(textpage, height: float, scale: float) -> list[tuple[float, floa
             if box is None:
                 box = [x0, y0, x1, y1]
             elif y0 > box[3] or y1 < box[1]:  # not on the line so far: split per character
-                box = None
                 lines.extend(_char_lines(textpage, text, start, end, height, scale))
                 break
             else:
@@ -259,18 +259,6 @@ def _text_lines(textpage, height: float, scale: float) -> list[tuple[float, floa
             if box is not None:
                 _add_line(lines, body, tuple(box), height, scale)
     return lines
-
-
-def _runs(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of the text between line breaks (pdfium generates ``\r\n`` between lines)."""
-    runs, start = [], 0
-    for match in _BREAKS.finditer(text):
-        if match.start() > start:
-            runs.append((start, match.start()))
-        start = match.end()
-    if len(text) > start:
-        runs.append((start, len(text)))
-    return runs
 
 
 def _char_lines(textpage, text: str, start: int, end: int, height: float,
