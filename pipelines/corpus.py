@@ -25,11 +25,13 @@ Every step takes and gives one collection of ``pipelines.accounting.Envelope``s 
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import functools
 import json
 import logging
 import operator
+import os
 import sys
 import time
 import uuid
@@ -715,7 +717,8 @@ def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | N
         manifest, planned = fast_path(cfg, args, previous, started)
         if manifest is not None:
             return manifest
-    p = new_pipeline(args)
+    # multi-processing workers start now and import this module (every stage's code) while the graph is built
+    p = new_pipeline(args, worker_modules=("pipelines.corpus",))
     build_pipeline(p, cfg, args, previous, planned)
     result = p.run()
     try:
@@ -789,4 +792,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Every file of the run is written and closed. Run the exit handlers (temporary folders, logging), then
+    # end without the interpreter's teardown of every module Beam and the stages imported: ~0.3 s of each run.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
