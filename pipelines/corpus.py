@@ -142,6 +142,19 @@ def summed_count(key: tuple[str, str, str, str], total: float) -> Envelope:
     return Envelope(Kind.COUNT, CountEvent(*key, total))
 
 
+def keyed_event(event: CountEvent) -> tuple[tuple[str, str, str, str, str], float]:
+    return (event.stage, event.source, event.kind, event.reason, event.unit), event.value
+
+
+def summed_event(key: tuple[str, str, str, str, str], total: float) -> Envelope:
+    stage, source, kind, reason, unit = key
+    return Envelope(Kind.EVENT, CountEvent(stage, source, kind, reason, total, unit))
+
+
+def is_not_event(envelope: Envelope) -> bool:
+    return envelope.kind != Kind.EVENT
+
+
 def keyed_stat(spilled: Spilled) -> tuple[tuple[str, int], SpillStat]:
     return spilled.key, spilled.stat
 
@@ -446,7 +459,12 @@ class Clean(beam.PTransform):
 
 class SpillPages(beam.PTransform):
     """The write stage's first half: records -> per-bundle spill files (``SPILL``), and with dedup
-    each record's small grouping keys (``DEDUP_KEY``)."""
+    each record's small grouping keys (``DEDUP_KEY``).
+
+    The branch's count events leave it summed per (stage, source, kind, reason, unit): the branches meet
+    in a Flatten, a fusion break where every element is encoded, buffered and decoded again, and each
+    page brings ~13 events (3 per stage it passed). A combiner sums them within the fused step first
+    (Beam lifts it there), so about one element a page crosses: its ``SPILL``."""
 
     def __init__(self, spill_dir: str, cfg: WriteConfig, dedup: DedupConfig | None):
         super().__init__()
@@ -454,7 +472,15 @@ class SpillPages(beam.PTransform):
 
     def expand(self, envelopes):
         key_fn = functools.partial(dedup_key_members, self.dedup) if self.dedup is not None else None
-        return envelopes | "Spill" >> beam.ParDo(Spill(self.spill_dir, self.cfg, key_fn))
+        spilled = envelopes | "Spill" >> beam.ParDo(Spill(self.spill_dir, self.cfg, key_fn))
+        events = (
+            spilled
+            | "Events" >> payloads(Kind.EVENT)
+            | "KeyEvents" >> beam.Map(keyed_event)
+            | "SumEvents" >> beam.CombinePerKey(sum)
+            | "TagEvents" >> beam.MapTuple(summed_event)
+        )
+        return (spilled | "NotEvents" >> beam.Filter(is_not_event), events) | "WithEvents" >> beam.Flatten()
 
 
 class Dedup(beam.PTransform):
