@@ -45,6 +45,7 @@ WARM_ENV = "PAGEMILL_WARM_WORKER"  # set in a warm worker's environment: which s
 CONNECT_WAIT_S = 30.0  # how long ``attach`` waits for a just-started worker to open its socket
 GRPC_THREADS = ("grpc", "event_engine", "lifeguard")  # what gRPC's core names its threads (Linux thread names)
 PARENT_CHECK_S = 0.5  # how often a waiting worker checks that its launcher is still there
+CLOSE_WAIT_S = 10.0  # how long ``close`` waits for a claimed worker to exit before it kills it
 
 
 class WarmWorkers:
@@ -90,12 +91,17 @@ class WarmWorkers:
         return f"{shlex.quote(sys.executable)} -m pipelines.warm_workers attach {shlex.quote(str(self.folder))}"
 
     def close(self) -> None:
-        """Stop the workers no runner claimed and reap them all (a claimed one exits as soon as its harness
-        returns, which is before its runner's run ends)."""
+        """Stop the workers no runner claimed and reap them all. A claimed one exits as soon as its harness
+        returns, which is before its runner's run ends, even a failed one (the runner closes its workers'
+        channels either way); one still running ``CLOSE_WAIT_S`` later is killed."""
         for slot, process in enumerate(self.processes):
             if _claim(self.folder, slot):
                 process.kill()
-            process.wait()
+            try:
+                process.wait(timeout=CLOSE_WAIT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         self.processes = []
         shutil.rmtree(self.folder, ignore_errors=True)
         atexit.unregister(self.close)
@@ -126,9 +132,14 @@ class _Forked:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
 
-    def wait(self) -> None:
+    def wait(self, timeout: float | None = None) -> None:
+        """Reap the worker; ``subprocess.TimeoutExpired`` if it is still running after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
+            while os.waitpid(self.pid, 0 if deadline is None else os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(f"warm SDK worker {self.pid}", timeout)
+                time.sleep(0.01)
 
 
 def can_fork() -> bool:

@@ -110,6 +110,36 @@ def test_a_runner_wanting_more_workers_than_wait_gets_beams_own(tmp_path: Path, 
     assert "0" not in {slot for _, slot, _, _ in seen}  # the dead worker served nothing
 
 
+def test_a_failed_run_leaves_no_worker_behind(tmp_path: Path) -> None:
+    """A stage raises on a forked worker: the run fails with the stage's error, and every worker of the pool
+    has exited and been reaped by the time the failure reaches the caller."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(REPO)!r})
+        import apache_beam as beam
+        from pipelines.local_runner import new_pipeline
+        from tests.pipelines.test_warm_workers import MULTI, _reaped
+
+        def fail(x):
+            raise ValueError(f"no good: {{x}}")
+
+        p = new_pipeline(MULTI)
+        pids = p.runner.warm.pids
+        p | beam.Create(range(4)) | beam.Map(fail)
+        try:
+            p.run().wait_until_finish()
+            error = ""
+        except Exception as exc:
+            error = str(exc)
+        print(json.dumps({{"error": error, "reaped": [_reaped(pid) for pid in pids]}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "no good" in report["error"]
+    assert report["reaped"] == [True, True]
+
+
 def test_close_stops_the_workers_no_runner_claimed(tmp_path: Path) -> None:
     pool = WarmWorkers.start(2, fork=False)
     pids = pool.pids
