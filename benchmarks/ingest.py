@@ -435,8 +435,8 @@ def main() -> None:
     rss1, rss4 = max(rss for _, _, rss in runs), max(rss for _, _, rss in runs4)
     rate1, rate4 = statistics.median(rates), n4 / sec4
     # Steady state: the pages the larger runs added over the time they added. This removes the fixed
-    # start-up (Python and Beam imports in the launcher and each SDK worker, worker start and stop,
-    # ~15 stage set-ups: 4-8 s here) that an end-to-end rate at 2,000 pages mostly measures.
+    # cost of a run (the launcher's imports, building and translating the graph, ~29 stage round trips:
+    # ~3 s here since the SDK workers are forked before the graph is built; 4-8 s before).
     marginal = (n4 - n1) / (sec4 - sec1)
     print(f"workers: {args.workers}   {what}: {n1} pages (1x) and {n4} ({args.scale}x)   "
           f"shard size: {args.shard_mb} MiB")
