@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -44,6 +45,8 @@ BEAM_WORKER_COMMAND = f"{sys.executable} -m {BEAM_WORKER_MODULE}"
 WARM_ENV = "PAGEMILL_WARM_WORKER"  # set in a warm worker's environment: which slot it serves
 CONNECT_WAIT_S = 30.0  # how long ``attach`` waits for a just-started worker to open its socket
 GRPC_THREADS = ("grpc", "event_engine", "lifeguard")  # what gRPC's core names its threads (Linux thread names)
+# pipelines.quiet's stderr pump: it reads a pipe and writes with os.write, no lock a worker needs
+SAFE_THREADS = ("quiet-stderr",)
 PARENT_CHECK_S = 0.5  # how often a waiting worker checks that its launcher is still there
 CLOSE_WAIT_S = 10.0  # how long ``close`` waits for a claimed worker to exit before it kills it
 
@@ -146,9 +149,15 @@ class _Forked:
 
 
 def can_fork() -> bool:
-    """Whether forking workers from this process is safe: Linux, and no gRPC thread running here (its
-    state does not survive a fork). The caller also knows whether it has run a pipeline before."""
+    """Whether forking workers from this process is safe: Linux, called from the main thread, no other
+    Python thread but ``SAFE_THREADS`` (a lock another thread holds at the fork, such as ``sys.stderr``'s
+    while it writes, stays held forever in the child), and no gRPC thread (its state does not survive a
+    fork). The caller also knows whether it has run a pipeline before."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return False
+    main = threading.main_thread()
+    if threading.current_thread() is not main or any(
+            t is not main and t.name not in SAFE_THREADS for t in threading.enumerate()):
         return False
     try:
         names = [Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in os.listdir("/proc/self/task")]

@@ -184,10 +184,26 @@ def test_attach_without_a_pool_folder_is_a_usage_error() -> None:
     assert done.returncode == 2 and "usage" in done.stderr
 
 
+def test_fork_is_refused_while_another_python_thread_runs() -> None:
+    import threading
+
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait, name="some-server")
+    busy.start()
+    try:
+        assert warm_workers.can_fork() is False
+    finally:
+        stop.set()
+        busy.join()
+
+
 @pytest.mark.parametrize("names, safe", [(["python", "jemalloc_bg_thd"], True),
                                          (["python", "grpc_global_tim"], False),
                                          (["python", "event_engine"], False)])
 def test_fork_is_refused_while_grpc_threads_run(monkeypatch, names: list[str], safe: bool) -> None:
+    import threading
+
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread()])  # earlier runs' threads aside
     monkeypatch.setattr(warm_workers.os, "listdir", lambda path: [str(i) for i in range(len(names))])
     monkeypatch.setattr(warm_workers.Path, "read_text", lambda self: names[int(self.parent.name)] + "\n")
     assert warm_workers.can_fork() is safe
