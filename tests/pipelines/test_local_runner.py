@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability import prism_runner
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.local_runner import LocalRunner, pipeline_runner
+from pipelines.local_runner import CachedViewOptions, LocalRunner, pipeline_runner
 from tests.helpers import IN_MEMORY
 
 
@@ -76,3 +76,23 @@ class _RoundTripping(LocalRunner):
 
     def is_fnapi_compatible(self) -> bool:
         return False
+
+
+def test_cached_option_views_read_and_write_what_fresh_views_do() -> None:
+    """One view per options class, and every view still reads and writes the one shared store of values: what
+    a value set through one view reads back as through another and in the options' dict, as with Beam's own."""
+    import pickle
+
+    from apache_beam.options.pipeline_options import DebugOptions, DirectOptions
+
+    args = ["--direct_num_workers=3", "--experiments=a"]
+    cached, plain = CachedViewOptions(args), PipelineOptions(args)
+    assert cached.view_as(DirectOptions) is cached.view_as(DirectOptions)
+    for options in (cached, plain):
+        assert options.view_as(DirectOptions).direct_num_workers == 3
+        options.view_as(DebugOptions).experiments = ["a", "b"]
+        options.view_as(DirectOptions).direct_num_workers = 5
+        assert options.view_as(DebugOptions).experiments == ["a", "b"]
+        assert options.view_as(DirectOptions).direct_num_workers == 5
+    assert cached.get_all_options() == plain.get_all_options()
+    assert pickle.loads(pickle.dumps(cached)).get_all_options() == plain.get_all_options()
