@@ -55,10 +55,9 @@ class WarmWorkers:
     """``count`` waiting SDK worker processes that import ``modules`` while they wait.
 
     ``fork``: fork them from this process, which has imported Beam and the stage modules already, so they
-    start with nothing to import. Only safe while this process has never run a gRPC server or channel:
-    gRPC's state does not survive a fork, and a forked worker then hangs on its first call. Otherwise
-    they are fresh interpreters (``python -m pipelines.warm_workers serve``), which still start before
-    the graph is built.
+    start with nothing to import; only where ``can_fork`` says it is safe (a worker forked after gRPC was
+    used here hangs on its first call). Otherwise they are fresh interpreters (``python -m
+    pipelines.warm_workers serve``), which still start before the graph is built.
     """
 
     def __init__(self, folder: Path, processes: list):
