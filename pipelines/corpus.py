@@ -392,7 +392,8 @@ class ReuseUnchanged(beam.PTransform):
     """Incremental refresh (``pipelines/refresh.py``): the planned units -> ``{"read": the units to
     read as (settings, unit, key), "carried": the reused units' pages and dropped samples from the
     files of ``previous``, "accounted": their counts (from its units table) and dead letters, every
-    unit's info and a summary for the manifest step}``. Without ``previous`` every unit is read."""
+    unit's info and a summary for the manifest step}``. Without ``previous`` every unit is read and
+    "carried" is None (no steps are built for it)."""
 
     def __init__(self, previous: str | None, spill_dir: str):
         super().__init__()
@@ -401,12 +402,14 @@ class ReuseUnchanged(beam.PTransform):
     def expand(self, planned):
         decided = (planned | "GatherUnits" >> GatherAll()
                    | "Decide" >> beam.FlatMap(decide_reuse, self.previous, self.spill_dir))
-        pages = (
-            decided
-            | "CarryFiles" >> payloads(Kind.CARRY)
-            | "SpreadCarryFiles" >> beam.Reshuffle()
-            | "ReadCarried" >> beam.FlatMap(read_carried)
-        )
+        pages = None  # nothing to carry without a previous run: no branch (each step is a round trip)
+        if self.previous is not None:
+            pages = (
+                decided
+                | "CarryFiles" >> payloads(Kind.CARRY)
+                | "SpreadCarryFiles" >> beam.Reshuffle()
+                | "ReadCarried" >> beam.FlatMap(read_carried)
+            )
         return {
             "read": decided | "ToRead" >> payloads(Kind.UNIT),
             "carried": pages,
@@ -687,21 +690,25 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
         | "Clean" >> Clean(cfg.clean, cfg.run.output)
         | "SpillPages" >> SpillPages(spill_dir, cfg.write, dedup)
     )
-    carried = units["carried"] | "SpillCarried" >> SpillPages(spill_dir, cfg.write, dedup)
+    branches = [read, units["accounted"]]
+    if units["carried"] is not None:
+        branches.insert(1, units["carried"] | "SpillCarried" >> SpillPages(spill_dir, cfg.write, dedup))
     envelopes = (
-        (read, carried, units["accounted"])
+        tuple(branches)
         | "WithCarried" >> beam.Flatten()
         | "Dedup" >> Dedup(dedup, spill_dir, cfg.write)
     )
-    results = (
+    results = [
         envelopes | "SumCounts" >> SumCounts(),
         envelopes | "UnitTable" >> UnitTable(stage_order(cfg)[:stage_order(cfg).index("write") + 1]),
         envelopes | "WritePages" >> WriteShards(PAGES, Kind.SHARD, cfg, dedup_on=dedup is not None),
         envelopes | "WriteDeadLetters" >> WriteDeadLetters(spill_dir, cfg),
-        envelopes | "WriteDuplicates" >> WriteDuplicates(cfg),
-        envelopes | "WriteDroppedSamples" >> WriteDroppedSamples(cfg),
-    )
-    results | "WriteManifest" >> WriteManifest(cfg, started, beam_args)
+    ]
+    if dedup is not None:  # only dedup makes losers
+        results.append(envelopes | "WriteDuplicates" >> WriteDuplicates(cfg))
+    results.append(envelopes | "WriteDroppedSamples" >> WriteDroppedSamples(cfg))
+    # Branches that could carry nothing are not built: Beam's local runner spends ~20 ms a step on them.
+    tuple(results) | "WriteManifest" >> WriteManifest(cfg, started, beam_args)
 
 
 def plan_in_process(cfg: CorpusConfig) -> list[tuple] | None:

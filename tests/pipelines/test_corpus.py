@@ -152,7 +152,7 @@ class StepLabels(PipelineVisitor):
 def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
     cfg = load_config(sample_config(samples_root, tmp_path))
     p = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions(IN_MEMORY))
-    corpus.build_pipeline(p, cfg, IN_MEMORY)
+    corpus.build_pipeline(p, cfg, IN_MEMORY, previous=str(tmp_path / "previous"))
     steps = StepLabels()
     p.visit(steps)
     assert [s for s in steps.labels if s and "/" not in s] == [
@@ -164,6 +164,23 @@ def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
         "Clean/conventions", "Clean/formula_render", "Clean/repeats", "Clean/short", "Clean/instruct"]
 
 
+def test_branches_that_could_carry_nothing_are_not_built(samples_root, tmp_path):
+    """No previous run: nothing is carried; dedup off: no losers. Each empty branch would still cost
+    Beam's local runner a round trip per step."""
+    config = sample_config(samples_root, tmp_path)
+    on = load_config(config)
+    off = load_config(config, {"clean": {"dedup": {"enabled": False}}})
+    for cfg, wanted in ((on, {"WriteDuplicates"}), (off, set())):
+        p = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions(IN_MEMORY))
+        corpus.build_pipeline(p, cfg, IN_MEMORY)
+        steps = StepLabels()
+        p.visit(steps)
+        top = {s for s in steps.labels if s and "/" not in s}
+        assert [s for s in steps.labels if "Carr" in s] == ["WithCarried"]  # no carry files, no SpillCarried
+        assert top & {"WriteDuplicates"} == wanted
+        assert {"PlanUnits", "SpillPages", "WritePages", "WriteDroppedSamples", "WriteManifest"} <= top
+
+
 def test_pages_are_spilled_in_the_fused_step_that_renders_them(samples_root, tmp_path):
     """No fusion break between rendering and spilling: there a runner moves and buffers every page
     (the FnApiRunner behind the DirectRunner holds a whole step's output in memory), which cost half the
@@ -172,7 +189,7 @@ def test_pages_are_spilled_in_the_fused_step_that_renders_them(samples_root, tmp
 
     cfg = load_config(sample_config(samples_root, tmp_path))
     p = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions(IN_MEMORY))
-    corpus.build_pipeline(p, cfg, IN_MEMORY)
+    corpus.build_pipeline(p, cfg, IN_MEMORY, previous=str(tmp_path / "previous"))
     phases = [t.annotate_downstream_side_inputs, t.annotate_stateful_dofns_as_roots, t.fix_side_input_pcoll_coders,
               t.pack_combiners, t.lift_combiners, t.expand_sdf, t.expand_gbk, t.sink_flattens, t.greedily_fuse,
               t.read_to_impulse, t.impulse_to_input, t.sort_stages]
