@@ -80,7 +80,8 @@ LOSER_PAGES = ShardedTable("refresh/dedup_losers", PAGE_SCHEMA, ("id", "image_sh
 class WriteConfig:
     """How the corpus is written: shard and row-group sizes, and the spill files shards are planned from."""
 
-    shard_bytes: int = option(256 * 1024 * 1024, help="target bytes per shard")
+    shard_bytes: int = option(256 * 1024 * 1024, help="most bytes per shard (about: shards of a split are cut to "
+                                                      "equal sizes, to a plan bucket)")
     row_group_bytes: int = option(64 * 1024 * 1024, help="most uncompressed bytes per Parquet row group")
     row_group_rows: int = option(1000, help="most rows per Parquet row group")
     compression: str = option("zstd", help="Parquet compression codec")
@@ -276,7 +277,8 @@ def _spill_batches(path: str, index: tuple[int, ...], buckets: range,
 def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Iterable[tuple[str, str]],
                 cfg: WriteConfig, excluded: Iterable[tuple[tuple[str, int], SpillStat]] = (),
                 exclude_files: Iterable[tuple[str, str]] = ()) -> list[ShardPlan]:
-    """Cut each split's id space into shards of about ``cfg.shard_bytes``.
+    """Cut each split's id space into the fewest shards of at most about ``cfg.shard_bytes``, of equal
+    sizes (each within one plan bucket's bytes of the split's bytes over the shard count).
 
     ``stats``: ((split, plan bucket), SpillStat), one per key (``merge_spill_stats`` already applied);
     ``files``: (split, path) of every committed spill file. Records a grouping stage (dedup) drops
@@ -312,11 +314,16 @@ def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Itera
     per_coarse = cfg.plan_buckets // cfg.buckets
     plans: list[ShardPlan] = []
     for split in sorted(by_split):
+        ordered = sorted(by_split[split], key=lambda kv: kv[0])
+        total = sum(stat.bytes for _, stat in ordered)
+        # As few shards as keep each within shard_bytes, cut to equal sizes (to a plan bucket), not
+        # full ones and a small rest: the shards are written in parallel, and the largest sets the pace.
+        count = max(1, -(-total // cfg.shard_bytes))
         cuts: list[tuple[int, int, int]] = []  # (last plan bucket, rows, bytes) of each shard
-        rows = nbytes = 0
-        for bucket, stat in sorted(by_split[split], key=lambda kv: kv[0]):
-            rows, nbytes = rows + stat.rows, nbytes + stat.bytes
-            if rows and nbytes >= cfg.shard_bytes:
+        rows = nbytes = done = 0
+        for bucket, stat in ordered:
+            rows, nbytes, done = rows + stat.rows, nbytes + stat.bytes, done + stat.bytes
+            if rows and len(cuts) < count - 1 and done * count >= total * (len(cuts) + 1):
                 cuts.append((bucket, rows, nbytes))
                 rows = nbytes = 0
         if rows:

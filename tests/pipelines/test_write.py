@@ -124,17 +124,21 @@ def test_a_shard_reads_only_the_batches_of_its_buckets(tmp_path):
     assert sum(b.num_rows for b in batches) == sum(1 for r in records if bucket_of(r.id, 4) == 2)
 
 
-def test_shards_are_cut_near_shard_bytes_from_aggregates_alone(tmp_path):
-    """The planner sees per-bucket sums, never the records: shard sizes still come out near the
-    target, each within one plan bucket of it, and a plan bucket is never split."""
+def test_shards_are_cut_to_equal_sizes_from_aggregates_alone(tmp_path):
+    """The planner sees per-bucket sums, never the records: the fewest shards that keep within the
+    target, of equal sizes to within one plan bucket (no small last shard), and a plan bucket is never
+    split."""
     rng = random.Random(2)
     records = [record(i, rng) for i in range(400)]
     cfg = WriteConfig(shard_bytes=150_000, buckets=4, plan_buckets=256)
     stats, files = spill_bundles(records, tmp_path / "spill", cfg, 3)
     plans = plan_shards(stats.items(), files, cfg)
     biggest_bucket = max(s.bytes for s in stats.values())
-    for plan in plans[:-1]:
-        assert cfg.shard_bytes <= plan.approx_bytes < cfg.shard_bytes + biggest_bucket
+    total = sum(s.bytes for s in stats.values())
+    assert len(plans) == -(-total // cfg.shard_bytes) > 2
+    for plan in plans:
+        assert abs(plan.approx_bytes - total / len(plans)) < biggest_bucket
+        assert plan.approx_bytes < cfg.shard_bytes + biggest_bucket
     assert sum(p.rows for p in plans) == 400
     results = [write_shard(plan, str(tmp_path), cfg) for plan in plans]
     assert [r["rows"] for r in results] == [p.rows for p in plans]
@@ -191,8 +195,8 @@ def test_most_records_dropped_each_shard_reads_only_its_own_dropped_ids(tmp_path
     kept = [r for i, r in enumerate(records) if i % 3 == 0]
     assert sum(p.rows for p in plans) == len(kept)
     assert sum(p.approx_bytes for p in plans) == sum(record_bytes(r) for r in kept)
-    for plan in plans[:-1]:  # sized by the kept bytes: 100 records of ~6 KB each give ~5 shards, not ~16
-        assert plan.approx_bytes >= cfg.shard_bytes
+    # sized by the kept bytes: 100 records of ~6 KB each give ~6 shards, not ~18
+    assert len(plans) == -(-sum(p.approx_bytes for p in plans) // cfg.shard_bytes)
     assert 3 <= len(plans) <= 7
     seen = []
     for plan in plans:
