@@ -10,7 +10,6 @@ this module applies them to a corpus ``SourcePage`` with its ``RenderConfig``.
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -21,7 +20,7 @@ from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.images import encode_image, open_image
 from schemas.layout import element, scale_elements
-from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
+from schemas.page import PageRecord, ProvenanceStep, image_sha256, page_id, params_hash
 from schemas.pdf_pages import render_pdf_page
 
 VERSION = "1"
@@ -108,7 +107,7 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
         language=page.language,
         license=page.license,
         image=encoded,
-        image_sha256=hashlib.sha256(encoded).hexdigest(),
+        image_sha256=image_sha256(encoded),
         width=width,
         height=height,
         task=page.task,

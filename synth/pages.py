@@ -7,12 +7,11 @@ The reference Markdown and the tests come from ``synth.reference.reference_markd
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from schemas.layout import Element
-from schemas.page import PageRecord, ProvenanceStep, page_id, params_hash
+from schemas.page import PageRecord, ProvenanceStep, image_sha256, page_id, params_hash
 from schemas.prompts import default_instruction
 from schemas.unit_tests import UnitTest, unit_test_to_json
 from synth.blocks import Figure, PageSpec
@@ -84,7 +83,7 @@ def to_page_record(page: SynthPage, spec: PageSpec) -> PageRecord:
         language=spec.language,
         license=spec.license,
         image=page.png,
-        image_sha256=hashlib.sha256(page.png).hexdigest(),
+        image_sha256=image_sha256(page.png),
         width=page.width or spec.width_px,
         height=page.height or spec.height_px,
         task="parse_page",

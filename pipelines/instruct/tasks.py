@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import random
@@ -23,7 +22,7 @@ from PIL import Image
 
 from schemas.images import ImageEncoding, encode_image
 from schemas.layout import Element
-from schemas.page import PageRecord, page_id
+from schemas.page import PageRecord, image_sha256, page_id
 from schemas.prompts import KIE_PROMPTS, default_instruction
 from schemas.tables import Table, parse_html_tables, place_cells
 from schemas.unit_tests import unit_test_from_json
@@ -39,7 +38,7 @@ def _derived(record: PageRecord, transform: str, *, image: bytes | None = None, 
     """A new record of ``record``'s page (its own id, image when given; no elements or text layer)."""
     img = record.image if image is None else image
     return replace(record, id=page_id(record.source, record.source_id, record.page_number, transform), image=img,
-                   image_sha256=hashlib.sha256(img).hexdigest(), width=width or record.width,
+                   image_sha256=image_sha256(img), width=width or record.width,
                    height=height or record.height, task=task, instruction=instruction, response=response,
                    response_format=response_format, unit_tests=unit_tests, text_layer=None, elements=[],
                    quality={}, metadata={**record.metadata, "derived_from": record.id, "transform": transform})

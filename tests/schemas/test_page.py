@@ -8,6 +8,7 @@ from schemas.page import (
     PAGE_SCHEMA,
     PageRecord,
     features,
+    image_sha256,
     page_id,
     validate,
 )
@@ -35,6 +36,23 @@ def test_validate_rejects_non_image_bytes():
     data = b"GIF89a not allowed"
     problems = validate(page_record(image=data, image_sha256=hashlib.sha256(data).hexdigest()))
     assert problems == ["image bytes are not PNG, WebP or JPEG"]
+
+
+def test_image_sha256_remembers_only_the_same_object():
+    """The digest is remembered for the last bytes object: an equal copy and different bytes are hashed,
+    and a record whose image was just hashed still fails validation with a wrong digest."""
+    record = page_record()
+    data = record.image
+    assert image_sha256(data) == hashlib.sha256(data).hexdigest()
+    assert image_sha256(data) == hashlib.sha256(data).hexdigest()  # remembered
+    copy = bytes(bytearray(data))
+    assert copy is not data and image_sha256(copy) == hashlib.sha256(data).hexdigest()
+    other = data + b"\x00"
+    assert image_sha256(other) == hashlib.sha256(other).hexdigest() != image_sha256(data)
+    image_sha256(record.image)
+    wrong = page_record(image=record.image, image_sha256=hashlib.sha256(other).hexdigest())
+    assert validate(wrong) == ["image_sha256 does not match the image bytes"]
+    assert validate(record) == []
 
 
 def test_page_id_is_stable_and_distinguishes_inputs():
