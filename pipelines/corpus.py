@@ -479,7 +479,8 @@ class SpillPages(beam.PTransform):
     The branch's count events leave it summed per (stage, source, kind, reason, unit): the branches meet
     in a Flatten, a fusion break where every element is encoded, buffered and decoded again, and each
     page brings ~13 events (3 per stage it passed). A combiner sums them within the fused step first
-    (Beam lifts it there), so about one element a page crosses: its ``SPILL``."""
+    (Beam lifts it there), so about one element a page crosses: its ``SPILL``. Returns the two
+    collections (the spilled envelopes but events; the summed events) for the caller's Flatten."""
 
     def __init__(self, spill_dir: str, cfg: WriteConfig, dedup: DedupConfig | None):
         super().__init__()
@@ -495,7 +496,9 @@ class SpillPages(beam.PTransform):
             | "SumEvents" >> beam.CombinePerKey(sum)
             | "TagEvents" >> beam.MapTuple(summed_event)
         )
-        return (spilled | "NotEvents" >> beam.Filter(is_not_event), events) | "WithEvents" >> beam.Flatten()
+        # Two collections, not their Flatten: each Flatten is a step of its own on Beam's portable runners, and
+        # the caller flattens these with the other branches anyway.
+        return spilled | "NotEvents" >> beam.Filter(is_not_event), events
 
 
 class Dedup(beam.PTransform):
@@ -558,7 +561,8 @@ class WriteShards(beam.PTransform):
     What is planned from is never a list of records or of ids: the spill stats summed per (split,
     plan bucket), the same sums of what dedup drops, and one entry per spill file (the pages' and
     the losers'); one step plans, the shards are written in parallel, each reading the dropped ids
-    of its own id range."""
+    of its own id range. Returns two collections (the shards' results; the planner's counts) for the
+    manifest step's Flatten."""
 
     def __init__(self, table: ShardedTable, result: Kind, cfg: CorpusConfig, dedup_on: bool = False):
         super().__init__()
@@ -588,7 +592,7 @@ class WriteShards(beam.PTransform):
             | "SpreadPlans" >> beam.Reshuffle()
             | "Write" >> beam.Map(write_planned_shard, self.result, self.table, self.cfg)
         )
-        return (written, planned | "PlannerResults" >> beam.Filter(is_planner_result)) | "Results" >> beam.Flatten()
+        return written, planned | "PlannerResults" >> beam.Filter(is_planner_result)
 
 
 class WriteDeadLetters(beam.PTransform):
@@ -645,7 +649,8 @@ class WriteDroppedSamples(beam.PTransform):
 
 class UnitTable(beam.PTransform):
     """What the units table needs: each unit's counts before writing (summed per unit, stage, kind
-    and reason), its dead letters, every unit's info and the reuse summary."""
+    and reason), its dead letters, every unit's info and the reuse summary: two collections (the summed
+    counts; the rest) for the manifest step's Flatten."""
 
     def __init__(self, stages: list[str]):
         super().__init__()
@@ -661,7 +666,7 @@ class UnitTable(beam.PTransform):
             | "TagUnitCounts" >> beam.MapTuple(summed_unit_count)
         )
         infos = envelopes | "UnitInfos" >> beam.Filter(is_unit_result)
-        return (counts, infos) | "UnitResults" >> beam.Flatten()
+        return counts, infos
 
 
 class WriteManifest(beam.PTransform):
@@ -702,9 +707,9 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
         | "Clean" >> Clean(cfg.clean, cfg.run.output)
         | "SpillPages" >> SpillPages(spill_dir, cfg.write, dedup)
     )
-    branches = [read, units["accounted"]]
+    branches = [*read, units["accounted"]]
     if units["carried"] is not None:
-        branches.insert(1, units["carried"] | "SpillCarried" >> SpillPages(spill_dir, cfg.write, dedup))
+        branches[2:2] = units["carried"] | "SpillCarried" >> SpillPages(spill_dir, cfg.write, dedup)
     envelopes = (
         tuple(branches)
         | "WithCarried" >> beam.Flatten()
@@ -712,14 +717,16 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
     )
     results = [
         envelopes | "SumCounts" >> SumCounts(),
-        envelopes | "UnitTable" >> UnitTable(stage_order(cfg)[:stage_order(cfg).index("write") + 1]),
-        envelopes | "WritePages" >> WriteShards(PAGES, Kind.SHARD, cfg, dedup_on=dedup is not None),
-        envelopes | "WriteDeadLetters" >> WriteDeadLetters(spill_dir, cfg),
+        *envelopes | "UnitTable" >> UnitTable(stage_order(cfg)[:stage_order(cfg).index("write") + 1]),
+        *envelopes | "WritePages" >> WriteShards(PAGES, Kind.SHARD, cfg, dedup_on=dedup is not None),
+        *envelopes | "WriteDeadLetters" >> WriteDeadLetters(spill_dir, cfg),
     ]
     if dedup is not None:  # only dedup makes losers
-        results.append(envelopes | "WriteDuplicates" >> WriteDuplicates(cfg))
+        results.extend(envelopes | "WriteDuplicates" >> WriteDuplicates(cfg))
     results.append(envelopes | "WriteDroppedSamples" >> WriteDroppedSamples(cfg))
-    # Branches that could carry nothing are not built: Beam's local runner spends ~20 ms a step on them.
+    # Branches that could carry nothing are not built, and composites hand their collections to the one
+    # Flatten that needs them, not through a Flatten of their own: on Beam's portable runners each Flatten
+    # and each unused step is a round trip (~20-25 ms in the local runner).
     tuple(results) | "WriteManifest" >> WriteManifest(cfg, started, beam_args)
 
 
