@@ -86,11 +86,11 @@ from pipelines.transforms import (
     ApplyBatchStage,
     ApplyStage,
     GatherAll,
+    PlanInputs,
     ReadUnits,
     Spill,
     SpillDeadLetters,
     SpillLosers,
-    of_kind,
     payloads,
     plan_units,
     tagged,
@@ -101,7 +101,6 @@ from pipelines.write import (
     PAGES,
     ShardedTable,
     ShardPlan,
-    Spilled,
     SpillStat,
     WriteConfig,
     merge_spill_stats,
@@ -167,16 +166,9 @@ def is_not_event(envelope: Envelope) -> bool:
     return envelope.kind != Kind.EVENT
 
 
-def keyed_stat(spilled: Spilled) -> tuple[tuple[str, int], SpillStat]:
-    return spilled.key, spilled.stat
-
-
-def spill_total(key: tuple[str, int], stat: SpillStat) -> Envelope:
-    return Envelope(Kind.STAT, SpillTotal(key, stat))
-
-
-def new_spill_file(spilled: Spilled) -> list[Envelope]:
-    return [Envelope(Kind.FILE, spilled.new_file)] if spilled.new_file else []
+def is_plan_input(envelope: Envelope, dedup_on: bool) -> bool:
+    """What the shard planner is given (``PlanInputs``): spills, and with dedup what it drops."""
+    return envelope.kind == Kind.SPILL or dedup_on and envelope.kind in (Kind.EXCLUDED, Kind.LOSER)
 
 
 def key_edges(group: tuple[str, Iterable[Member]], cfg: DedupConfig) -> list[tuple[str, Edge]]:
@@ -199,10 +191,6 @@ def excluded_total(key: tuple[str, int], stat: SpillStat) -> Envelope:
 
 def dropped_event(loser: Loser) -> Envelope:
     return Envelope(Kind.EVENT, CountEvent("dedup", loser.source, "dropped", loser.reason, 1))
-
-
-def new_loser_file(spilled: Spilled) -> list[Envelope]:
-    return [Envelope(Kind.LOSER_FILE, spilled.new_file)] if spilled.new_file else []
 
 
 def plan_and_count(items: Iterable[Envelope], cfg: CorpusConfig, dedup_on: bool) -> Iterator[Envelope]:
@@ -569,21 +557,10 @@ class WriteShards(beam.PTransform):
         self.table, self.result, self.cfg, self.dedup_on = table, result, cfg, dedup_on
 
     def expand(self, envelopes):
-        spilled = envelopes | "Spilled" >> payloads(Kind.SPILL)
-        stats = (
-            spilled
-            | "KeySpillStats" >> beam.Map(keyed_stat)
-            | "SumSpillStats" >> beam.CombinePerKey(merge_spill_stats)
-            | "TagSpillStats" >> beam.MapTuple(spill_total)
-        )
-        to_plan = [stats, spilled | "SpillFiles" >> beam.FlatMap(new_spill_file)]
-        if self.dedup_on:
-            to_plan.append(envelopes | "Excluded" >> of_kind(Kind.EXCLUDED))
-            to_plan.append(envelopes | "Losers" >> payloads(Kind.LOSER) | "LoserFiles" >> beam.FlatMap(new_loser_file))
         planned = (
-            to_plan
-            | "ToPlan" >> beam.Flatten()
-            | "GatherToPlan" >> GatherAll()
+            envelopes
+            | "ToPlan" >> beam.Filter(is_plan_input, self.dedup_on)
+            | "GatherToPlan" >> beam.CombineGlobally(PlanInputs()).without_defaults()
             | "Plan" >> beam.FlatMap(plan_and_count, self.cfg, self.dedup_on)
         )
         written = (

@@ -239,3 +239,56 @@ def test_row_groups_are_capped_by_bytes_and_rows_and_shards_carry_a_page_index(t
     assert all(meta.row_group(i).column(j).has_offset_index
                for i in range(meta.num_row_groups) for j in range(meta.num_columns))
     assert meta.row_group(0).column(0).has_column_index  # id: min/max per page (large images get none)
+
+
+def test_the_planner_combine_sums_spills_and_losers_across_bundles(tmp_path):
+    """``PlanInputs`` (the DAG's one combine before the planner), fed per-record envelopes in
+    several partial accumulators and merged, gives the planner what summing per key and
+    gathering gave it: the same shard plans, with dedup's exclusions."""
+    from pipelines.accounting import Envelope, Kind, SpillTotal, by_kind
+    from pipelines.transforms import PlanInputs
+
+    rng = random.Random(4)
+    records = [record(i, rng) for i in range(120)]
+    cfg = WriteConfig(shard_bytes=100_000, buckets=4, plan_buckets=64, spill_buffer_bytes=30_000)
+    spilled = []
+    for bundle in range(3):
+        writer = SpillWriter(str(tmp_path / "spill"), cfg)
+        spilled += [writer.add(r) for r in records[bundle::3]]
+        writer.close()
+    gone = [Loser(r.id, r.source, "duplicate_image", "kept-id", r.split, record_bytes(r)) for r in records[::4]]
+    excluded: dict[tuple[str, int], SpillStat] = {}
+    for key, stat in (excluded_stat(loser, cfg.plan_buckets) for loser in gone):
+        excluded[key] = merge_spill_stats([excluded[key], stat]) if key in excluded else stat
+    loser_spills = []
+    for bundle in range(2):
+        writer = SpillWriter(str(tmp_path / "losers"), cfg, DUPLICATES)
+        loser_spills += [spill_loser(writer, loser) for loser in gone[bundle::2]]
+        writer.close()
+    envelopes = ([Envelope(Kind.SPILL, s) for s in spilled]
+                 + [Envelope(Kind.EXCLUDED, SpillTotal(k, s)) for k, s in excluded.items()]
+                 + [Envelope(Kind.LOSER, s) for s in loser_spills])
+    rng.shuffle(envelopes)
+    fn = PlanInputs()
+    parts = []
+    for part in range(3):
+        acc = fn.create_accumulator()
+        for envelope in envelopes[part::3]:
+            acc = fn.add_input(acc, envelope)
+        parts.append(acc)
+    routed = by_kind(fn.extract_output(fn.merge_accumulators(parts)),
+                     Kind.STAT, Kind.FILE, Kind.EXCLUDED, Kind.LOSER_FILE)
+
+    stats, files = total_spills(spilled)
+    assert {t.key: t.stat for t in routed[Kind.STAT]} == stats
+    assert sorted(routed[Kind.FILE]) == sorted(files)
+    assert {t.key: t.stat for t in routed[Kind.EXCLUDED]} == excluded
+    assert sorted(routed[Kind.LOSER_FILE]) == sorted(total_spills(loser_spills)[1])
+    assert len(routed[Kind.FILE]) == 3 and len(routed[Kind.LOSER_FILE]) == 2
+    planned = plan_shards(routed[Kind.STAT], routed[Kind.FILE], cfg, routed[Kind.EXCLUDED], routed[Kind.LOSER_FILE])
+    expected = plan_shards(stats.items(), files, cfg, excluded.items(), total_spills(loser_spills)[1])
+    assert [(p.first_bucket, p.last_bucket, p.rows, p.approx_bytes) for p in planned] == \
+        [(p.first_bucket, p.last_bucket, p.rows, p.approx_bytes) for p in expected]
+    assert sum(p.rows for p in planned) == len(records) - len(gone)
+    with pytest.raises(ValueError, match="unexpected envelope kind 'dead'"):
+        fn.add_input(fn.create_accumulator(), Envelope(Kind.DEAD, None))
