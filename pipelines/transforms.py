@@ -18,7 +18,7 @@ import apache_beam as beam
 
 from pipelines.accounting import Envelope, Kind, SpillTotal, account_rows, apply_stage
 from pipelines.clean.dedup_stage import DUPLICATES, Loser, spill_loser
-from pipelines.write import DEAD_LETTERS, SpillStat, SpillWriter, WriteConfig, merge_spill_stats
+from pipelines.write import DEAD_LETTERS, SpillWriter, WriteConfig, add_spill_stat
 from schemas.deadletter import DeadLetter
 from schemas.manifest import CountEvent
 
@@ -207,11 +207,6 @@ def _raise(exc: Exception) -> Callable[[Any], list]:
     return fail
 
 
-def of_kind(kind: Kind) -> beam.PTransform:
-    """Envelopes -> those of ``kind``."""
-    return beam.Filter(_is_kind, kind)
-
-
 def payloads(kind: Kind) -> beam.PTransform:
     """Envelopes -> the payloads of those of ``kind``."""
     return beam.FlatMap(_payloads_of, kind)
@@ -239,11 +234,11 @@ class PlanInputs(beam.CombineFn):
         stats, files, excluded, loser_files = acc
         kind, payload = envelope
         if kind == Kind.SPILL:
-            _add_stat(stats, payload.key, payload.stat)
+            add_spill_stat(stats, payload.key, payload.stat)
             if payload.new_file:
                 files.append(payload.new_file)
         elif kind == Kind.EXCLUDED:
-            _add_stat(excluded, payload.key, payload.stat)
+            add_spill_stat(excluded, payload.key, payload.stat)
         elif kind == Kind.LOSER:  # only its file: the EXCLUDED sums say what it leaves out
             if payload.new_file:
                 loser_files.append(payload.new_file)
@@ -256,9 +251,9 @@ class PlanInputs(beam.CombineFn):
         stats, files, excluded, loser_files = next(accumulators)
         for more_stats, more_files, more_excluded, more_loser_files in accumulators:
             for key, stat in more_stats.items():
-                _add_stat(stats, key, stat)
+                add_spill_stat(stats, key, stat)
             for key, stat in more_excluded.items():
-                _add_stat(excluded, key, stat)
+                add_spill_stat(excluded, key, stat)
             files += more_files
             loser_files += more_loser_files
         return stats, files, excluded, loser_files
@@ -271,20 +266,12 @@ class PlanInputs(beam.CombineFn):
                 + [Envelope(Kind.LOSER_FILE, file) for file in loser_files])
 
 
-def _add_stat(totals: dict[tuple[str, int], SpillStat], key: tuple[str, int], stat: SpillStat) -> None:
-    totals[key] = merge_spill_stats((totals[key], stat)) if key in totals else stat
-
-
 class GatherAll(beam.PTransform):
     """Every element into one list, on one worker: for the few steps that need the whole run's
     (small) aggregates at once, the shard planner and the manifest."""
 
     def expand(self, pcoll):
         return pcoll | "OneKey" >> beam.Map(_one_key) | "Group" >> beam.GroupByKey() | "Values" >> beam.Values()
-
-
-def _is_kind(envelope: Envelope, kind: Kind) -> bool:
-    return envelope.kind == kind
 
 
 def _payloads_of(envelope: Envelope, kind: Kind) -> Iterator:
@@ -302,4 +289,4 @@ def _one_key(element: Any) -> tuple[None, Any]:
 
 __all__ = ["ReadUnits", "plan_units", "PlanInputs",
            "ApplyStage", "ApplyBatchStage", "Spill", "SpillDeadLetters", "SpillLosers",
-           "of_kind", "payloads", "tagged", "GatherAll"]
+           "payloads", "tagged", "GatherAll"]

@@ -351,13 +351,18 @@ def _spill_indexes(files: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tu
         return dict(zip(files, pool.map(lambda split_path: _read_index(split_path[1]), files)))
 
 
+def add_spill_stat(totals: dict[tuple[str, int], SpillStat], key: tuple[str, int], stat: SpillStat) -> None:
+    """Sum ``stat`` into ``totals[key]``."""
+    totals[key] = merge_spill_stats((totals[key], stat)) if key in totals else stat
+
+
 def total_spills(spilled: Iterable[Spilled]) -> tuple[dict[tuple[str, int], SpillStat], list[tuple[str, str]]]:
-    """What the DAG's combine and gather hand ``plan_shards``, in plain Python (tests, benchmarks):
-    the stats summed per key, and the spill files in the order they were opened."""
+    """What the DAG's planner combine (``PlanInputs``) hands ``plan_shards``, in plain Python (tests,
+    benchmarks): the stats summed per key, and the spill files in the order they were opened."""
     stats: dict[tuple[str, int], SpillStat] = {}
     files: list[tuple[str, str]] = []
     for one in spilled:
-        stats[one.key] = merge_spill_stats([stats[one.key], one.stat]) if one.key in stats else one.stat
+        add_spill_stat(stats, one.key, one.stat)
         if one.new_file:
             files.append(one.new_file)
     return stats, files

@@ -44,7 +44,7 @@ def open_fds() -> int:
 
 def spill_bundles(records: list[PageRecord], spill_dir: Path, cfg: WriteConfig, bundles: int):
     """Spill ``records`` round-robin from ``bundles`` writers; (summed stats per key, new files),
-    as the DAG's combine and gather leave them for the planner."""
+    as the DAG's planner combine (``PlanInputs``) leaves them."""
     spilled = []
     for bundle in range(bundles):
         writer = SpillWriter(str(spill_dir), cfg)
