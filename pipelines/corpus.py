@@ -24,10 +24,10 @@ Every step takes and gives one collection of ``pipelines.accounting.Envelope``s 
 
 from __future__ import annotations
 
-import gc
-
 if __name__ == "__main__":
-    gc.disable()  # until the imports below are done: see gc.freeze() after them
+    from pipelines import startup
+
+    startup.begin_imports()  # GC off and pandas kept out of Beam's import until end_imports() below
 
 import argparse
 import atexit
@@ -112,11 +112,7 @@ from schemas.manifest import CountEvent, RunManifest
 from schemas.page import PageRecord
 
 if __name__ == "__main__":
-    # The imports made ~180,000 long-lived tracked objects (Beam's above all); every full collection walks
-    # them all: ~0.15 s of the imports went to collections that freed nothing. Frozen, later collections skip
-    # them, here and in the SDK workers forked from this process.
-    gc.freeze()
-    gc.enable()
+    startup.end_imports()  # what the imports made frozen for the GC, here and in the forked SDK workers
 
 BASE_STAGES = ["read", "render", "validate"]
 
