@@ -63,8 +63,8 @@ class Element:
 
 def element(cls: str, box: tuple[float, float, float, float] | list[float], order: int, text: str = "") -> Element:
     """An ``Element`` with its box rounded to 0.01 px (stable bytes across runs)."""
-    x0, y0, x1, y1 = (round(float(v), 2) for v in box)
-    return Element(cls, x0, y0, x1, y1, order, text)
+    x0, y0, x1, y1 = box
+    return Element(cls, round(float(x0), 2), round(float(y0), 2), round(float(x1), 2), round(float(y1), 2), order, text)
 
 
 def nemotron_class(cls: str) -> str:

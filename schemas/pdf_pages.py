@@ -235,29 +235,38 @@ def _text_lines(textpage, height: float, scale: float) -> list[tuple[float, floa
     count_rects, get_rect = _COUNT_RECTS, _GET_RECT
     tp = ctypes.cast(textpage.raw, ctypes.c_void_p).value
     left, top, right, bottom = (ctypes.c_double() for _ in range(4))
-    at = tuple(map(ctypes.addressof, (left, top, right, bottom)))
+    at_left, at_top, at_right, at_bottom = map(ctypes.addressof, (left, top, right, bottom))
     lines: list[tuple[float, float, float, float, str]] = []
+    # Plain locals and comparisons, not min()/max() on lists: this loop runs for every rectangle of every
+    # page (~220 a page on olmOCR's real PDFs).
     for run in _RUN.finditer(text):
-        start, end = run.span()
         chunk = run.group()
         body = chunk.strip()
         if not body:
             continue
-        first = start + len(chunk) - len(chunk.lstrip())
-        box = None
-        for k in range(count_rects(tp, first, len(body))):
-            get_rect(tp, k, *at)
-            x0, y0, x1, y1 = left.value, bottom.value, right.value, top.value
-            if box is None:
-                box = [x0, y0, x1, y1]
-            elif y0 > box[3] or y1 < box[1]:  # not on the line so far: split per character
-                lines.extend(_char_lines(textpage, text, start, end, height, scale))
+        start = run.start()
+        rects = count_rects(tp, start + len(chunk) - len(chunk.lstrip()), len(body))
+        if rects <= 0:
+            continue
+        get_rect(tp, 0, at_left, at_top, at_right, at_bottom)
+        x0, y0, x1, y1 = left.value, bottom.value, right.value, top.value
+        for k in range(1, rects):
+            get_rect(tp, k, at_left, at_top, at_right, at_bottom)
+            lo, hi = bottom.value, top.value
+            if lo > y1 or hi < y0:  # not on the line so far: split per character
+                lines.extend(_char_lines(textpage, text, start, run.end(), height, scale))
                 break
-            else:
-                box = [min(box[0], x0), min(box[1], y0), max(box[2], x1), max(box[3], y1)]
+            a, b = left.value, right.value
+            if a < x0:
+                x0 = a
+            if lo < y0:
+                y0 = lo
+            if b > x1:
+                x1 = b
+            if hi > y1:
+                y1 = hi
         else:
-            if box is not None:
-                _add_line(lines, body, tuple(box), height, scale)
+            _add_line(lines, body, (x0, y0, x1, y1), height, scale)
     return lines
 
 
@@ -276,8 +285,8 @@ def _char_lines(textpage, text: str, start: int, end: int, height: float,
     line_start = start  # where the current line's text begins
     has_box = False
     x0 = y0 = x1 = y1 = 0.0
-    for i in range(start, end):
-        if text[i].isspace() or not get_box(tp, i, at_left, at_right, at_bottom, at_top):
+    for i, char in enumerate(text[start:end], start):
+        if char.isspace() or not get_box(tp, i, at_left, at_right, at_bottom, at_top):
             continue
         lo, hi = bottom.value, top.value
         if has_box and (lo > y1 or hi < y0):  # no vertical overlap: new line
@@ -285,8 +294,16 @@ def _char_lines(textpage, text: str, start: int, end: int, height: float,
             line_start, has_box = i, False
         if not has_box:
             x0, y0, x1, y1, has_box = left.value, lo, right.value, hi, True
-        else:
-            x0, y0, x1, y1 = min(x0, left.value), min(y0, lo), max(x1, right.value), max(y1, hi)
+            continue
+        a, b = left.value, right.value
+        if a < x0:
+            x0 = a
+        if lo < y0:
+            y0 = lo
+        if b > x1:
+            x1 = b
+        if hi > y1:
+            y1 = hi
     if has_box:
         _add_line(lines, text[line_start:end], (x0, y0, x1, y1), height, scale)
     return lines

@@ -25,8 +25,9 @@ _COLOR_TYPE = {1: 0, 3: 2}  # channels -> PNG colour type: 0 greyscale, 2 trueco
 MAX_LEVEL = isal_zlib.ISAL_BEST_COMPRESSION  # 3; ISA-L has levels 0-3 (0 is still compressed)
 
 
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", isal_zlib.crc32(data, isal_zlib.crc32(kind)))
+def _chunk(kind: bytes, data: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+    """A chunk's four parts (length, type, data, CRC-32), for one ``b"".join``: the data is copied once."""
+    return struct.pack(">I", len(data)), kind, data, struct.pack(">I", isal_zlib.crc32(data, isal_zlib.crc32(kind)))
 
 
 def encode_png(pixels: np.ndarray, level: int = 2, deflate: Callable[[bytes, int], bytes] | None = None) -> bytes:
@@ -49,7 +50,7 @@ def encode_png(pixels: np.ndarray, level: int = 2, deflate: Callable[[bytes, int
     rows[:, 1:] = pixels.reshape(height, width * channels)
     header = struct.pack(">IIBBBBB", width, height, 8, _COLOR_TYPE[channels], 0, 0, 0)
     data = isal_zlib.compress(rows, min(level, MAX_LEVEL)) if deflate is None else deflate(rows, level)
-    return SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", data) + _chunk(b"IEND", b"")
+    return b"".join((SIGNATURE, *_chunk(b"IHDR", header), *_chunk(b"IDAT", data), *_chunk(b"IEND", b"")))
 
 
 def decode_png(data: bytes | memoryview, writable: bool = True) -> np.ndarray | None:
