@@ -223,8 +223,8 @@ def _text_lines(textpage, height: float, scale: float) -> list[tuple[float, floa
     a superscript set apart, columns that pdfium joined) is split per character instead
     (``_char_lines``), where a character does not overlap the line so far vertically. A rotated label
     is one text object, so one line (per character it would fall apart into one line per glyph).
-    Rectangles, not char boxes, because a page has ~25x fewer of them: on olmOCR's real PDFs 0.7 ms
-    a page against 1.5 ms for one pass over the char boxes.
+    Rectangles, not char boxes, because a page has ~10x fewer of them (~220 against ~2,200 chars): on
+    olmOCR's real PDFs 0.53 ms a page against 1.5 ms for one pass over the char boxes.
     """
     n = textpage.count_chars()
     if n <= 0:
