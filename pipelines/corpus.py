@@ -91,6 +91,7 @@ from pipelines.transforms import (
     Spill,
     SpillDeadLetters,
     SpillLosers,
+    input_parts,
     payloads,
     plan_units,
     tagged,
@@ -379,6 +380,7 @@ class PlanUnits(beam.PTransform):
         return (
             pbegin
             | "Inputs" >> beam.Create(self.inputs)
+            | "Parts" >> beam.FlatMap(input_parts)  # a local folder -> its files: planned on every worker
             | "SpreadInputs" >> beam.Reshuffle()
             | "PlanAndDescribe" >> beam.FlatMap(described_units, self.fingerprints)
         )

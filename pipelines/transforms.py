@@ -55,8 +55,22 @@ def _stamped(rows, key: str) -> Iterator:
         yield row
 
 
+def input_parts(element) -> Iterator:
+    """``(settings, uri)`` -> ``(settings, part)`` for each part its source plans on its own
+    (``parts``: a local folder's files), or the input itself when the source has no parts."""
+    from pipelines.sources import build_source
+
+    settings, uri = element
+    parts = getattr(build_source(settings), "parts", None)
+    if parts is None:
+        yield element
+        return
+    for part in parts(uri):
+        yield settings, part
+
+
 def plan_units(element) -> Iterator:
-    """``(settings, uri)`` -> ``(settings, unit)`` for each independently readable unit."""
+    """``(settings, uri or part)`` -> ``(settings, unit)`` for each independently readable unit."""
     from pipelines.sources import build_source
 
     settings, uri = element

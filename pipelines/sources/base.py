@@ -108,7 +108,11 @@ class Source(Protocol):
     settings: SourceSettings
 
     def plan(self, uri: str) -> Iterator[Any]:
-        """Split one matched input URI into independently readable units."""
+        """Split one matched input URI (or one of its ``parts``) into independently readable units."""
+
+    # Optional: ``parts(uri) -> Iterator[Any]``, the pieces of one input that ``plan`` takes one by one
+    # (a local folder's files). The corpus DAG spreads them over its workers before planning, so one big
+    # input is not planned by one worker while the others wait (``pipelines.transforms.input_parts``).
 
     def read(self, unit: Any) -> Iterator[Row]:
         """Read one unit; yield one ``Row`` per input record, never raise for bad records."""

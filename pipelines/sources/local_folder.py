@@ -2,9 +2,11 @@
 
 ``plan(folder)`` yields one ``FolderFile`` unit per ``.pdf .png .jpg .jpeg .tif .tiff .webp`` file
 under the folder (recursive, sorted, hidden files and folders skipped; symlinked folders are not
-descended). ``read(unit)`` yields one ``Row`` per file: a PDF gives one page per PDF page (or a
-``corrupt_pdf`` / ``encrypted_pdf`` / ``zero_page_pdf`` error), an image one page. The folder may be
-local or any URI ``pipelines.io`` understands (``gs://``, ``s3://``, ``hf://``).
+descended). ``parts(folder)`` lists a local folder's files so that each is planned on its own
+(``plan(part)``: the same units), on any worker. ``read(unit)`` yields one ``Row`` per file: a PDF
+gives one page per PDF page (or a ``corrupt_pdf`` / ``encrypted_pdf`` / ``zero_page_pdf`` error), an
+image one page. The folder may be local or any URI ``pipelines.io`` understands (``gs://``, ``s3://``,
+``hf://``).
 
 A local PDF of more than ``pages_per_unit`` pages is planned as page ranges of that many pages,
 one unit each (the plan counts its pages): a runner hands units to workers, so a 100-page document
@@ -92,7 +94,21 @@ class LocalFolderSource:
 
     # -- Source protocol ---------------------------------------------------------------------
 
-    def plan(self, uri: str) -> Iterator[FolderFile]:
+    def parts(self, uri: str) -> Iterator[str | FolderFile]:
+        """A local folder's files, each a whole-file ``FolderFile`` that ``plan`` cuts into its units (the
+        corpus DAG plans them on all its workers: planning reads and counts every PDF); any other folder
+        as itself, listed by one ``plan`` call."""
+        root = uri.rstrip("/") or uri
+        if not _is_local(root):
+            yield uri
+            return
+        for rel in sorted(_walk_local(root)):
+            yield FolderFile(root, rel)
+
+    def plan(self, uri: str | FolderFile) -> Iterator[FolderFile]:
+        if isinstance(uri, FolderFile):  # one file of a local folder (``parts``)
+            yield from self._ranges(uri.root, uri.rel)
+            return
         root = uri.rstrip("/") or uri
         if _is_local(root):
             rels = _walk_local(root)

@@ -211,3 +211,30 @@ def test_long_pdf_is_planned_as_page_ranges_counted_once(tmp_path):
     whole = LocalFolderSource(settings(pages_per_unit=0))
     assert [(u.rel, u.start, u.end) for u in whole.plan(str(tmp_path))] == [
         ("bad.pdf", 0, None), ("long.pdf", 0, None), ("short.pdf", 0, None)]
+
+
+def test_a_local_folder_is_planned_file_by_file_to_the_same_units(tmp_path):
+    """``parts`` lists a local folder's files; planning each one (as the corpus DAG does, spread over its
+    workers: ``pipelines.transforms.input_parts``) gives the folder's own plan, unit for unit. A remote
+    folder, and a source without parts, stay one input."""
+    from pipelines.transforms import input_parts
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "long.pdf").write_bytes(pdf(5))
+    (tmp_path / "sub" / "short.pdf").write_bytes(pdf(2, seed=1))
+    (tmp_path / "x.png").write_bytes(scan_image(random.Random(0), "x", size=(40, 40), fmt="PNG"))
+    (tmp_path / "notes.md").write_text("a label without its file: not an input")
+    source = LocalFolderSource(settings(pages_per_unit=2))
+    parts = list(source.parts(str(tmp_path) + "/"))
+    root = str(tmp_path)
+    assert parts == [FolderFile(root, "long.pdf"), FolderFile(root, "sub/short.pdf"), FolderFile(root, "x.png")]
+    whole = list(source.plan(root))
+    assert [(u.rel, u.start, u.end) for u in whole] == [
+        ("long.pdf", 0, 2), ("long.pdf", 2, 4), ("long.pdf", 4, None), ("sub/short.pdf", 0, None), ("x.png", 0, None)]
+    assert [u for part in pickle.loads(pickle.dumps(parts)) for u in source.plan(part)] == whole
+    assert list(source.parts("gs://bucket/scans/")) == ["gs://bucket/scans/"]
+
+    local = settings(pages_per_unit=2)
+    assert list(input_parts((local, root))) == [(local, part) for part in parts]
+    mix = SourceSettings(name="mix", kind="olmocr_mix", paths=())
+    assert list(input_parts((mix, "/data/olmocr-mix"))) == [(mix, "/data/olmocr-mix")]
