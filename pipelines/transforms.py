@@ -301,6 +301,6 @@ def _one_key(element: Any) -> tuple[None, Any]:
     return None, element
 
 
-__all__ = ["ReadUnits", "plan_units", "PlanInputs",
+__all__ = ["ReadUnits", "input_parts", "plan_units", "PlanInputs",
            "ApplyStage", "ApplyBatchStage", "Spill", "SpillDeadLetters", "SpillLosers",
            "payloads", "tagged", "GatherAll"]

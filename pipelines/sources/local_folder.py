@@ -110,17 +110,13 @@ class LocalFolderSource:
             yield from self._ranges(uri.root, uri.rel)
             return
         root = uri.rstrip("/") or uri
-        if _is_local(root):
-            rels = _walk_local(root)
-        else:
-            prefix = root + "/"
-            rels = (
-                m[len(prefix):]
-                for m in io.match(io.join(root, "**"))
-                if m.startswith(prefix)
-            )
-            rels = (r for r in rels if _wanted(posixpath.basename(r))
-                    and not any(p.startswith(".") for p in r.split("/")))
+        if _is_local(root):  # listed once, by parts
+            for part in self.parts(root):
+                yield from self._ranges(part.root, part.rel)
+            return
+        prefix = root + "/"
+        rels = (m[len(prefix):] for m in io.match(io.join(root, "**")) if m.startswith(prefix))
+        rels = (r for r in rels if _wanted(posixpath.basename(r)) and not any(p.startswith(".") for p in r.split("/")))
         for rel in sorted(rels):
             yield from self._ranges(root, rel)
 
