@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import apache_beam as beam
@@ -149,9 +150,24 @@ class StepLabels(PipelineVisitor):
         self.labels.append(node.full_label)
 
 
-def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
+@pytest.fixture
+def unrun():
+    """New in-memory pipelines to build and inspect, not run: Beam removes the temporary folder each
+    ``Pipeline`` makes only when it runs, so this removes those it handed out."""
+    made = []
+
+    def new() -> beam.Pipeline:
+        made.append(beam.Pipeline(runner=LocalRunner(), options=PipelineOptions(IN_MEMORY)))
+        return made[-1]
+
+    yield new
+    for p in made:
+        shutil.rmtree(p.local_tempdir, ignore_errors=True)
+
+
+def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path, unrun):
     cfg = load_config(sample_config(samples_root, tmp_path))
-    p = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions(IN_MEMORY))
+    p = unrun()
     corpus.build_pipeline(p, cfg, IN_MEMORY, previous=str(tmp_path / "previous"))
     steps = StepLabels()
     p.visit(steps)
@@ -164,14 +180,14 @@ def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path):
         "Clean/conventions", "Clean/formula_render", "Clean/repeats", "Clean/short", "Clean/instruct"]
 
 
-def test_branches_that_could_carry_nothing_are_not_built(samples_root, tmp_path):
+def test_branches_that_could_carry_nothing_are_not_built(samples_root, tmp_path, unrun):
     """No previous run: nothing is carried; dedup off: no losers. Each empty branch would still cost
     Beam's local runner a round trip per step."""
     config = sample_config(samples_root, tmp_path)
     on = load_config(config)
     off = load_config(config, {"clean": {"dedup": {"enabled": False}}})
     for cfg, wanted in ((on, {"WriteDuplicates"}), (off, set())):
-        p = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions(IN_MEMORY))
+        p = unrun()
         corpus.build_pipeline(p, cfg, IN_MEMORY)
         steps = StepLabels()
         p.visit(steps)
@@ -181,14 +197,14 @@ def test_branches_that_could_carry_nothing_are_not_built(samples_root, tmp_path)
         assert {"PlanUnits", "SpillPages", "WritePages", "WriteDroppedSamples", "WriteManifest"} <= top
 
 
-def test_pages_are_spilled_in_the_fused_step_that_renders_them(samples_root, tmp_path):
+def test_pages_are_spilled_in_the_fused_step_that_renders_them(samples_root, tmp_path, unrun):
     """No fusion break between rendering and spilling: there a runner moves and buffers every page
     (the FnApiRunner behind the DirectRunner holds a whole step's output in memory), which cost half the
     ingest throughput on real PDFs. Fusion as Beam's portable runners plan it (the FnApiRunner's phases)."""
     from apache_beam.runners.portability.fn_api_runner import translations as t
 
     cfg = load_config(sample_config(samples_root, tmp_path))
-    p = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions(IN_MEMORY))
+    p = unrun()
     corpus.build_pipeline(p, cfg, IN_MEMORY, previous=str(tmp_path / "previous"))
     phases = [t.annotate_downstream_side_inputs, t.annotate_stateful_dofns_as_roots, t.fix_side_input_pcoll_coders,
               t.pack_combiners, t.lift_combiners, t.expand_sdf, t.expand_gbk, t.sink_flattens, t.greedily_fuse,
