@@ -416,18 +416,19 @@ class ReuseUnchanged(beam.PTransform):
 
 
 class ReadRenderValidate(beam.PTransform):
-    """Units to read -> records, rendered and checked against the schema."""
+    """Units to read -> records, rendered and checked against the schema. ``scratch_dir``: a folder of the
+    run for files sources write while reading (``Source.scratch``), when the run's output is local."""
 
-    def __init__(self, cfg: CorpusConfig):
+    def __init__(self, cfg: CorpusConfig, scratch_dir: str = ""):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.scratch_dir = cfg, scratch_dir
 
     def expand(self, units):
         render = functools.partial(_render, self.cfg.render)
         return (
             units
             | "SpreadUnits" >> beam.Reshuffle()
-            | "Read" >> beam.ParDo(ReadUnits("read"))
+            | "Read" >> beam.ParDo(ReadUnits("read", self.scratch_dir))
             | "Render" >> beam.ParDo(ApplyStage("render", render, self.cfg.run.progress_every))
             | "Validate" >> beam.ParDo(ApplyStage("validate", validate_record))
         )
@@ -678,7 +679,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
     # break, where a runner would move and buffer every page (Beam's FnApiRunner holds them in memory).
     read = (
         units["read"]
-        | "ReadRenderValidate" >> ReadRenderValidate(cfg)
+        | "ReadRenderValidate" >> ReadRenderValidate(cfg, scratch_dir(spill_dir))
         | "Clean" >> Clean(cfg.clean, cfg.run.output)
         | "SpillPages" >> SpillPages(spill_dir, cfg.write, dedup)
     )
@@ -703,6 +704,12 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
     # Flatten that needs them, not through a Flatten of their own: on Beam's portable runners each Flatten
     # and each unused step is a round trip (~20-25 ms in the local runner).
     tuple(results) | "WriteManifest" >> WriteManifest(cfg, started, beam_args)
+
+
+def scratch_dir(spill_dir: str) -> str:
+    """Where sources keep the files they write while reading: in the run's temporary folder, which the
+    manifest step removes, when it is local (a renderer needs a local folder); else "" (the system's)."""
+    return os.path.join(spill_dir, "scratch") if "://" not in spill_dir else ""
 
 
 def plan_in_process(cfg: CorpusConfig) -> list[tuple] | None:

@@ -28,8 +28,9 @@ class ReadUnits(beam.DoFn):
     stage. With a key (``pipelines.refresh``), each page carries it in ``metadata["refresh_unit"]``
     and the unit's count events and dead letters name it."""
 
-    def __init__(self, stage: str = "read"):
+    def __init__(self, stage: str = "read", scratch_dir: str = ""):
         self.stage = stage
+        self.scratch_dir = scratch_dir  # local, inside the run: for sources that write files while reading
         self._sources: dict = {}
 
     def process(self, element) -> Iterator:
@@ -44,8 +45,20 @@ class ReadUnits(beam.DoFn):
         from pipelines.sources import build_source
 
         if settings.name not in self._sources:
-            self._sources[settings.name] = build_source(settings)
+            source = build_source(settings)
+            if self.scratch_dir and hasattr(source, "scratch"):
+                source.scratch(os.path.join(self.scratch_dir, settings.name))
+            self._sources[settings.name] = source
         return self._sources[settings.name]
+
+    def teardown(self):
+        """Sources released (a renderer's browser pages and folder), where the runner tears DoFns down;
+        files in the run's scratch folder go with the run's temporary folder in any case."""
+        while self._sources:
+            _, source = self._sources.popitem()
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
 
 
 def _stamped(rows, key: str) -> Iterator:

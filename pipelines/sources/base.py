@@ -113,6 +113,9 @@ class Source(Protocol):
     # Optional: ``parts(uri) -> Iterator[Any]``, the pieces of one input that ``plan`` takes one by one
     # (a local folder's files). The corpus DAG spreads them over its workers before planning, so one big
     # input is not planned by one worker while the others wait (``pipelines.transforms.input_parts``).
+    # Optional: ``scratch(folder)``, a local folder inside the run (removed when the run ends) for the files
+    # the source writes while it reads (a renderer's documents); the corpus DAG hands it over before the
+    # first ``read`` when the run's output is local. Optional: ``close()``, what the source holds released.
 
     def read(self, unit: Any) -> Iterator[Row]:
         """Read one unit; yield one ``Row`` per input record, never raise for bad records."""

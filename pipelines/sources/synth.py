@@ -44,6 +44,17 @@ class SynthSource:
         self.seed = options.seed
         self.pages_per_unit = max(1, options.pages_per_unit)
         self._renderers: dict[str, object] = {}
+        self._scratch: str | None = None  # the renderers' folders go here (else the system's temporary folder)
+
+    def scratch(self, folder: str) -> None:
+        """Renderers made from now on keep their files (the HTML shell, LaTeX jobs) under ``folder``."""
+        self._scratch = folder
+
+    def close(self) -> None:
+        """Close the renderers: their browser pages and folders."""
+        while self._renderers:
+            _, renderer = self._renderers.popitem()
+            renderer.close()
 
     def plan(self, uri: str) -> Iterator[tuple[str, str, int, int]]:
         """Units ``(renderer, suite, first page, end)`` of one ``synth://[latex-]<suite>`` path."""
@@ -102,9 +113,9 @@ class SynthSource:
             if name == "latex":
                 from synth.render_latex import LatexRenderer
 
-                self._renderers[name] = LatexRenderer()  # one fresh temporary folder per page
+                self._renderers[name] = LatexRenderer(self._scratch)  # one fresh folder per page, in it
             else:
                 from synth.render_html import HtmlRenderer
 
-                self._renderers[name] = HtmlRenderer()  # pages are written to its own temporary folder
+                self._renderers[name] = HtmlRenderer(self._scratch)  # its shell document, in a folder of its own
         return self._renderers[name]

@@ -118,11 +118,25 @@ def test_cli_fails_past_max_dead_letter_rate(samples_root, tmp_path, capsys):
     assert manifest["balanced"] is True
 
 
-def test_multiprocessing_direct_runner_matches(direct_run, samples_root, tmp_path):
-    _, _, out = direct_run
-    cfg = load_config(sample_config(samples_root, tmp_path))
-    corpus.run(cfg, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
-    assert shard_digests(Path(cfg.run.output)) == shard_digests(out)
+def test_multiprocessing_direct_runner_matches(direct_run, samples_root, tmp_path, monkeypatch):
+    """Same shards with two worker processes; and the files the workers' sources made while reading (the
+    synthetic pages' renderers) were in the run's temporary folder, gone with it, not in the system's
+    (workers end without tearing their DoFns down, so nothing else would remove them)."""
+    import tempfile
+
+    # A short path: Chromium puts a Unix socket in the temporary folder, and a socket path has ~107 bytes.
+    system = Path(tempfile.mkdtemp(prefix="pm-tmp-"))
+    monkeypatch.setenv("TMPDIR", str(system))
+    monkeypatch.setattr(tempfile, "tempdir", str(system))
+    try:
+        _, _, out = direct_run
+        cfg = load_config(sample_config(samples_root, tmp_path))
+        corpus.run(cfg, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+        assert shard_digests(Path(cfg.run.output)) == shard_digests(out)
+        assert [p.name for p in system.iterdir() if p.name.startswith("synth-")] == []
+        assert not (Path(cfg.run.output) / "_tmp").exists()
+    finally:
+        shutil.rmtree(system, ignore_errors=True)
 
 
 def test_dask_runner_on_local_cluster_matches(direct_run, samples_root, tmp_path):

@@ -43,3 +43,26 @@ def test_latex_pages_are_latex_rendered_verified_and_deterministic():
         for line in page.unit_tests:
             passed, why = unit_test_from_json(line).check(page.response)
             assert passed, (row.source_id, why)
+
+
+@pytest.mark.parametrize("path", ["synth://layout", "synth://latex-layout"])
+def test_renderer_files_stay_in_the_scratch_folder_and_go_with_close(path, tmp_path, monkeypatch):
+    """With ``scratch(folder)`` (the corpus DAG's, inside the run) a renderer's files are made there, not
+    in the system's temporary folder; ``close()`` releases the renderers and removes what they made."""
+    import tempfile
+
+    system = tmp_path / "system-tmp"
+    system.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system))
+    scratch = tmp_path / "run" / "_tmp" / "scratch" / "synth-test"
+    src = _source(pages=1, seed=0, pages_per_unit=1)
+    src.scratch(str(scratch))
+    (unit,) = src.plan(path)
+    rows = list(src.read(unit))
+    assert rows and all(r.pages or r.error for r in rows)
+    assert list(system.iterdir()) == []
+    if path == "synth://layout":  # the HTML renderer keeps its shell document while it is open
+        assert [p.name.startswith("synth-html-") for p in scratch.iterdir()] == [True]
+    src.close()
+    assert list(scratch.iterdir()) == []
+    assert list(system.iterdir()) == []
