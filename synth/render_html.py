@@ -31,6 +31,7 @@ import json
 import re
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -527,6 +528,7 @@ class HtmlRenderer:
         if work_dir is not None:
             Path(work_dir).mkdir(parents=True, exist_ok=True)
         self._dir = Path(tempfile.mkdtemp(prefix="synth-html-", dir=work_dir)).resolve()
+        self._thread = threading.get_ident()  # Playwright's sync objects work only in the thread that made them
         self._shell = self._dir / "shell.html"
         self._shell.write_text(_SHELL.format(katex_base=self._dist.as_uri()), encoding="utf-8")
         self._browser = browser
@@ -642,8 +644,14 @@ class HtmlRenderer:
         return RenderedPage(png=png, html=html, width=size[0], height=size[1], spec=final, geometry=geometry)
 
     def close(self) -> None:
-        for size in list(self._pages):
-            self._drop_page(size)
+        """Close the renderer's pages and remove its folder. From another thread than the one that made it
+        (a runner tearing a DoFn down) only the folder goes: its pages cannot be reached from there, and
+        they close with their browser, which closes with its process."""
+        if threading.get_ident() == self._thread:
+            for size in list(self._pages):
+                self._drop_page(size)
+        self._pages.clear()
+        self._page = self._cdp = None
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> HtmlRenderer:

@@ -217,3 +217,27 @@ def test_elements_follow_the_reference_order_with_boxes_on_ink(renderer: HtmlRen
         assert record.metadata["fields"] == fields
     else:
         assert not fields
+
+
+def test_close_from_another_thread_removes_the_folder(tmp_path: Path) -> None:
+    """A runner may tear a DoFn down from another thread than the one that rendered: ``close`` then
+    removes the renderer's folder and raises nothing (Playwright's pages cannot be reached from there)."""
+    import threading
+
+    r = HtmlRenderer(tmp_path)
+    assert r.render(SMALL).png.startswith(b"\x89PNG")
+    folder = r.page_dir
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            r.close()
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    thread = threading.Thread(target=close)
+    thread.start()
+    thread.join()
+    assert errors == []
+    assert not folder.exists()
+    r.close()  # and again from its own thread: nothing left to do, nothing raised
