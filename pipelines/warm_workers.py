@@ -175,6 +175,17 @@ def _claim(folder: Path, slot: int) -> bool:
         return False
 
 
+def _remove_slot(sock: Path) -> None:
+    """A worker's files in its pool's folder (``<slot>.sock``, ``.slot``, ``.claim``) removed, and the
+    folder with them once it is empty: what ``WarmWorkers.close`` would have done, had its launcher lived."""
+    slot = sock.name.removesuffix(".sock")
+    for suffix in (".sock", ".slot", ".claim"):
+        with contextlib.suppress(FileNotFoundError):
+            (sock.parent / f"{slot}{suffix}").unlink()
+    with contextlib.suppress(OSError):  # another worker's files are still there: the last one out removes it
+        sock.parent.rmdir()
+
+
 def serve(sock_path: str, parent: int, modules: tuple[str, ...]) -> int:
     """A waiting worker: listen at once, import, then run as Beam's worker in the environment handed over.
 
@@ -194,7 +205,9 @@ def serve(sock_path: str, parent: int, modules: tuple[str, ...]) -> int:
             conn, _ = server.accept()
             break
         except TimeoutError:
-            if os.getppid() != parent:  # the launcher is gone: nobody will attach
+            if os.getppid() != parent:  # the launcher is gone: nobody will attach, nor clean its folder up
+                server.close()
+                _remove_slot(Path(sock_path))
                 return 0
         except KeyboardInterrupt:  # Ctrl-C in the launcher's terminal reaches its whole process group
             return 130

@@ -150,24 +150,28 @@ def test_close_stops_the_workers_no_runner_claimed(tmp_path: Path) -> None:
 
 
 def test_a_waiting_worker_whose_launcher_is_gone_exits(tmp_path: Path) -> None:
-    """The launcher is killed with its workers waiting (no exit handler runs): they notice and exit."""
+    """The launcher is killed with its workers waiting (no exit handler runs): they notice, remove the
+    pool's folder (its sockets) that the launcher can no longer remove, and exit."""
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
         from pipelines.warm_workers import WarmWorkers
         pool = WarmWorkers.start(2, fork=True)
-        print(" ".join(map(str, pool.pids)), flush=True)
+        print(pool.folder, *pool.pids, flush=True)
         time.sleep(60)
     """)
     launcher = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    pids = [int(pid) for pid in launcher.stdout.readline().split()]
+    folder, *pids = launcher.stdout.readline().split()
+    pids = [int(pid) for pid in pids]
     assert len(pids) == 2 and all(Path(f"/proc/{pid}").exists() for pid in pids)
+    assert Path(folder).is_dir()
     launcher.kill()
     launcher.wait()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in pids)
+    assert not Path(folder).exists()
 
 
 def _alive(pid: int) -> bool:
