@@ -162,10 +162,13 @@ class LocalServer:
         assert self.work is not None
         return {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
                 "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
-                "HF_MODULES_CACHE": str(self.work / "modules")}
+                "HF_MODULES_CACHE": str(self.work / "modules"),
+                # its temporary files (Python's multiprocessing sockets among them) go with the work folder
+                "TMPDIR": str(self.work / "tmp")}
 
     def start(self) -> LocalServer:
         self.work = Path(tempfile.mkdtemp(prefix="relabel-serve-"))
+        (self.work / "tmp").mkdir()
         served = prepare(self.checkpoint, Path(tempfile.gettempdir()))
         self.model = str(served)
         command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(served), "--trust-remote-code",

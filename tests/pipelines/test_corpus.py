@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 
 import apache_beam as beam
@@ -136,7 +137,12 @@ def test_multiprocessing_direct_runner_matches(direct_run, samples_root, tmp_pat
         assert [p.name for p in system.iterdir() if p.name.startswith("synth-")] == []
         assert not (Path(cfg.run.output) / "_tmp").exists()
     finally:
-        shutil.rmtree(system, ignore_errors=True)
+        # The workers' browsers may still be removing their profiles from it: try again until it is gone.
+        for _ in range(100):
+            shutil.rmtree(system, ignore_errors=True)
+            if not system.exists():
+                break
+            time.sleep(0.1)
 
 
 def test_dask_runner_on_local_cluster_matches(direct_run, samples_root, tmp_path):

@@ -29,7 +29,8 @@ def test_beam_imports_without_pandas_and_pandas_imports_after():
         except ImportError:
             blocked = True
         import apache_beam as beam
-        with beam.Pipeline() as p:  # Beam works without it
+        from pipelines.local_runner import LocalRunner  # the corpus CLI's runner (Beam's default tries Prism first)
+        with beam.Pipeline(runner=LocalRunner()) as p:  # Beam works without it
             p | beam.Create([1, 2]) | beam.Map(lambda x: x)
         loaded_by_beam = sys.modules.get("pandas") is not None
         startup.end_imports()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +38,14 @@ def test_session_server_is_healthy_and_lists_its_model(relabel_server):
 
 
 @pytest.mark.slow
+def test_the_server_keeps_its_temporary_files_in_its_work_folder(relabel_server):
+    """The running server process's TMPDIR is inside the folder ``stop()`` removes, so what it leaves
+    there (Python's multiprocessing sockets, for one) does not pile up in the system's."""
+    environ = Path(f"/proc/{relabel_server.process.pid}/environ").read_bytes().split(b"\0")
+    tmpdir = next(item.split(b"=", 1)[1].decode() for item in environ if item.startswith(b"TMPDIR="))
+    assert Path(tmpdir).is_dir() and Path(tmpdir).is_relative_to(relabel_server.work)
+
+
 def test_cli_runs_a_command_against_the_server_and_stops_it(tiny_checkpoint):
     code = ("import os, urllib.request; u = os.environ['OPENAI_BASE_URL']; "
             "print(urllib.request.urlopen(u + '/models').status, os.environ['PAGEMILL_RELABEL_MODEL']); "
