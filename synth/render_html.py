@@ -528,7 +528,7 @@ class HtmlRenderer:
         if work_dir is not None:
             Path(work_dir).mkdir(parents=True, exist_ok=True)
         self._dir = Path(tempfile.mkdtemp(prefix="synth-html-", dir=work_dir)).resolve()
-        self._thread = threading.get_ident()  # Playwright's sync objects work only in the thread that made them
+        self._thread = threading.get_ident()  # where its pages were made: Playwright's objects work only there
         self._shell = self._dir / "shell.html"
         self._shell.write_text(_SHELL.format(katex_base=self._dist.as_uri()), encoding="utf-8")
         self._browser = browser
@@ -556,6 +556,7 @@ class HtmlRenderer:
                 self._drop_page(next(iter(self._pages)))  # the oldest
             browser = self._browser if self._browser is not None else shared_browser()
             page = new_offline_page(browser, [self._dist, self._dir], viewport=size)
+            self._thread = threading.get_ident()
             # Registered (and current) before goto, so that an error closes this page and no other.
             self._pages[size] = self._page, self._cdp = page, page.context.new_cdp_session(page)
             page.goto(self._shell.as_uri(), wait_until="load", timeout=self.timeout_ms)
