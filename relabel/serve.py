@@ -21,6 +21,10 @@ torchvision, which cannot be installed beside this torch), its chat template, an
 Environment of the server: ``OMP_NUM_THREADS`` (``--threads``, default 1: several OpenMP threads on a
 busy CPU made requests ~7x slower), ``HF_HUB_OFFLINE=1`` (nothing is fetched), ``HF_MODULES_CACHE`` in
 the prepared folder (``--trust-remote-code`` copies the processor module there).
+
+The prepared copy lives in ``$PAGEMILL_SERVE_DIR`` (default: the system's temporary folder), one
+folder per checkpoint path, kept between runs: the served model's name is its path, and a restarted
+server must serve under the same name (the relabel cache keys include it).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CHECKPOINT = "out/relabel/tiny-checkpoint"
 EXPORT_COMMAND = "python -m model.checkpoint --export-tiny {path}"
+OVERLAY_ENV = "PAGEMILL_SERVE_DIR"  # where prepared copies go (default: the system's temporary folder)
 PROCESSOR_MODULE = "processing_imageonly"
 PROCESSOR_CLASS = "ImageOnlyQwen2_5_VLProcessor"
 PROCESSOR_SOURCE = '''"""Qwen2.5-VL's processor without its video half (which needs torchvision); by relabel.serve."""
@@ -78,6 +83,11 @@ def resolve_checkpoint(path: str) -> Path:
 def needs_overlay(folder: Path) -> bool:
     """A model/ checkpoint (its processor in pagemill_processor.json) rather than a released one."""
     return (folder / "pagemill_processor.json").is_file() and not (folder / "processor_config.json").is_file()
+
+
+def overlay_root() -> Path:
+    """Where ``start`` prepares a model/ checkpoint's served copy: ``$PAGEMILL_SERVE_DIR`` or the temporary folder."""
+    return Path(os.environ.get(OVERLAY_ENV) or tempfile.gettempdir())
 
 
 def prepare(folder: Path, work: Path) -> Path:
@@ -169,7 +179,7 @@ class LocalServer:
     def start(self) -> LocalServer:
         self.work = Path(tempfile.mkdtemp(prefix="relabel-serve-"))
         (self.work / "tmp").mkdir()
-        served = prepare(self.checkpoint, Path(tempfile.gettempdir()))
+        served = prepare(self.checkpoint, overlay_root())
         self.model = str(served)
         command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(served), "--trust-remote-code",
                    "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu"]

@@ -37,6 +37,12 @@ def test_session_server_is_healthy_and_lists_its_model(relabel_server):
         assert [m["id"] for m in json.load(response)["data"]] == [relabel_server.model]
 
 
+def test_the_served_copy_is_prepared_where_the_environment_says(relabel_server, serve_overlays):
+    """``PAGEMILL_SERVE_DIR`` (this session's folder, set by tests/conftest.py) holds the prepared copy,
+    not the system's temporary folder."""
+    assert Path(relabel_server.model).is_relative_to(serve_overlays)
+
+
 @pytest.mark.slow
 def test_the_server_keeps_its_temporary_files_in_its_work_folder(relabel_server):
     """The running server process's TMPDIR is inside the folder ``stop()`` removes, so what it leaves
@@ -46,13 +52,14 @@ def test_the_server_keeps_its_temporary_files_in_its_work_folder(relabel_server)
     assert Path(tmpdir).is_dir() and Path(tmpdir).is_relative_to(relabel_server.work)
 
 
-def test_cli_runs_a_command_against_the_server_and_stops_it(tiny_checkpoint):
+def test_cli_runs_a_command_against_the_server_and_stops_it(tiny_checkpoint, serve_overlays):
     code = ("import os, urllib.request; u = os.environ['OPENAI_BASE_URL']; "
             "print(urllib.request.urlopen(u + '/models').status, os.environ['PAGEMILL_RELABEL_MODEL']); "
             "raise SystemExit(3)")
     done = subprocess.run([sys.executable, "-m", "relabel.serve", "--checkpoint", str(tiny_checkpoint), "--",
                            sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 3 and "200 " in done.stdout and "base_url=http://127.0.0.1:" in done.stdout
+    assert f"200 {serve_overlays}/" in done.stdout  # the model name: the copy prepared in PAGEMILL_SERVE_DIR
 
 
 @pytest.mark.slow
