@@ -213,7 +213,8 @@ class LocalServer:
             self.process.wait()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout``; the prepared folder is removed."""
+        """SIGTERM, then SIGKILL after ``timeout``; the work folder (its log unless ``log_path``, its temporary
+        files) is removed. Also after ``kill``."""
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -221,7 +222,7 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-        if self.work is not None and not self.log_path:
+        if self.work is not None:  # a log_path lies outside it and stays
             shutil.rmtree(self.work, ignore_errors=True)
             self.work = None
 

@@ -78,9 +78,14 @@ def test_server_killed_mid_run_dead_letters_then_a_restarted_server_finishes_fro
     first = stage.run_batch(recs[:3])
     server.kill()
     rest = stage.run_batch(recs[3:])
+    killed = server.work
+    server.stop()  # what is left of a killed server: its work folder
+    assert not killed.exists()
     assert all(isinstance(r, list) for r in first)
     assert all(getattr(r, "reason", "") == "request_connection_failed" for r in rest)
-    server = LocalServer(str(tiny_checkpoint), port=port, startup_timeout_s=300).start()
+    log = tmp_path / "server.log"
+    server = LocalServer(str(tiny_checkpoint), port=port, startup_timeout_s=300, log_path=str(log)).start()
+    work = server.work
     try:
         again = RelabelStage(cfg)
         results = again.run_batch(recs)
@@ -88,3 +93,4 @@ def test_server_killed_mid_run_dead_letters_then_a_restarted_server_finishes_fro
         assert again.client.stats.attempts == 5  # the three answered before the kill came from the cache
     finally:
         server.stop()
+    assert log.stat().st_size > 0 and not work.exists()  # the log asked for stays, the work folder goes
