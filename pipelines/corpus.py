@@ -270,7 +270,7 @@ def decide_reuse(planned: Iterable[tuple], previous_uri: str | None, spill_dir: 
 
 
 def _previous_drops(previous: PreviousRun) -> Iterator[tuple[str, set[str]]]:
-    manifest = RunManifest.from_json(io.read_bytes(io.join(previous.folder, "manifest.json")).decode())
+    manifest = io.read_run_manifest(previous.folder)
     for stage in manifest.stage_order:
         yield stage, set(manifest.totals(stage).dropped)
 
@@ -761,7 +761,7 @@ def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | N
         client = getattr(result, "client", None)  # DaskRunner: release our connection to the cluster
         if client is not None:
             client.close()
-    manifest = RunManifest.from_json(io.read_bytes(io.join(cfg.run.output, "manifest.json")).decode())
+    manifest = io.read_run_manifest(cfg.run.output)
     return manifest
 
 

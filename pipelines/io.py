@@ -198,6 +198,18 @@ def read_bytes(uri: str) -> bytes:
         return fh.read()
 
 
+def read_run_manifest(folder: str):
+    """``<folder>/manifest.json`` as a ``schemas.manifest.RunManifest``; ``ManifestError`` (a ValueError)
+    naming the file when it is missing (not a corpus run's output, or its run has not finished) or is not one."""
+    from schemas.manifest import ManifestError, RunManifest
+
+    path = join(folder, "manifest.json")
+    if not exists(path):
+        raise ManifestError(f"no run manifest at {path}: not a corpus run's output folder, or its run has not "
+                            f"finished (make corpus writes out/corpus)")
+    return RunManifest.from_json(read_bytes(path), where=path)
+
+
 def write_bytes_atomic(uri: str, data: bytes) -> None:
     tmp = uri + ".tmp"
     with open_write(tmp) as fh:

@@ -243,7 +243,7 @@ def corpus_files(manifest: RunManifest) -> dict[str, list[str]]:
 def build_release(corpus: str, out: str, cfg: ReleaseConfig = ReleaseConfig(), repo_id: str | None = None) -> Release:
     """Cut ``corpus`` (a corpus run's output folder) into a release under ``out``, card included
     (its load example names ``repo_id``)."""
-    manifest = RunManifest.from_json(io.read_bytes(io.join(corpus, "manifest.json")).decode("utf-8"))
+    manifest = io.read_run_manifest(corpus)
     if manifest.imbalances():
         raise ValueError(f"{corpus}/manifest.json does not balance: {manifest.imbalances()[:3]}")
     mix = Mix()
@@ -562,8 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.push and not args.repo_id:
         parser.error("--push needs --repo-id ORG/NAME")
     if not args.skip_build:
-        release = build_release(args.corpus, args.out, cfg, args.repo_id)
-        check_release(args.out)
+        try:
+            release = build_release(args.corpus, args.out, cfg, args.repo_id)
+            check_release(args.out)
+        except ValueError as exc:  # no corpus run there, a run that does not balance, a release that fails its checks
+            print(f"release failed: {args.corpus} -> {args.out}: {exc}", file=sys.stderr)
+            return 2
         print(f"release: {args.out}: {sum(release.pages.values())} pages in {len(release.shards)} shards "
               f"({', '.join(f'{s} {n}' for s, n in sorted(release.pages.items()))}); card checked, datasets loads it")
     else:

@@ -284,7 +284,7 @@ def render_html(corpus: str, manifest: RunManifest, stats: CorpusStats, gallery:
 
 def build_report(corpus: str, out: str, per_source: int = 4) -> str:
     """Write ``<out>/index.html`` for the corpus at ``corpus``; return its path."""
-    manifest = RunManifest.from_json(io.read_bytes(io.join(corpus, "manifest.json")).decode())
+    manifest = io.read_run_manifest(corpus)
     stats = collect(corpus, manifest, per_source)
     chosen = {i for ids in stats.gallery_ids.values() for i in ids}
     page = render_html(corpus, manifest, stats, gallery_rows(corpus, manifest, chosen))
@@ -299,7 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="out/report", help="folder to write index.html to")
     parser.add_argument("--per-source", type=int, default=4, help="sample pages shown per source")
     args = parser.parse_args(argv)
-    print(f"wrote {build_report(args.corpus, args.out, args.per_source)}")
+    try:
+        path = build_report(args.corpus, args.out, args.per_source)
+    except ValueError as exc:  # no corpus run there (schemas.manifest.ManifestError)
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
     return 0
 
 

@@ -241,7 +241,11 @@ def checked_inputs(pattern: str) -> list[str]:
     files = input_files(pattern)
     for path in files:
         with io.open_read(path) as fh:
-            missing = [n for n in REQUIRED if n not in pq.read_schema(fh).names]
+            try:
+                names = pq.read_schema(fh).names
+            except pa.ArrowInvalid as exc:  # not Parquet at all (pyarrow's message does not name the file)
+                raise ConfigError(f"--input {path}: not a Parquet file: {exc}") from exc
+        missing = [n for n in REQUIRED if n not in names]
         if missing:
             raise ConfigError(f"--input {path}: not PageRecord Parquet, missing columns {', '.join(missing)}")
     return files

@@ -14,6 +14,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, NamedTuple
 
 
+class ManifestError(ValueError):
+    """A run folder without a readable run manifest (``pipelines.io.read_run_manifest``)."""
+
+
 class CountEvent(NamedTuple):
     stage: str
     source: str
@@ -175,20 +179,26 @@ class RunManifest:
         return json.dumps(body, indent=2, sort_keys=False)
 
     @classmethod
-    def from_json(cls, text: str) -> RunManifest:
-        body = json.loads(text)
-        stages = {
-            stage: {src: StageCounts(**c) for src, c in per.items()}
-            for stage, per in body["stages"].items()
-        }
-        return cls(
-            run=body["run"],
-            stage_order=body["stage_order"],
-            stages=stages,
-            shards=body["shards"],
-            dead_letter_files=body["dead_letter_files"],
-            dropped_sample_files=body.get("dropped_sample_files", []),
-        )
+    def from_json(cls, text: str | bytes, where: str = "manifest.json") -> RunManifest:
+        """The manifest ``to_json`` wrote; ``ManifestError`` naming ``where`` for anything else."""
+        try:
+            body = json.loads(text)
+            stages = {
+                stage: {src: StageCounts(**c) for src, c in per.items()}
+                for stage, per in body["stages"].items()
+            }
+            return cls(
+                run=body["run"],
+                stage_order=body["stage_order"],
+                stages=stages,
+                shards=body["shards"],
+                dead_letter_files=body["dead_letter_files"],
+                dropped_sample_files=body.get("dropped_sample_files", []),
+            )
+        except json.JSONDecodeError as exc:
+            raise ManifestError(f"{where} is not JSON: {exc}") from exc
+        except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"{where} is not a pagemill run manifest ({type(exc).__name__}: {exc})") from exc
 
     def summary_table(self) -> str:
         """Plain-text table: records per source and stage, then drops and dead letters by reason."""

@@ -150,6 +150,21 @@ def test_rerun_writes_identical_files_and_removes_stale_shards(corpus, tmp_path)
     assert after == before
 
 
+def test_cli_without_a_corpus_run_or_with_one_that_does_not_balance_says_so(corpus, tmp_path, capsys):
+    from pipelines.release import main
+
+    assert main(["--corpus", str(tmp_path / "none"), "--out", str(tmp_path / "rel")]) == 2
+    assert f"no run manifest at {tmp_path / 'none' / 'manifest.json'}" in capsys.readouterr().err
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    body = json.loads((corpus / "manifest.json").read_text())
+    body["stages"]["write"]["alpha"]["out"] -= 1  # a page lost between in and out
+    (broken / "manifest.json").write_text(json.dumps(body))
+    assert main(["--corpus", str(broken), "--out", str(tmp_path / "rel")]) == 2
+    assert "does not balance" in capsys.readouterr().err
+    assert not (tmp_path / "rel" / "README.md").exists()
+
+
 def test_one_hub_licence_is_the_cards_and_unknown_ids_make_it_other(tmp_path):
     same = write_corpus(tmp_path / "same", {("alpha", "train"): 3, ("beta", "train"): 2},
                         {"alpha": "cc-by-4.0", "beta": "cc-by-4.0"})

@@ -85,3 +85,13 @@ def test_a_failing_unit_test_is_reported_as_such():
                                                       '{"pdf": "x.pdf", "page": 1, "id": "t2", "type": "present", '
                                                       '"text": "Hello world"}']}
     assert [(kind, ok) for kind, ok, _ in report._checked_tests(row)] == [("present", False), ("present", True)]
+
+
+def test_cli_on_a_folder_without_a_run_manifest_says_so(tmp_path, capsys):
+    assert report.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert f"no run manifest at {tmp_path / 'manifest.json'}" in err and "make corpus" in err
+    (tmp_path / "manifest.json").write_text('{"run": {}}')
+    assert report.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "report")]) == 2
+    assert "is not a pagemill run manifest" in capsys.readouterr().err
+    assert not (tmp_path / "report").exists()

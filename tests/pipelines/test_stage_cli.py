@@ -254,6 +254,16 @@ def test_option_typo_exits_2_naming_the_key_before_any_work(corpus):
     assert done.returncode == 2 and "known: conventions, repeats" in done.stderr
 
 
+def test_an_input_that_is_not_parquet_exits_2_naming_the_file(tmp_path):
+    bad = tmp_path / "in" / "data" / "train-00000-of-00001.parquet"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"<html>not parquet</html>")
+    done = cli("short", "--input", str(bad), "--output", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert f"--input {bad}: not a Parquet file" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_repeats_jsonl_text_form_matches_the_repeats_cli(tmp_path):
     loop_text = prose(18) + "<tr><td></td><td>n/a</td></tr>" * 60
     lines = [json.dumps({"id": "clean", "text": prose(19)}), "{not json", json.dumps({"id": "loop", "text": loop_text}),

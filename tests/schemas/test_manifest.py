@@ -40,3 +40,16 @@ def test_json_round_trip_and_summary():
     assert back.imbalances() == [] and back.totals("read").dead == {"corrupt_pdf": 1}
     table = back.summary_table()
     assert "corrupt_pdf" in table and "balanced yes" in table
+
+
+def test_a_file_that_is_not_a_run_manifest_is_an_error_naming_it():
+    import pytest
+
+    from schemas.manifest import ManifestError
+
+    with pytest.raises(ManifestError, match="out/x/manifest.json is not JSON"):
+        RunManifest.from_json("<html>", where="out/x/manifest.json")
+    with pytest.raises(ManifestError, match=r"out/x/manifest.json is not a pagemill run manifest \(KeyError"):
+        RunManifest.from_json("{}", where="out/x/manifest.json")
+    with pytest.raises(ManifestError, match="is not a pagemill run manifest"):
+        RunManifest.from_json('{"stages": {"read": {"a": {"bogus": 1}}}}')
