@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
@@ -39,7 +40,7 @@ from classifiers.extract import matrix, read_feature_rows
 from classifiers.features import INPUT_FEATURES
 from classifiers.job import run_pool_job
 from classifiers.store import load_model
-from schemas.config import describe, load, option
+from schemas.config import ConfigError, describe, load, option
 
 log = logging.getLogger("classifiers.retrieve")
 
@@ -188,6 +189,10 @@ def retrieve(cfg: RetrieveConfig, beam_args: list[str] | None = None) -> dict[st
 
     t0 = time.perf_counter()
     folder, out = Path(cfg.classifiers), Path(cfg.out)
+    if not (folder / "manifest.json").is_file():
+        raise FileNotFoundError(f"--classifiers {folder}: no trained classifiers there (no manifest.json); "
+                                f"python -m classifiers.train writes them")
+    shard_files(cfg.corpus)  # inputs checked before the output folder is made
     out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((folder / "manifest.json").read_text())
     modes = load_modes(folder, manifest)
@@ -250,8 +255,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     raw = parse_sets(args.set)
     raw.update({k: v for k in ("corpus", "classifiers", "out", "k") if (v := getattr(args, k)) is not None})
-    cfg = load(RetrieveConfig, raw, "retrieve")
-    summary = retrieve(cfg, beam_args or None)
+    try:
+        cfg = load(RetrieveConfig, raw, "retrieve")
+        summary = retrieve(cfg, beam_args or None)
+    except (ConfigError, FileNotFoundError) as exc:  # a bad key, a missing pool or classifiers folder
+        print(f"classifiers.retrieve: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"{len(summary['modes'])} modes, {summary['indexed']} pool pages indexed ({summary['index_kind']}) "
           f"-> {cfg.out}")
 

@@ -26,6 +26,7 @@ import argparse
 import json
 import logging
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from classifiers.embed import FeatureEmbedder, LayoutEmbedder, VisionEmbedder, w
 from classifiers.extract import ALL_FEATURES, extract_row, iter_rows
 from classifiers.features import INPUT_FEATURES, LABEL_FEATURES, WEAK_LABELS, weak_labels
 from classifiers.store import save_model
-from schemas.config import describe, load, option
+from schemas.config import ConfigError, describe, load, option
 
 log = logging.getLogger("classifiers.train")
 
@@ -163,7 +164,9 @@ def fit_embedder(cfg: TrainConfig, pages: CorpusPages):
 
 def modes_from_errors(path: str | None) -> list[dict]:
     """The failure modes of an errors report, or the weak labels as modes when there is none."""
-    if path and Path(path).exists():
+    if path and not Path(path).exists():
+        log.warning("train: no errors report at %s; training the weak labels as modes", path)
+    elif path:
         modes = json.loads(Path(path).read_text()).get("failure_modes") or []
         if modes:
             return [{"name": m["name"], "test_type": m.get("test_type", ""), "domain": m.get("domain", ""),
@@ -247,10 +250,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _train(cfg: TrainConfig) -> dict[str, Any]:
+    from model.records import shard_files
+
     t0 = time.perf_counter()
+    modes = modes_from_errors(cfg.errors)
+    shard_files(cfg.corpus)  # inputs checked before the output folder is made
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    modes = modes_from_errors(cfg.errors)
     pages, mix = read_corpus(cfg, {i for m in modes for i in m["failing_ids"]})
     pq.write_table(mix, out / "training_mix.parquet")
     embedder, emb = fit_embedder(cfg, pages)
@@ -318,8 +324,12 @@ def main(argv: list[str] | None = None) -> None:
     raw = parse_sets(args.set)
     raw.update({k: v for k in ("corpus", "errors", "failing_corpus", "out", "embedding", "checkpoint")
                 if (v := getattr(args, k)) is not None})
-    cfg = load(TrainConfig, raw, "train")
-    manifest = train(cfg)
+    try:
+        cfg = load(TrainConfig, raw, "train")
+        manifest = train(cfg)
+    except (ConfigError, FileNotFoundError) as exc:  # a bad key, a missing corpus or errors report
+        print(f"classifiers.train: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"{sum('skipped' not in m for m in manifest['modes'])} classifiers -> {cfg.out}")
 
 

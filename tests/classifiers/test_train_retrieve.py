@@ -48,6 +48,27 @@ def test_weak_labels_become_modes_without_errors(small_world, tmp_path):
     assert "skipped" in names["weak:historical"]  # no historical pages: said, not trained
 
 
+def test_clis_with_missing_inputs_exit_2_naming_them_and_write_nothing(trained, small_world, tmp_path, capsys):
+    from classifiers import retrieve as retrieve_cli
+    from classifiers import train as train_cli
+
+    _, folder = trained
+    corpus = str(small_world["root"] / "corpus")
+    calls = [
+        (train_cli.main, ["--corpus", str(tmp_path / "none"), "--errors", str(tmp_path / "e.json")],
+         f"no parquet shards at '{tmp_path / 'none'}'"),
+        (train_cli.main, ["--corpus", corpus, "--set", "fold=2"], "train.fold: unknown key"),
+        (retrieve_cli.main, ["--corpus", corpus, "--classifiers", str(tmp_path / "none")],
+         f"--classifiers {tmp_path / 'none'}: no trained classifiers there"),
+        (retrieve_cli.main, ["--corpus", str(tmp_path / "none"), "--classifiers", str(folder)], "no parquet shards"),
+    ]
+    for main, args, message in calls:
+        with pytest.raises(SystemExit) as exited:
+            main([*args, "--out", str(tmp_path / "out")])
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+        assert not (tmp_path / "out").exists()
+
+
 def test_tampered_model_is_refused(trained, tmp_path):
     _, folder = trained
     good = folder / "table@benchpool" / "model.skops"
