@@ -61,7 +61,7 @@ from pipelines.clean.dedup_stage import (
 )
 from pipelines.clean.registry import build_stage
 from pipelines.config import CleanConfig, CorpusConfig, SourceSettings, load_config
-from pipelines.local_runner import new_pipeline
+from pipelines.local_runner import discard, new_pipeline
 from pipelines.quiet import quiet_beam_args, quiet_stderr
 from pipelines.refresh import (
     FAST_PATH_MAX_INPUTS,
@@ -73,6 +73,7 @@ from pipelines.refresh import (
     carried_events,
     carried_rows,
     carry_whole,
+    check_previous,
     decide,
     describe_unit,
     reused_keys,
@@ -753,7 +754,11 @@ def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | N
             return manifest
     # multi-processing workers start now and import this module (every stage's code) while the graph is built
     p = new_pipeline(args, worker_modules=("pipelines.corpus",))
-    build_pipeline(p, cfg, args, previous, planned)
+    try:
+        build_pipeline(p, cfg, args, previous, planned)
+    except BaseException:  # e.g. no relabel endpoint: its workers and temporary folder go with it
+        discard(p)
+        raise
     result = p.run()
     try:
         result.wait_until_finish()
@@ -794,14 +799,24 @@ def main(argv: list[str] | None = None) -> int:
         overrides["run"]["output"] = args.output
     if args.max_dead_letter_rate is not None:
         overrides["run"]["max_dead_letter_rate"] = args.max_dead_letter_rate
-    cfg = load_config(args.config, overrides)
-    if args.verbose:
-        logging.basicConfig()  # a no-op when Beam's import already configured the root logger
-        logging.getLogger().setLevel(logging.INFO)
-        manifest = run(cfg, beam_args, previous, not args.no_fast_path)
-    else:
-        with quiet_stderr():
-            manifest = run(cfg, quiet_beam_args(beam_args), previous, not args.no_fast_path)
+    try:
+        cfg = load_config(args.config, overrides)
+        if previous:
+            check_previous(previous)
+    except (ValueError, FileNotFoundError) as exc:  # a config typo (ConfigError), no such file, no run at --previous
+        print(f"pipelines.corpus: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.verbose:
+            logging.basicConfig()  # a no-op when Beam's import already configured the root logger
+            logging.getLogger().setLevel(logging.INFO)
+            manifest = run(cfg, beam_args, previous, not args.no_fast_path)
+        else:
+            with quiet_stderr():
+                manifest = run(cfg, quiet_beam_args(beam_args), previous, not args.no_fast_path)
+    except ConnectionError as exc:  # relabel.client.ServerUnavailable: no endpoint, checked before any record
+        print(f"pipelines.corpus: {exc}", file=sys.stderr)
+        return 2
     print(manifest.summary_table())
     print(f"\nwrote {cfg.run.output}: {len(manifest.shards)} shard(s), manifest.json, "
           f"{len(manifest.dead_letter_files)} dead-letter file(s)")

@@ -16,6 +16,7 @@ stage, so their imports overlap the launcher's graph building.
 from __future__ import annotations
 
 import os
+import shutil
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
@@ -127,4 +128,15 @@ def new_pipeline(args: list[str], worker_modules: tuple[str, ...] = ()) -> beam.
     return beam.Pipeline(runner=runner, options=options)
 
 
-__all__ = ["CachedViewOptions", "DIRECT_RUNNER_NAMES", "LocalRunner", "new_pipeline", "pipeline_runner", "worker_count"]
+def discard(pipeline: beam.Pipeline) -> None:
+    """A pipeline built but never run (its graph failed to build): close its warm workers and remove the
+    temporary folder every ``beam.Pipeline`` makes, which Beam removes only in ``run()``."""
+    runner = pipeline.runner
+    if isinstance(runner, LocalRunner) and runner.warm is not None:
+        warm, runner.warm = runner.warm, None
+        warm.close()
+    shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+
+
+__all__ = ["CachedViewOptions", "DIRECT_RUNNER_NAMES", "LocalRunner", "discard", "new_pipeline", "pipeline_runner",
+           "worker_count"]

@@ -236,6 +236,16 @@ def resolve_previous(uri: str) -> str:
     return uri
 
 
+def check_previous(uri: str) -> str:
+    """The previous run's folder (``resolve_previous``); ValueError when it holds no units table, so that
+    ``--previous`` is checked before a run starts."""
+    folder = resolve_previous(uri)
+    if not io.exists(io.join(folder, UNITS_FILE)):
+        raise ValueError(f"previous run {folder}: no {UNITS_FILE} (a run from before incremental refresh, "
+                         f"or not a corpus output); run without --previous once")
+    return folder
+
+
 @dataclass
 class PreviousRun:
     """What ``decide`` needs of the previous run: its units table and where its files are."""
@@ -248,12 +258,8 @@ class PreviousRun:
     def load(cls, uri: str | None) -> PreviousRun | None:
         if not uri:
             return None
-        folder = resolve_previous(uri)
-        path = io.join(folder, UNITS_FILE)
-        if not io.exists(path):
-            raise ValueError(f"previous run {folder}: no {UNITS_FILE} (a run from before incremental refresh, "
-                             f"or not a corpus output); run without --previous once")
-        with io.open_read(path) as f:
+        folder = check_previous(uri)
+        with io.open_read(io.join(folder, UNITS_FILE)) as f:
             rows = pq.read_table(f).to_pylist()
         manifest = json.loads(io.read_bytes(io.join(folder, "manifest.json")))
         return cls(folder, {r["key"]: r for r in rows}, list(manifest.get("dropped_sample_files", [])))

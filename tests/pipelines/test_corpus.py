@@ -18,7 +18,7 @@ from apache_beam.pipeline import PipelineVisitor
 from pipelines import corpus
 from pipelines.accounting import Envelope, Kind
 from pipelines.config import load_config
-from pipelines.local_runner import LocalRunner
+from pipelines.local_runner import LocalRunner, discard
 from schemas.manifest import RunManifest
 from schemas.page import PAGE_SCHEMA, PageRecord, validate
 from tests.helpers import IN_MEMORY, sample_config
@@ -182,7 +182,7 @@ def unrun():
 
     yield new
     for p in made:
-        shutil.rmtree(p.local_tempdir, ignore_errors=True)
+        discard(p)
 
 
 def test_dag_reads_top_to_bottom_as_named_steps(samples_root, tmp_path, unrun):

@@ -181,3 +181,34 @@ def test_every_config_field_has_help():
         missing = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("help")]
         assert missing == [], f"{cls.__name__}: fields without help"
     assert "clean.dedup.minhash.bands (int, default 14): LSH bands (one mh key each)" in describe(CorpusConfig)
+
+
+def test_the_cli_stops_before_any_work_naming_what_is_wrong(tmp_path, capsys, monkeypatch):
+    """A missing config, a key typo, a --previous that is no run, no relabel endpoint: exit 2 with one line
+    (no traceback), and no output folder."""
+    from pipelines.corpus import main
+
+    out = tmp_path / "out"
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("run: {outptu: x}\n")
+    plain = tmp_path / "plain.yaml"  # no relabel stage: the --previous check is what stops it
+    plain.write_text(yaml.safe_dump({"clean": {"stages": [], "dedup": {"enabled": False}},
+                                     "sources": [{"name": "s", "kind": "local_folder", "paths": [str(tmp_path)],
+                                                  "license": "unknown"}]}))
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    cases = [
+        (["--config", str(tmp_path / "none.yaml")], "No such file or directory"),
+        (["--config", str(typo)], "run.outptu: unknown key"),
+        (["--config", str(plain), "--previous", str(tmp_path / "nothing")], "no refresh/units.parquet"),
+        (["--config", str(DEFAULT_CONFIG)], "relabel: no endpoint"),  # the bundled config relabels
+    ]
+    import tempfile
+
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.glob("beam-pipeline-temp*"))
+    for args, message in cases:
+        assert main([*args, "--output", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pipelines.corpus: ") and message in err and "Traceback" not in err
+        assert not out.exists()
+    assert set(temp.glob("beam-pipeline-temp*")) == before  # the graph that failed to build left no folder
