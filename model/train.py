@@ -22,6 +22,7 @@ import copy
 import itertools
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,6 +40,7 @@ from model.grpo import GRPOConfig, load_prompts, train_grpo
 from model.merge import MergeConfig, make_evaluator, merge_search, write_merged
 from model.models import build_tiny, load
 from model.mtp import MTPConfig, fit_for_checkpoint
+from model.records import shard_files
 from model.sft import SFTConfig, train_sft
 from schemas.config import ConfigError, describe, option, parse_sets
 from schemas.config import load as load_config
@@ -249,6 +251,9 @@ def _mtp(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
 
 
 def run(cfg: TrainRunConfig) -> dict[str, Any]:
+    shard_files(cfg.corpus)  # FileNotFoundError naming it, before the output folder is made
+    if cfg.eval_corpus:
+        shard_files(cfg.eval_corpus)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
@@ -323,8 +328,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="override one config key, e.g. --set grpo.steps=2 (values are YAML)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    cfg = TrainRunConfig.from_yaml(args.config, args.set, corpus=args.corpus, out=args.out, model=args.model)
-    run(cfg)
+    try:
+        cfg = TrainRunConfig.from_yaml(args.config, args.set, corpus=args.corpus, out=args.out, model=args.model)
+        run(cfg)
+    except (ConfigError, FileNotFoundError) as exc:  # a bad key or value, a missing config, corpus or checkpoint
+        print(f"model.train: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

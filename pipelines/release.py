@@ -459,7 +459,10 @@ def check_release(folder: str, load: bool = True) -> dict[str, Any]:
     every configured split with ``image`` as an ``Image``. No rows are read (the tests load the
     folder whole): a stream left open mid-file once made the CLI hang at exit in Arrow's thread-pool
     shutdown. Returns the card's metadata."""
-    meta = card_metadata_of(io.read_bytes(io.join(folder, "README.md")).decode("utf-8"))
+    card = io.join(folder, "README.md")
+    if not io.exists(card):
+        raise ValueError(f"no release at {folder} (no README.md): build one first, without --skip-build")
+    meta = card_metadata_of(io.read_bytes(card).decode("utf-8"))
     missing = [k for k in CARD_KEYS if k not in meta]
     if missing:
         raise ValueError(f"README.md's YAML lacks {missing}")

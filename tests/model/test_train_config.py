@@ -84,15 +84,26 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(block, message):
     assert str(err.value).startswith(message), str(err.value)
 
 
-def test_the_mtp_block_fails_at_start_up_before_any_phase_runs(tmp_path):
+def test_the_mtp_block_fails_at_start_up_before_any_phase_runs(tmp_path, capsys):
     raw = yaml.safe_load(TRAIN_YAML.read_text())
     raw["mtp"]["stepz"] = 3  # the last phase: read only after minutes of training before
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(raw))
     out = tmp_path / "model"
-    with pytest.raises(ConfigError, match=r"^train\.mtp\.stepz: unknown key"):
+    with pytest.raises(SystemExit) as exited:
         main(["--config", str(config), "--out", str(out), "--corpus", str(tmp_path / "no-corpus")])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith("model.train: train.mtp.stepz: unknown key")
     assert not out.exists()  # nothing was built, evaluated or trained
+
+
+def test_a_missing_corpus_stops_the_cli_before_the_output_folder(tmp_path, capsys):
+    out = tmp_path / "model"
+    with pytest.raises(SystemExit) as exited:
+        main(["--out", str(out), "--corpus", str(tmp_path / "no-corpus")])
+    assert exited.value.code == 2
+    assert f"no parquet shards at '{tmp_path / 'no-corpus'}'" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_run_level_seed_and_corpus_fill_what_a_block_leaves_unset():

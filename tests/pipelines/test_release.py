@@ -163,6 +163,8 @@ def test_cli_without_a_corpus_run_or_with_one_that_does_not_balance_says_so(corp
     assert main(["--corpus", str(broken), "--out", str(tmp_path / "rel")]) == 2
     assert "does not balance" in capsys.readouterr().err
     assert not (tmp_path / "rel" / "README.md").exists()
+    assert main(["--out", str(tmp_path / "none"), "--skip-build"]) == 2
+    assert f"no release at {tmp_path / 'none'} (no README.md)" in capsys.readouterr().err
 
 
 def test_one_hub_licence_is_the_cards_and_unknown_ids_make_it_other(tmp_path):
