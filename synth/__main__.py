@@ -83,13 +83,15 @@ def run(pages: int, seed: int, out: Path, suite: str = "all", renderer_name: str
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m synth", description=__doc__.splitlines()[0])
-    ap.add_argument("--pages", type=int, required=True)
+    ap.add_argument("--pages", type=int, required=True, help="pages to make (at least 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--suite", choices=(*SUITES, "all"), default="all")
     ap.add_argument("--renderer", choices=("html", "latex"), default="html")
     ap.add_argument("--language", choices=LANGUAGE_CHOICES, default="en")
     args = ap.parse_args(argv)
+    if args.pages < 1:
+        ap.error(f"--pages must be at least 1, got {args.pages}")
     summary = run(args.pages, args.seed, args.out, args.suite, args.renderer, language=args.language)
     print(f"kept {summary['kept']}/{summary['pages_requested']} pages; rejected {summary['rejected'] or 'none'}")
     print(f"tests kept {summary['tests_kept_by_type']}; dropped {summary['tests_dropped_by_reason']}")

@@ -121,6 +121,13 @@ def test_page_record_is_valid(renderer: HtmlRenderer) -> None:
     assert record.provenance[0].stage == "synth:html"
 
 
+def test_cli_refuses_a_page_count_below_one(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "synth", "--pages", "0", "--out", str(tmp_path / "run")],
+                          check=False, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--pages must be at least 1, got 0" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_cli_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "synth", "--pages", "3", "--seed", "5", "--out", str(out)],
