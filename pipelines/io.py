@@ -17,6 +17,8 @@ from typing import IO, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from schemas.manifest import ManifestError, RunManifest
+
 
 def _is_hf(uri: str) -> bool:
     return uri.startswith("hf://")
@@ -198,11 +200,9 @@ def read_bytes(uri: str) -> bytes:
         return fh.read()
 
 
-def read_run_manifest(folder: str):
-    """``<folder>/manifest.json`` as a ``schemas.manifest.RunManifest``; ``ManifestError`` (a ValueError)
-    naming the file when it is missing (not a corpus run's output, or its run has not finished) or is not one."""
-    from schemas.manifest import ManifestError, RunManifest
-
+def read_run_manifest(folder: str) -> RunManifest:
+    """``<folder>/manifest.json`` as a ``RunManifest``; ``ManifestError`` (a ValueError) naming the file when
+    it is missing (not a corpus run's output, or its run has not finished) or is not one."""
     path = join(folder, "manifest.json")
     if not exists(path):
         raise ManifestError(f"no run manifest at {path}: not a corpus run's output folder, or its run has not "

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines import io
-from schemas.manifest import RunManifest
+from schemas.manifest import ManifestError, RunManifest
 
 SMALL_COLUMNS = ["id", "source", "domain", "task", "language", "response", "unit_tests", "width", "height"]
 LENGTH_BINS = np.concatenate([[0], np.logspace(0, 6, 37)])  # label characters, log-spaced up to 1M
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         path = build_report(args.corpus, args.out, args.per_source)
-    except ValueError as exc:  # no corpus run there (schemas.manifest.ManifestError)
+    except ManifestError as exc:  # no corpus run there
         print(f"report: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {path}")
