@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -40,6 +41,7 @@ from playwright.sync_api import (
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 DEAD_PROXY = "http://127.0.0.1:1"
+MAX_TEMP_PATH = 62  # bytes: Chromium puts a Unix socket (107 bytes at most) 45 bytes deep in its temporary folder
 INSTALL_HINT = "run scripts/install_browser_assets.sh (installs Debian's chromium and KaTeX)"
 
 # Without the background-networking flags Chromium keeps opening connections that this
@@ -131,8 +133,14 @@ def launch_chromium(*, headless: bool = True, extra_args: Iterable[str] = ()) ->
             args=[*CHROMIUM_ARGS, *extra_args],
             ignore_default_args=_dropped_default_args(),
         )
-    except BaseException:
+    except BaseException as exc:
         pw.stop()
+        temp = tempfile.gettempdir()
+        if isinstance(exc, Exception) and len(os.fsencode(temp)) > MAX_TEMP_PATH:
+            raise RuntimeError(f"Chromium did not start, and its temporary folder is likely why: {temp} is "
+                               f"{len(os.fsencode(temp))} bytes long, and Chromium's socket in it "
+                               f"(org.chromium.Chromium.XXXXXX/SingletonSocket) must fit a 107-byte Unix socket "
+                               f"path. Set TMPDIR to a folder of at most {MAX_TEMP_PATH} bytes.") from exc
         raise
     return ChromiumHandle(playwright=pw, browser=browser)
 
