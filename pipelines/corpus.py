@@ -264,14 +264,13 @@ def decide_reuse(planned: Iterable[tuple], previous_uri: str | None, spill_dir: 
         for path in previous.files("data/*.parquet") + previous.files("refresh/dedup_losers/*.parquet"):
             yield Envelope(Kind.CARRY, ("pages", path, "", "", keys))
         names = {"dropped/" + f"{stage}-{reason}.parquet".replace(":", "_").replace("/", "_"): (stage, reason)
-                 for stage, per in _previous_drops(previous) for reason in per}
-        for name in previous.dropped_files:
+                 for stage, per in _previous_drops(previous.manifest) for reason in per}
+        for name in previous.manifest.dropped_sample_files:
             if name in names:
                 yield Envelope(Kind.CARRY, ("sample", io.join(previous.folder, name), *names[name], keys))
 
 
-def _previous_drops(previous: PreviousRun) -> Iterator[tuple[str, set[str]]]:
-    manifest = io.read_run_manifest(previous.folder)
+def _previous_drops(manifest: RunManifest) -> Iterator[tuple[str, set[str]]]:
     for stage in manifest.stage_order:
         yield stage, set(manifest.totals(stage).dropped)
 

@@ -248,11 +248,11 @@ def check_previous(uri: str) -> str:
 
 @dataclass
 class PreviousRun:
-    """What ``decide`` needs of the previous run: its units table and where its files are."""
+    """What ``decide`` needs of the previous run: its units table, its manifest and where its files are."""
 
     folder: str
     units: dict[str, dict]  # key -> row of UNITS_SCHEMA
-    dropped_files: list[str]
+    manifest: RunManifest
 
     @classmethod
     def load(cls, uri: str | None) -> PreviousRun | None:
@@ -261,8 +261,7 @@ class PreviousRun:
         folder = check_previous(uri)
         with io.open_read(io.join(folder, UNITS_FILE)) as f:
             rows = pq.read_table(f).to_pylist()
-        manifest = json.loads(io.read_bytes(io.join(folder, "manifest.json")))
-        return cls(folder, {r["key"]: r for r in rows}, list(manifest.get("dropped_sample_files", [])))
+        return cls(folder, {r["key"]: r for r in rows}, io.read_run_manifest(folder))
 
     def files(self, pattern: str) -> list[str]:
         return io.match(io.join(self.folder, pattern))

@@ -645,8 +645,8 @@ class HtmlRenderer:
         return RenderedPage(png=png, html=html, width=size[0], height=size[1], spec=final, geometry=geometry)
 
     def close(self) -> None:
-        """Close the renderer's pages and remove its folder. From another thread than the one that made it
-        (a runner tearing a DoFn down) only the folder goes: its pages cannot be reached from there, and
+        """Close the renderer's pages and remove its folder. From another thread than the one that made its
+        pages (a runner tearing a DoFn down) only the folder goes: its pages cannot be reached from there, and
         they close with their browser, which closes with its process."""
         if threading.get_ident() == self._thread:
             for size in list(self._pages):
