@@ -21,7 +21,7 @@ from schemas.deadletter import RecordError
 from schemas.images import encode_image, open_image
 from schemas.layout import element, scale_elements
 from schemas.page import PageRecord, ProvenanceStep, image_sha256, page_id, params_hash
-from schemas.pdf_pages import render_pdf_page
+from schemas.pdf_pages import render_pdf_page, render_pdf_png
 
 VERSION = "1"
 
@@ -75,11 +75,17 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
     if page.payload_kind == "pdf":
         elements = list(page.elements)
         want_lines = cfg.keep_line_boxes and not elements and page.rotation == 0
-        image, _, text_layer, boxes = render_pdf_page(
-            page.payload, page.pdf_page_index, cfg.longest_side, page.rotation, cfg.keep_text_layer,
-            grey_when_achromatic=cfg.image_format == "png" and cfg.png_gray_when_achromatic, with_lines=want_lines,
-        )
-        height, width = image.shape[:2]
+        grey = cfg.image_format == "png" and cfg.png_gray_when_achromatic
+        if cfg.image_format == "png" and cfg.png_filter in ("auto", "none"):  # unfiltered rows: drawn as PNG rows
+            encoded, width, height, _, text_layer, boxes = render_pdf_png(
+                page.payload, page.pdf_page_index, cfg.longest_side, page.rotation, cfg.keep_text_layer,
+                grey_when_achromatic=grey, with_lines=want_lines, level=cfg.png_compress_level)
+        else:
+            pixels, _, text_layer, boxes = render_pdf_page(
+                page.payload, page.pdf_page_index, cfg.longest_side, page.rotation, cfg.keep_text_layer,
+                grey_when_achromatic=grey, with_lines=want_lines)
+            height, width = pixels.shape[:2]
+            encoded = encode_image(pixels, cfg, flat=True)
         if boxes is not None:
             clipped = [(max(0.0, x0), max(0.0, y0), min(float(width), x1), min(float(height), y1), text)
                        for x0, y0, x1, y1, text in boxes]
@@ -92,9 +98,9 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
         if page.elements and page.rotation == 0:  # boxes of a rotated scan are not carried over
             source_w, source_h = open_image(page.payload, cfg.max_pixels).size
             elements = scale_elements(page.elements, width / source_w, height / source_h)
+        encoded = encode_image(image, cfg)
     else:
         raise RecordError("bad_payload", f"unknown payload kind {page.payload_kind!r}")
-    encoded = encode_image(image, cfg, flat=page.payload_kind == "pdf")
     provenance = list(page.provenance) + [
         ProvenanceStep("render", VERSION, _config_hash(cfg))
     ]

@@ -79,9 +79,11 @@ def grey_if_achromatic(bgr: np.ndarray) -> np.ndarray | None:
     therefore reproduces the page iff every pixel is achromatic. The test does not depend on channel
     order, so RGB pages may be passed too. Two SIMD passes, ~4x cheaper than comparing channel views
     in numpy. A colour pixel among every 7th of every 7th row ends it first: most real PDF pages have
-    colour, and that look costs ~1/3 of the two passes.
+    colour, and that look costs ~1/3 of the two passes. Rows may be spaced apart (a PNG scanline
+    view, ``schemas.pdf_pages.render_pdf_png``): OpenCV reads them in place.
     """
-    bgr = np.ascontiguousarray(bgr)
+    if bgr.ndim != 3 or bgr.strides[1:] != (3, 1) or bgr.strides[0] < 3 * bgr.shape[1]:
+        bgr = np.ascontiguousarray(bgr)
     sample = bgr[::7, ::7]
     if (sample[..., 0] != sample[..., 1]).any() or (sample[..., 1] != sample[..., 2]).any():
         return None

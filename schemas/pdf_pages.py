@@ -14,12 +14,14 @@ olmOCR's real multi-page PDFs re-opening per page cost ~1/3 of the render stage'
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import io
 import logging
 import math
 import re
 import threading
+from typing import Iterator
 
 import cv2
 import numpy as np
@@ -28,6 +30,7 @@ from PIL import Image
 
 from schemas.deadletter import RecordError
 from schemas.images import grey_if_achromatic
+from schemas.png import encode_png, png_from_rows
 
 # pdfium is not thread-safe; Beam's multi-threading mode may call us from several threads.
 _PDFIUM_LOCK = threading.Lock()
@@ -102,13 +105,18 @@ def pdf_page_count(data: bytes) -> int:
 
 
 class _PageRenderer:
-    """Render a pdfium page as BGR pixels into one reused, grown buffer (pdfium's C API).
+    """Render a pdfium page into one reused, grown buffer (pdfium's C API).
 
     ``PdfPage.render`` allocates a fresh zeroed ctypes array per page, page-faulted in by pdfium's
     per-pixel 24-bit fill: ~0.7 ms of a ~3.3 ms 1288-px text page on this CPU. Here the buffer
     stays, white is one memset, and the render call is pypdfium2's default (``FPDF_ANNOT``:
-    annotations drawn, BGR).
-    Callers hold ``_PDFIUM_LOCK`` and copy the pixels out (grey plane or RGB conversion) before they
+    annotations drawn).
+
+    Two layouts: (H, W, 3) BGR pixels (pdfium's own order), or with ``png_rows`` a PNG's raw
+    scanlines, (H, 1 + 3W): a zero filter byte, then the row's pixels in RGB order
+    (``FPDF_REVERSE_BYTE_ORDER``), so that ``schemas.png.png_from_rows`` deflates a colour page
+    straight from the buffer, with no channel swap and no copy (~0.3 ms of a colour page).
+    Callers hold ``_PDFIUM_LOCK`` and are done with the pixels (copied out or encoded) before they
     release it, so the buffer is never shared; it keeps the largest page seen (5 MB at 1288 px).
     """
 
@@ -117,27 +125,82 @@ class _PageRenderer:
     def __init__(self):
         self.buffer = np.empty(0, dtype=np.uint8)
 
-    def __call__(self, page: pdfium.PdfPage, scale: float, rotation: int) -> np.ndarray:
+    def __call__(self, page: pdfium.PdfPage, scale: float, rotation: int, png_rows: bool = False) -> np.ndarray:
         width, height = math.ceil(page.get_width() * scale), math.ceil(page.get_height() * scale)
         if rotation in (90, 270):
             width, height = height, width
-        if self.buffer.size < width * height * 3:
-            self.buffer = np.empty(width * height * 3, dtype=np.uint8)
-        pixels = self.buffer[: width * height * 3].reshape(height, width, 3)
-        pixels.fill(255)
+        stride = width * 3 + png_rows
+        if self.buffer.size < stride * height:
+            self.buffer = np.empty(stride * height, dtype=np.uint8)
+        rows = self.buffer[: stride * height].reshape(height, stride)
+        rows.fill(255)
+        flags = pdfium.raw.FPDF_ANNOT
+        if png_rows:
+            rows[:, 0] = 0  # PNG filter type 0 (none)
+            flags |= pdfium.raw.FPDF_REVERSE_BYTE_ORDER
         bitmap = pdfium.raw.FPDFBitmap_CreateEx(width, height, pdfium.raw.FPDFBitmap_BGR,
-                                                pixels.ctypes.data_as(ctypes.c_void_p), width * 3)
+                                                ctypes.c_void_p(rows.ctypes.data + png_rows), stride)
         if not bitmap:
             raise RecordError("corrupt_pdf", f"pdfium cannot make a {width}x{height} bitmap")
         try:
-            pdfium.raw.FPDF_RenderPageBitmap(bitmap, page.raw, 0, 0, width, height, self._ROTATION[rotation],
-                                             pdfium.raw.FPDF_ANNOT)
+            pdfium.raw.FPDF_RenderPageBitmap(bitmap, page.raw, 0, 0, width, height, self._ROTATION[rotation], flags)
         finally:
             pdfium.raw.FPDFBitmap_Destroy(bitmap)
-        return pixels
+        return rows if png_rows else rows.reshape(height, width, 3)
 
 
 _render_bgr = _PageRenderer()
+
+
+@contextlib.contextmanager
+def _loaded_page(data: bytes, index: int) -> Iterator[pdfium.PdfPage]:
+    """Page ``index`` of the PDF in ``data``, held under ``_PDFIUM_LOCK`` and closed after; pdfium
+    failures become ``RecordError`` (the document is then not reused)."""
+    with _PDFIUM_LOCK:
+        pdf = _last_document.open(data)
+        if not 0 <= index < len(pdf):
+            raise RecordError("page_out_of_range", f"page index {index} not in PDF of {len(pdf)} pages")
+        try:
+            page = pdf[index]
+        except pdfium.PdfiumError as exc:
+            _last_document.close()
+            raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
+        try:
+            yield page
+        except pdfium.PdfiumError as exc:
+            _last_document.close()
+            raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
+        finally:
+            page.close()
+
+
+def _page_scale(page: pdfium.PdfPage, index: int, longest_side: int) -> tuple[float, float]:
+    """(the page's height in points, the scale that makes its longest side ``longest_side`` pixels)."""
+    width, height = page.get_size()
+    if width <= 0 or height <= 0:
+        raise RecordError("corrupt_pdf", f"page {index} has size {width}x{height}")
+    return height, longest_side / max(width, height)
+
+
+def _check_rotation(rotation: int) -> None:
+    if rotation not in (0, 90, 180, 270):
+        raise RecordError("bad_rotation", f"rotation must be 0/90/180/270, got {rotation}")
+
+
+def _text_and_lines(page: pdfium.PdfPage, height: float, scale: float, with_text: bool,
+                    with_lines: bool) -> tuple[str | None, list[tuple[float, float, float, float, str]] | None]:
+    """The page's text (``with_text``) and line boxes (``with_lines``) from one text page."""
+    text = lines = None
+    if with_text or with_lines:
+        textpage = page.get_textpage()
+        try:
+            if with_text:
+                text = textpage.get_text_bounded()
+            if with_lines:
+                lines = _text_lines(textpage, height, scale)
+        finally:
+            textpage.close()
+    return text, lines
 
 
 def rasterize_pdf_page(data: bytes, index: int, longest_side: int, rotation: int = 0,
@@ -164,44 +227,34 @@ def render_pdf_page(data: bytes, index: int, longest_side: int, rotation: int = 
     """``render_pdf_pixels`` plus, when ``with_lines``, the text layer's line boxes (``pdf_line_boxes``,
     in pixels of the unrotated page) from the same page load and text page: loading a page and its
     text page again cost as much as its PNG on olmOCR's real PDFs."""
-    if rotation not in (0, 90, 180, 270):
-        raise RecordError("bad_rotation", f"rotation must be 0/90/180/270, got {rotation}")
-    with _PDFIUM_LOCK:
-        pdf = _last_document.open(data)
-        if not 0 <= index < len(pdf):
-            raise RecordError("page_out_of_range", f"page index {index} not in PDF of {len(pdf)} pages")
-        try:
-            page = pdf[index]
-        except pdfium.PdfiumError as exc:
-            _last_document.close()  # a document pdfium failed on is not reused
-            raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
-        try:
-            width, height = page.get_size()
-            if width <= 0 or height <= 0:
-                raise RecordError("corrupt_pdf", f"page {index} has size {width}x{height}")
-            scale = longest_side / max(width, height)
-            bgr = _render_bgr(page, scale, rotation)  # a reused buffer: copied out below, under the lock
-            grey = grey_if_achromatic(bgr)
-            if grey is not None and grey_when_achromatic:
-                pixels = grey
-            else:
-                pixels = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-            text = lines = None
-            if with_text or with_lines:
-                textpage = page.get_textpage()
-                try:
-                    if with_text:
-                        text = textpage.get_text_bounded()
-                    if with_lines:
-                        lines = _text_lines(textpage, height, scale)
-                finally:
-                    textpage.close()
-            return pixels, grey is not None, text, lines
-        except pdfium.PdfiumError as exc:
-            _last_document.close()
-            raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
-        finally:
-            page.close()
+    _check_rotation(rotation)
+    with _loaded_page(data, index) as page:
+        height, scale = _page_scale(page, index, longest_side)
+        bgr = _render_bgr(page, scale, rotation)  # a reused buffer: copied out below, under the lock
+        grey = grey_if_achromatic(bgr)
+        pixels = grey if grey is not None and grey_when_achromatic else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        text, lines = _text_and_lines(page, height, scale, with_text, with_lines)
+        return pixels, grey is not None, text, lines
+
+
+def render_pdf_png(data: bytes, index: int, longest_side: int, rotation: int = 0, with_text: bool = False,
+                   grey_when_achromatic: bool = False, with_lines: bool = False, level: int = 2) -> tuple[
+                       bytes, int, int, bool, str | None, list[tuple[float, float, float, float, str]] | None]:
+    """``render_pdf_page`` with the pixels stored as ``schemas.png`` stores them (unfiltered rows,
+    ``level``): ``(png, width, height, achromatic, text, lines)``. The PNG decodes to exactly
+    ``render_pdf_page``'s pixels; a colour page is deflated where pdfium drew it (``_PageRenderer``)."""
+    _check_rotation(rotation)
+    with _loaded_page(data, index) as page:
+        height, scale = _page_scale(page, index, longest_side)
+        rows = _render_bgr(page, scale, rotation, png_rows=True)  # the reused buffer: encoded under the lock
+        rows_high, width = rows.shape[0], (rows.shape[1] - 1) // 3
+        grey = grey_if_achromatic(rows[:, 1:].reshape(rows_high, width, 3))
+        if grey is not None and grey_when_achromatic:
+            png = encode_png(grey, level)
+        else:
+            png = png_from_rows(rows, 3, level)
+        text, lines = _text_and_lines(page, height, scale, with_text, with_lines)
+        return png, width, rows_high, grey is not None, text, lines
 
 
 _VOIDP = ctypes.c_void_p
@@ -313,20 +366,6 @@ def pdf_line_boxes(data: bytes, index: int, longest_side: int) -> list[tuple[flo
     """The text layer's line boxes of page ``index`` as ``(x0, y0, x1, y1, text)`` in pixels of the page
     rendered with its longest side ``longest_side`` (``render_pdf_pixels``' scale, no rotation), in the
     text layer's order (``_text_lines``). Empty for a page without a text layer."""
-    with _PDFIUM_LOCK:
-        pdf = _last_document.open(data)
-        if not 0 <= index < len(pdf):
-            raise RecordError("page_out_of_range", f"page index {index} not in PDF of {len(pdf)} pages")
-        page = pdf[index]
-        try:
-            width, height = page.get_size()
-            textpage = page.get_textpage()
-            try:
-                return _text_lines(textpage, height, longest_side / max(width, height))
-            finally:
-                textpage.close()
-        except pdfium.PdfiumError as exc:
-            _last_document.close()
-            raise RecordError("corrupt_pdf", f"pdfium failed on page {index}: {exc}") from exc
-        finally:
-            page.close()
+    with _loaded_page(data, index) as page:
+        width, height = page.get_size()
+        return _text_and_lines(page, height, longest_side / max(width, height), False, True)[1]

@@ -48,6 +48,24 @@ def encode_png(pixels: np.ndarray, level: int = 2, deflate: Callable[[bytes, int
     rows = np.empty((height, width * channels + 1), dtype=np.uint8)
     rows[:, 0] = 0  # filter type 0 (none) on every row
     rows[:, 1:] = pixels.reshape(height, width * channels)
+    return png_from_rows(rows, channels, level, deflate)
+
+
+def png_from_rows(rows: np.ndarray, channels: int, level: int = 2,
+                  deflate: Callable[[bytes, int], bytes] | None = None) -> bytes:
+    """PNG bytes from its raw scanlines: a C-contiguous uint8 (H, W * channels + 1) array whose first
+    column is each row's filter type (0, none) and the rest its 8-bit grey or RGB pixels.
+
+    ``encode_png`` builds them from pixels; ``schemas.pdf_pages.render_pdf_png`` has pdfium render into
+    this layout, so a colour page goes to the deflate with no copy. ``level`` and ``deflate`` as there.
+    """
+    if rows.dtype != np.uint8 or rows.ndim != 2 or not rows.flags.c_contiguous:
+        raise ValueError(f"png_from_rows: need C-contiguous 2-D uint8 rows, got {rows.dtype} {rows.shape}")
+    if channels not in _COLOR_TYPE or rows.shape[0] == 0 or (rows.shape[1] - 1) % channels or rows.shape[1] < 2:
+        raise ValueError(f"png_from_rows: rows of {rows.shape[1]} bytes are not 1 + width * {channels}")
+    if not 0 <= level <= 9:
+        raise ValueError(f"png_from_rows: level must be 0-9, got {level}")
+    height, width = rows.shape[0], (rows.shape[1] - 1) // channels
     header = struct.pack(">IIBBBBB", width, height, 8, _COLOR_TYPE[channels], 0, 0, 0)
     data = isal_zlib.compress(rows, min(level, MAX_LEVEL)) if deflate is None else deflate(rows, level)
     return b"".join((SIGNATURE, *_chunk(b"IHDR", header), *_chunk(b"IDAT", data), *_chunk(b"IEND", b"")))

@@ -145,6 +145,38 @@ def test_reused_render_buffer_gives_pypdfium2s_pixels_for_every_size_and_rotatio
                 assert np.array_equal(pixels, fresh[:, :, ::-1])  # ours is RGB, pdfium's BGR
 
 
+def test_pages_drawn_as_png_rows_decode_to_pypdfium2s_pixels_grey_and_colour():
+    """``render_pdf_png`` has pdfium draw RGB straight into PNG scanlines in the buffer that
+    ``render_pdf_pixels`` also uses: alternating the two, over sizes, rotations, a grey and a colour
+    page, each PNG must decode to pypdfium2's own rendering, grey or RGB as asked."""
+    import numpy as np
+    import pypdfium2 as pdfium
+    from reportlab.lib.pagesizes import A4, landscape
+
+    from samples.make.pdfs import scan_pdf
+    from schemas.pdf_pages import render_pdf_pixels, render_pdf_png
+    from schemas.png import decode_png
+
+    grey_pdf = text_pdf([["Large page " * 40]], pagesize=landscape(A4))
+    colour_pdf = scan_pdf(random.Random(1), "A tinted scan with words.", dpi=60)
+    for data, colour in [(grey_pdf, False), (colour_pdf, True), (grey_pdf, False)]:
+        for rotation in (0, 90, 270):
+            for longest in (1288, 301):
+                doc = pdfium.PdfDocument(data)
+                fresh = doc[0].render(scale=longest / max(doc[0].get_size()), rotation=rotation).to_numpy()[:, :, ::-1]
+                doc.close()
+                for grey_when_achromatic in (True, False):
+                    png, width, height, achromatic, _, _ = render_pdf_png(
+                        data, 0, longest, rotation, grey_when_achromatic=grey_when_achromatic, level=1)
+                    pixels = decode_png(png)
+                    assert (height, width) == fresh.shape[:2] and achromatic is not colour
+                    if achromatic and grey_when_achromatic:
+                        assert pixels.ndim == 2 and np.array_equal(pixels, fresh[:, :, 0])
+                    else:
+                        assert np.array_equal(pixels, fresh)
+                    assert np.array_equal(render_pdf_pixels(data, 0, longest, rotation)[0], fresh)
+
+
 def test_scanned_page_pdf_renders_in_colour_with_its_invisible_text_layer():
     """A full-page JPEG scan with an OCR text layer (many olmOCR-mix and historical pages)."""
     from samples.make.pdfs import scan_pdf

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from schemas.png import SIGNATURE, decode_png, encode_png
+from schemas.png import SIGNATURE, decode_png, encode_png, png_from_rows
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (7, 13), (64, 129), (5, 3, 3), (40, 33, 3)])
@@ -96,3 +96,14 @@ def test_decode_png_reads_a_memoryview_and_returns_a_view_when_asked():
     assert np.array_equal(copied, pixels) and copied.flags.writeable
     up = _png(pixels, [2] * 17, 2)
     assert np.array_equal(decode_png(up, writable=False), pixels)  # "up" rows are always summed in a copy
+
+
+def test_png_from_rows_is_encode_png_from_scanlines_and_checks_their_layout():
+    pixels = np.random.default_rng(3).integers(0, 256, size=(9, 5, 3), dtype=np.uint8)
+    rows = np.zeros((9, 16), np.uint8)
+    rows[:, 1:] = pixels.reshape(9, 15)
+    assert png_from_rows(rows, 3) == encode_png(pixels)
+    assert np.array_equal(decode_png(png_from_rows(rows[:, :6].copy(), 1)), pixels.reshape(9, 15)[:, :5])
+    for bad, channels in [(rows[:, :15], 3), (rows[:, 1:], 3), (rows.astype(np.uint16), 3), (rows, 2), (rows[:, :1], 1)]:
+        with pytest.raises(ValueError, match="png_from_rows"):
+            png_from_rows(bad, channels)
