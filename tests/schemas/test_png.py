@@ -104,6 +104,7 @@ def test_png_from_rows_is_encode_png_from_scanlines_and_checks_their_layout():
     rows[:, 1:] = pixels.reshape(9, 15)
     assert png_from_rows(rows, 3) == encode_png(pixels)
     assert np.array_equal(decode_png(png_from_rows(rows[:, :6].copy(), 1)), pixels.reshape(9, 15)[:, :5])
-    for bad, channels in [(rows[:, :15], 3), (rows[:, 1:], 3), (rows.astype(np.uint16), 3), (rows, 2), (rows[:, :1], 1)]:
+    bad_layouts = [(rows[:, :15], 3), (rows[:, 1:], 3), (rows.astype(np.uint16), 3), (rows, 2), (rows[:, :1], 1)]
+    for bad, channels in bad_layouts:
         with pytest.raises(ValueError, match="png_from_rows"):
             png_from_rows(bad, channels)
