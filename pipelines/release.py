@@ -59,7 +59,7 @@ import yaml
 from pipelines import io
 from pipelines.write import RowGroupCuts, parquet_writer, row_bytes
 from schemas.config import ConfigError, load, option, parse_sets
-from schemas.manifest import RunManifest
+from schemas.manifest import ManifestError, RunManifest
 from schemas.page import PAGE_SCHEMA, features
 
 PROG = "python -m pipelines.release"
@@ -104,6 +104,11 @@ class ReleaseConfig:
     def __post_init__(self):
         if min(self.shard_bytes, self.row_group_bytes, self.row_group_rows, self.batch_rows) <= 0:
             raise ValueError("shard_bytes, row_group_bytes, row_group_rows and batch_rows must be positive")
+
+
+class ReleaseError(ValueError):
+    """A corpus run that cannot be released, or a release folder that fails its checks: the CLI says it
+    in one line (exit 2). Any other error is a bug and keeps its traceback."""
 
 
 # --- the mix: small counters filled while the pages stream past ------------------------------------
@@ -245,25 +250,28 @@ def build_release(corpus: str, out: str, cfg: ReleaseConfig = ReleaseConfig(), r
     (its load example names ``repo_id``)."""
     manifest = io.read_run_manifest(corpus)
     if manifest.imbalances():
-        raise ValueError(f"{corpus}/manifest.json does not balance: {manifest.imbalances()[:3]}")
+        raise ReleaseError(f"{corpus}/manifest.json does not balance: {manifest.imbalances()[:3]}")
     mix = Mix()
     shards: list[dict] = []
     for split, files in sorted(corpus_files(manifest).items()):
         writer = SplitWriter(out, split, cfg)
         for name in files:
             uri = io.join(corpus, name)
-            # A local path is read by Arrow's own file reader: no Python file object for its threads to call into.
-            with pq.ParquetFile(uri if "://" not in uri else io.open_read(uri)) as shard:
-                for batch in shard.iter_batches(batch_size=cfg.batch_rows):
-                    batch = pa.RecordBatch.from_arrays(batch.columns, schema=PAGE_SCHEMA)  # one schema, metadata too
-                    mix.add(split, batch)
-                    writer.add(batch)
+            try:
+                # A local path is read by Arrow's own file reader: no Python file object for its threads to call into.
+                with pq.ParquetFile(uri if "://" not in uri else io.open_read(uri)) as shard:
+                    for batch in shard.iter_batches(batch_size=cfg.batch_rows):
+                        batch = pa.RecordBatch.from_arrays(batch.columns, schema=PAGE_SCHEMA)  # one schema, metadata too
+                        mix.add(split, batch)
+                        writer.add(batch)
+            except (OSError, pa.ArrowException) as exc:  # (Arrow's errors subclass these too)
+                raise ReleaseError(f"corpus shard {name} cannot be read: {exc}") from exc
         shards.extend(writer.close())
         if len(shards) > MAX_FILES_PER_FOLDER:
-            raise ValueError(f"{len(shards)} shards in data/: the Hub allows {MAX_FILES_PER_FOLDER} per folder; "
+            raise ReleaseError(f"{len(shards)} shards in data/: the Hub allows {MAX_FILES_PER_FOLDER} per folder; "
                              f"raise shard_bytes")
     if sum(mix.pages.values()) != manifest.records_written:
-        raise ValueError(f"the corpus shards hold {sum(mix.pages.values())} pages, its manifest "
+        raise ReleaseError(f"the corpus shards hold {sum(mix.pages.values())} pages, its manifest "
                          f"{manifest.records_written}")
     keep = {s["file"] for s in shards}
     io.delete([p for p in io.match(io.join(out, "data", "*.parquet*"))
@@ -440,45 +448,52 @@ def render_card(manifest: RunManifest, mix: Mix, release: Release, cfg: ReleaseC
 
 
 def card_metadata_of(text: str) -> dict[str, Any]:
-    """The YAML front matter of a README (a mapping); ValueError when there is none or it does not parse."""
+    """The YAML front matter of a README (a mapping); ReleaseError when there is none or it does not parse."""
     match = re.match(r"^---[ \t]*\n(.*?)\n---[ \t]*(\n|$)", text, re.S)
     if match is None:
-        raise ValueError("README.md has no YAML front matter between --- lines")
+        raise ReleaseError("README.md has no YAML front matter between --- lines")
     try:
         meta = yaml.safe_load(match.group(1))
     except yaml.YAMLError as exc:
-        raise ValueError(f"README.md's YAML does not parse: {exc}") from exc
+        raise ReleaseError(f"README.md's YAML does not parse: {exc}") from exc
     if not isinstance(meta, dict):
-        raise ValueError("README.md's YAML is not a mapping")
+        raise ReleaseError("README.md's YAML is not a mapping")
     return meta
 
 
 def check_release(folder: str, load: bool = True) -> dict[str, Any]:
-    """Problems raise ValueError: the card's YAML must parse and hold ``CARD_KEYS`` with an
+    """Problems raise ReleaseError: the card's YAML must parse and hold ``CARD_KEYS`` with an
     ``image`` feature; with ``load``, ``datasets.load_dataset(folder, streaming=True)`` must resolve
     every configured split with ``image`` as an ``Image``. No rows are read (the tests load the
     folder whole): a stream left open mid-file once made the CLI hang at exit in Arrow's thread-pool
     shutdown. Returns the card's metadata."""
     card = io.join(folder, "README.md")
     if not io.exists(card):
-        raise ValueError(f"no release at {folder} (no README.md): build one first, without --skip-build")
-    meta = card_metadata_of(io.read_bytes(card).decode("utf-8"))
+        raise ReleaseError(f"no release at {folder} (no README.md): build one first, without --skip-build")
+    try:
+        text = io.read_bytes(card).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReleaseError(f"{card} is not UTF-8: {exc}") from exc
+    meta = card_metadata_of(text)
     missing = [k for k in CARD_KEYS if k not in meta]
     if missing:
-        raise ValueError(f"README.md's YAML lacks {missing}")
+        raise ReleaseError(f"README.md's YAML lacks {missing}")
     declared = {f.get("name"): f for f in meta["dataset_info"].get("features", [])}
     if declared.get("image", {}).get("dtype") != "image":
-        raise ValueError("README.md's dataset_info.features does not declare image as an image")
+        raise ReleaseError("README.md's dataset_info.features does not declare image as an image")
     if load:
         import datasets
 
         splits = [f["split"] for c in meta["configs"] for f in c["data_files"]]
-        loaded = datasets.load_dataset(folder, streaming=True)
+        try:
+            loaded = datasets.load_dataset(folder, streaming=True)
+        except Exception as exc:  # whatever stops datasets from loading the folder is the check failing
+            raise ReleaseError(f"datasets cannot load {folder}: {type(exc).__name__}: {exc}") from exc
         if sorted(loaded) != sorted(splits):
-            raise ValueError(f"datasets loads splits {sorted(loaded)}, the card names {sorted(splits)}")
+            raise ReleaseError(f"datasets loads splits {sorted(loaded)}, the card names {sorted(splits)}")
         for split in splits:
             if not isinstance(loaded[split].features["image"], datasets.Image):
-                raise ValueError(f"split {split}: image loads as {loaded[split].features['image']}, not an Image")
+                raise ReleaseError(f"split {split}: image loads as {loaded[split].features['image']}, not an Image")
     return meta
 
 
@@ -568,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             release = build_release(args.corpus, args.out, cfg, args.repo_id)
             check_release(args.out)
-        except ValueError as exc:  # no corpus run there, a run that does not balance, a release that fails its checks
+        except (ReleaseError, ManifestError) as exc:  # no corpus run there, one that does not balance, failed checks
             print(f"release failed: {args.corpus} -> {args.out}: {exc}", file=sys.stderr)
             return 2
         print(f"release: {args.out}: {sum(release.pages.values())} pages in {len(release.shards)} shards "
@@ -576,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             check_release(args.out, load=False)
-        except ValueError as exc:
+        except ReleaseError as exc:
             print(f"release check failed: {args.out}: {exc}", file=sys.stderr)
             return 2
     if args.repo_id or args.push:

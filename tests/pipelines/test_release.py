@@ -167,6 +167,31 @@ def test_cli_without_a_corpus_run_or_with_one_that_does_not_balance_says_so(corp
     assert f"no release at {tmp_path / 'none'} (no README.md)" in capsys.readouterr().err
 
 
+def test_cli_names_an_unreadable_shard_and_leaves_other_errors_their_traceback(corpus, tmp_path, capsys,
+                                                                              monkeypatch):
+    """A damaged corpus is the user's to mend (one line, exit 2, naming the shard); a ValueError that is
+    not one of the release's own checks is a bug and must not be reported as "release failed"."""
+    import shutil
+
+    import pipelines.release as release
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(corpus, damaged)
+    shard = damaged / "data" / "train-00000-of-00001.parquet"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    assert release.main(["--corpus", str(damaged), "--out", str(tmp_path / "rel")]) == 2
+    err = capsys.readouterr().err
+    assert "release failed" in err and "corpus shard data/train-00000-of-00001.parquet cannot be read" in err
+    assert len(err.strip().splitlines()) == 1
+
+    def buggy(*args, **kwargs):
+        raise ValueError("a bug, not a check")
+
+    monkeypatch.setattr(release, "build_release", buggy)
+    with pytest.raises(ValueError, match="a bug, not a check"):
+        release.main(["--corpus", str(corpus), "--out", str(tmp_path / "rel2")])
+
+
 def test_one_hub_licence_is_the_cards_and_unknown_ids_make_it_other(tmp_path):
     same = write_corpus(tmp_path / "same", {("alpha", "train"): 3, ("beta", "train"): 2},
                         {"alpha": "cc-by-4.0", "beta": "cc-by-4.0"})
