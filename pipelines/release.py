@@ -261,7 +261,8 @@ def build_release(corpus: str, out: str, cfg: ReleaseConfig = ReleaseConfig(), r
                 # A local path is read by Arrow's own file reader: no Python file object for its threads to call into.
                 with pq.ParquetFile(uri if "://" not in uri else io.open_read(uri)) as shard:
                     for batch in shard.iter_batches(batch_size=cfg.batch_rows):
-                        batch = pa.RecordBatch.from_arrays(batch.columns, schema=PAGE_SCHEMA)  # one schema, metadata too
+                        # one schema, metadata too
+                        batch = pa.RecordBatch.from_arrays(batch.columns, schema=PAGE_SCHEMA)
                         mix.add(split, batch)
                         writer.add(batch)
             except (OSError, pa.ArrowException) as exc:  # (Arrow's errors subclass these too)
