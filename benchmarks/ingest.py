@@ -314,7 +314,7 @@ def component_costs(pdfs: list[tuple[Path, int]], max_pages: int = 300, passes: 
     import pypdfium2 as pdfium
 
     from schemas.images import grey_if_achromatic
-    from schemas.pdf_pages import _render_bgr, _text_lines
+    from schemas.pdf_pages import _render_into_buffer, _text_lines
     from schemas.png import encode_png, png_from_rows
 
     total = sum(n for _, n in pdfs)
@@ -351,7 +351,7 @@ def component_costs(pdfs: list[tuple[Path, int]], max_pages: int = 300, passes: 
                 page, t[LOAD] = timed(pdf.get_page, index)
                 # as schemas.pdf_pages.render_pdf_png: RGB PNG scanlines in the reused buffer, a colour page
                 # deflated in place, a grey one through its grey plane
-                rows, t[RASTER] = timed(_render_bgr, page, scale, 0, True)
+                rows, t[RASTER] = timed(_render_into_buffer, page, scale, 0, True)
                 textpage, t[TEXT] = timed(page.get_textpage)
                 text, read = timed(textpage.get_text_bounded)
                 t[TEXT] += read

@@ -1,5 +1,6 @@
 """PDF pages as pixels, with pypdfium2: open PDF bytes (failures as dead-letter reasons), count
-pages, and rasterise one page at a longest side (rotation applied, optionally grey, text layer).
+pages, and rasterise one page at a longest side (rotation applied, optionally grey, text layer), as
+pixels (``render_pdf_page``) or straight to the corpus's PNG (``render_pdf_png``).
 
 Shared by ``pipelines.render`` (corpus pages), ``synth.render_latex`` (synthetic pages typeset by
 LaTeX) and ``pipelines.clean.decontam`` (benchmark pages). pdfium is not thread-safe, so every call
@@ -115,7 +116,7 @@ class _PageRenderer:
     Two layouts: (H, W, 3) BGR pixels (pdfium's own order), or with ``png_rows`` a PNG's raw
     scanlines, (H, 1 + 3W): a zero filter byte, then the row's pixels in RGB order
     (``FPDF_REVERSE_BYTE_ORDER``), so that ``schemas.png.png_from_rows`` deflates a colour page
-    straight from the buffer, with no channel swap and no copy (~0.3 ms of a colour page).
+    straight from the buffer, with no channel swap and no copy (0.1-0.3 ms of a colour page).
     Callers hold ``_PDFIUM_LOCK`` and are done with the pixels (copied out or encoded) before they
     release it, so the buffer is never shared; it keeps the largest page seen (5 MB at 1288 px).
     """
@@ -149,7 +150,7 @@ class _PageRenderer:
         return rows if png_rows else rows.reshape(height, width, 3)
 
 
-_render_bgr = _PageRenderer()
+_render_into_buffer = _PageRenderer()
 
 
 @contextlib.contextmanager
@@ -230,7 +231,7 @@ def render_pdf_page(data: bytes, index: int, longest_side: int, rotation: int = 
     _check_rotation(rotation)
     with _loaded_page(data, index) as page:
         height, scale = _page_scale(page, index, longest_side)
-        bgr = _render_bgr(page, scale, rotation)  # a reused buffer: copied out below, under the lock
+        bgr = _render_into_buffer(page, scale, rotation)  # a reused buffer: copied out below, under the lock
         grey = grey_if_achromatic(bgr)
         pixels = grey if grey is not None and grey_when_achromatic else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
         text, lines = _text_and_lines(page, height, scale, with_text, with_lines)
@@ -246,7 +247,7 @@ def render_pdf_png(data: bytes, index: int, longest_side: int, rotation: int = 0
     _check_rotation(rotation)
     with _loaded_page(data, index) as page:
         height, scale = _page_scale(page, index, longest_side)
-        rows = _render_bgr(page, scale, rotation, png_rows=True)  # the reused buffer: encoded under the lock
+        rows = _render_into_buffer(page, scale, rotation, png_rows=True)  # the reused buffer: encoded under the lock
         rows_high, width = rows.shape[0], (rows.shape[1] - 1) // 3
         grey = grey_if_achromatic(rows[:, 1:].reshape(rows_high, width, 3))
         if grey is not None and grey_when_achromatic:
