@@ -49,7 +49,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -245,6 +245,18 @@ def corpus_files(manifest: RunManifest) -> dict[str, list[str]]:
     return files
 
 
+def _shard_batches(uri: str, name: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """A corpus shard's rows in batches, under ``PAGE_SCHEMA`` (its metadata too); a shard that cannot be
+    read is a ``ReleaseError`` naming it (errors of the caller's own work on a batch are not caught here)."""
+    try:
+        # A local path is read by Arrow's own file reader: no Python file object for its threads to call into.
+        with pq.ParquetFile(uri if "://" not in uri else io.open_read(uri)) as shard:
+            for batch in shard.iter_batches(batch_size=batch_rows):
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=PAGE_SCHEMA)
+    except (OSError, pa.ArrowException) as exc:  # (Arrow's errors subclass these too)
+        raise ReleaseError(f"corpus shard {name} cannot be read: {exc}") from exc
+
+
 def build_release(corpus: str, out: str, cfg: ReleaseConfig = ReleaseConfig(), repo_id: str | None = None) -> Release:
     """Cut ``corpus`` (a corpus run's output folder) into a release under ``out``, card included
     (its load example names ``repo_id``)."""
@@ -257,16 +269,9 @@ def build_release(corpus: str, out: str, cfg: ReleaseConfig = ReleaseConfig(), r
         writer = SplitWriter(out, split, cfg)
         for name in files:
             uri = io.join(corpus, name)
-            try:
-                # A local path is read by Arrow's own file reader: no Python file object for its threads to call into.
-                with pq.ParquetFile(uri if "://" not in uri else io.open_read(uri)) as shard:
-                    for batch in shard.iter_batches(batch_size=cfg.batch_rows):
-                        # one schema, metadata too
-                        batch = pa.RecordBatch.from_arrays(batch.columns, schema=PAGE_SCHEMA)
-                        mix.add(split, batch)
-                        writer.add(batch)
-            except (OSError, pa.ArrowException) as exc:  # (Arrow's errors subclass these too)
-                raise ReleaseError(f"corpus shard {name} cannot be read: {exc}") from exc
+            for batch in _shard_batches(uri, name, cfg.batch_rows):
+                mix.add(split, batch)
+                writer.add(batch)
         shards.extend(writer.close())
         if len(shards) > MAX_FILES_PER_FOLDER:
             raise ReleaseError(f"{len(shards)} shards in data/: the Hub allows {MAX_FILES_PER_FOLDER} per folder; "
