@@ -192,12 +192,12 @@ def retrieve(cfg: RetrieveConfig, beam_args: list[str] | None = None) -> dict[st
     if not (folder / "manifest.json").is_file():
         raise FileNotFoundError(f"--classifiers {folder}: no trained classifiers there (no manifest.json); "
                                 f"python -m classifiers.train writes them")
-    shard_files(cfg.corpus)  # inputs checked before the output folder is made
+    pool = shard_files(cfg.corpus)  # inputs checked before the output folder is made
     out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((folder / "manifest.json").read_text())
     modes = load_modes(folder, manifest)
     embedder = str(folder / manifest["embedder"]) if manifest.get("embedder") else None
-    job = run_pool_job(shard_files(cfg.corpus), str(out / "pool"), manifest["embedding"], embedder, cfg.index,
+    job = run_pool_job(pool, str(out / "pool"), manifest["embedding"], embedder, cfg.index,
                        manifest.get("checkpoint"), beam_args)
     t_job = time.perf_counter() - t0
     index = ix.read_index(job["index"], cfg.index.nprobe)

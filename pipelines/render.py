@@ -18,7 +18,7 @@ from PIL import Image, ImageOps
 from pipelines.sources.base import SourcePage
 from schemas.config import option
 from schemas.deadletter import RecordError
-from schemas.images import encode_image, open_image
+from schemas.images import encode_image, open_image, unfiltered_png
 from schemas.layout import element, scale_elements
 from schemas.page import PageRecord, ProvenanceStep, image_sha256, page_id, params_hash
 from schemas.pdf_pages import render_pdf_page, render_pdf_png
@@ -75,15 +75,15 @@ def render_page(page: SourcePage, cfg: RenderConfig) -> PageRecord:
     if page.payload_kind == "pdf":
         elements = list(page.elements)
         want_lines = cfg.keep_line_boxes and not elements and page.rotation == 0
-        grey = cfg.image_format == "png" and cfg.png_gray_when_achromatic
-        if cfg.image_format == "png" and cfg.png_filter in ("auto", "none"):  # unfiltered rows: drawn as PNG rows
+        as_grey = cfg.image_format == "png" and cfg.png_gray_when_achromatic
+        if unfiltered_png(cfg, flat=True):  # drawn by pdfium straight into PNG rows
             encoded, width, height, _, text_layer, boxes = render_pdf_png(
                 page.payload, page.pdf_page_index, cfg.longest_side, page.rotation, cfg.keep_text_layer,
-                grey_when_achromatic=grey, with_lines=want_lines, level=cfg.png_compress_level)
+                grey_when_achromatic=as_grey, with_lines=want_lines, level=cfg.png_compress_level)
         else:
             pixels, _, text_layer, boxes = render_pdf_page(
                 page.payload, page.pdf_page_index, cfg.longest_side, page.rotation, cfg.keep_text_layer,
-                grey_when_achromatic=grey, with_lines=want_lines)
+                grey_when_achromatic=as_grey, with_lines=want_lines)
             height, width = pixels.shape[:2]
             encoded = encode_image(pixels, cfg, flat=True)
         if boxes is not None:

@@ -93,6 +93,14 @@ def grey_if_achromatic(bgr: np.ndarray) -> np.ndarray | None:
     return None
 
 
+def unfiltered_png(cfg: EncodingSettings, flat: bool) -> bool:
+    """Whether a page is stored as PNG with unfiltered rows (``schemas.png``): ``png_filter: none``, or
+    ``auto`` for a ``flat`` page (a rasterised PDF page)."""
+    if cfg.png_filter not in ("auto", "none", "adaptive"):
+        raise ValueError(f"unknown png_filter {cfg.png_filter!r}")
+    return cfg.image_format == "png" and (cfg.png_filter == "none" or (cfg.png_filter == "auto" and flat))
+
+
 def encode_image(image: Image.Image | np.ndarray, cfg: EncodingSettings, flat: bool = False) -> bytes:
     """Encode a page image as the corpus stores it (PNG, grey pages as 8-bit grey, or WebP).
 
@@ -100,11 +108,9 @@ def encode_image(image: Image.Image | np.ndarray, cfg: EncodingSettings, flat: b
     ``schemas.pdf_pages.render_pdf_pixels`` returns them: PDF pages skip the PIL round trip).
     ``flat``: a rasterised PDF page, where ``png_filter: auto`` skips row filters.
     """
-    if cfg.png_filter not in ("auto", "none", "adaptive"):
-        raise ValueError(f"unknown png_filter {cfg.png_filter!r}")
-    unfiltered = cfg.png_filter == "none" or (cfg.png_filter == "auto" and flat)
+    unfiltered = unfiltered_png(cfg, flat)
     if isinstance(image, np.ndarray):
-        if cfg.image_format == "png" and unfiltered:
+        if unfiltered:
             return encode_png(image, cfg.png_compress_level)
         image = Image.fromarray(image, mode="L" if image.ndim == 2 else "RGB")
     buf = io.BytesIO()

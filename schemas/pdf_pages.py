@@ -248,14 +248,14 @@ def render_pdf_png(data: bytes, index: int, longest_side: int, rotation: int = 0
     with _loaded_page(data, index) as page:
         height, scale = _page_scale(page, index, longest_side)
         rows = _render_into_buffer(page, scale, rotation, png_rows=True)  # the reused buffer: encoded under the lock
-        rows_high, width = rows.shape[0], (rows.shape[1] - 1) // 3
-        grey = grey_if_achromatic(rows[:, 1:].reshape(rows_high, width, 3))
+        pixel_height, width = rows.shape[0], (rows.shape[1] - 1) // 3
+        grey = grey_if_achromatic(rows[:, 1:].reshape(pixel_height, width, 3))
         if grey is not None and grey_when_achromatic:
             png = encode_png(grey, level)
         else:
             png = png_from_rows(rows, 3, level)
         text, lines = _text_and_lines(page, height, scale, with_text, with_lines)
-        return png, width, rows_high, grey is not None, text, lines
+        return png, width, pixel_height, grey is not None, text, lines
 
 
 _VOIDP = ctypes.c_void_p
