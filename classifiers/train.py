@@ -62,7 +62,8 @@ class TrainConfig:
                                            "SVD) or vision (checkpoint's pooled vision tower)")
     checkpoint: str | None = option(None, help="model/ checkpoint folder for embedding: vision")
     dim: int = option(64, help="layout embedding dimension (PCA components)")
-    max_pages: int = option(50_000, help="corpus pages read for training (the first, in file order)")
+    max_pages: int = option(50_000, help="corpus pages read for training (the first, in file order), besides the "
+                                         "failing pages, which are always read")
     folds: int = option(5, help="cross-validation folds (fewer when a class is smaller)")
     min_positives: int = option(4, help="a mode with fewer positives (or negatives) is skipped, with the reason")
     boosted_iter: int = option(100, help="HistGradientBoosting iterations")
@@ -96,8 +97,9 @@ class CorpusPages:
 
 def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = frozenset()) -> tuple[CorpusPages,
                                                                                                   pa.Table]:
-    """Feature rows of the first ``max_pages`` labelled pages, and (id, image_sha256) of the training mix: every
-    page the model trains on (``split`` train, less the eval share ``model.records.assigned_split`` holds out).
+    """Feature rows of the first ``max_pages`` labelled pages and of every failing page in the corpus, and
+    (id, image_sha256) of the training mix: every page the model trains on (``split`` train, less the eval
+    share ``model.records.assigned_split`` holds out).
     Failing pages (``failing_ids``) the corpus lacks are read from ``failing_corpus`` and added (not to the mix:
     they are another corpus's pages, so retrieval over ``corpus`` cannot return them)."""
     from model.records import assigned_split, shard_files
@@ -123,15 +125,17 @@ def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = froze
             vis.append(vision.embed_images([bytes(image)])[0])
         return True
 
+    failing = set(failing_ids)
     for path in shard_files(cfg.corpus):
         for row in iter_rows(path):
             if assigned_split(row["id"], row.get("split") or "train", cfg.eval_fraction) == "train":
                 mix_ids.append(row["id"])
                 mix_sha.append(row.get("image_sha256") or "")
-            if len(ids) >= cfg.max_pages:
+            # max_pages caps the pages sampled; the failing pages (the mode's positives) are always taken
+            if len(ids) >= cfg.max_pages and row["id"] not in failing:
                 continue
             add(row, "page")
-    missing = set(failing_ids) - set(ids)
+    missing = failing - set(ids)
     if missing and cfg.failing_corpus:
         for path in shard_files(cfg.failing_corpus):
             for row in iter_rows(path):

@@ -11,7 +11,7 @@ import yaml
 
 from classifiers.retrieve import RetrieveConfig, retrieve
 from classifiers.store import UntrustedModelError, load_model
-from classifiers.train import TrainConfig, train
+from classifiers.train import TrainConfig, read_corpus, train
 from model.data import DataConfig
 from model.sampler import DomainSampler
 from schemas.config import load
@@ -23,6 +23,18 @@ def trained(small_world):
     cfg = TrainConfig(corpus=str(root / "corpus"), errors=str(root / "errors.json"), out=str(root / "clf"),
                       folds=3, boosted_iter=10, eval_fraction=0.0)
     return train(cfg), root / "clf"
+
+
+def test_max_pages_caps_the_sample_but_never_the_failing_pages(tmp_path):
+    from tests.classifiers.conftest import write_pages
+
+    order = list(write_pages(tmp_path / "corpus/data/train-00000-of-00001.parquet", 40, seed=1, table_share=0.3))
+    failing = set(order[30:35])  # in the corpus, after the first max_pages rows
+    cfg = TrainConfig(corpus=str(tmp_path / "corpus"), errors=None, out=str(tmp_path / "clf"), max_pages=20)
+    pages, _ = read_corpus(cfg, failing)
+    assert set(order[:20]) <= set(pages.ids)
+    assert failing <= set(pages.ids)
+    assert len(pages.ids) == 25
 
 
 def test_one_classifier_per_mode_with_card(trained, small_world):
