@@ -17,8 +17,12 @@ The price: SQLite needs a POSIX file lock, so the cache lives on a local or shar
 there is refused at start-up with that message.
 
 The key is the sha256 of the model, the prompt version, the page image's sha256, the prompt text and
-the sampling parameters (``max_tokens``, ``temperature``, ``seed``): a new prompt version, model or
-seed asks again; nothing else does. Errors are not cached: a rerun retries what failed.
+the sampling parameters (``max_tokens``, ``temperature``, ``seed``), and the client's ``max_image_side`` when
+set: a new prompt version, model, seed or image size asks again; nothing else does. Failed requests
+(rejected, timed out, server errors: ``RequestFailed``) are not cached, so a rerun retries them. Every
+answer is cached, also one the stage cannot use (empty, truncated, a verdict that does not parse): the
+same request at the same seed would get it again, so a rerun does not ask; a new seed or a deleted cache
+file does.
 """
 
 from __future__ import annotations
@@ -46,11 +50,14 @@ CREATE TABLE IF NOT EXISTS answers (
 """
 
 
-def request_key(model: str, prompt_version: str, request: ChatRequest) -> tuple[str, str, str]:
-    """(key, image sha256, params JSON) of one request."""
+def request_key(model: str, prompt_version: str, request: ChatRequest, max_image_side: int = 0) -> tuple[str, str, str]:
+    """(key, image sha256, params JSON) of one request. ``max_image_side``: the client's size limit, which
+    changes the image sent (0, sending the image as stored, leaves the key as it was before the limit existed)."""
     image_sha = hashlib.sha256(request.image).hexdigest() if request.image is not None else ""
-    params = json.dumps({**request.params(), "text_sha256": hashlib.sha256(request.text.encode()).hexdigest()},
-                        sort_keys=True)
+    params = {**request.params(), "text_sha256": hashlib.sha256(request.text.encode()).hexdigest()}
+    if max_image_side and request.image is not None:
+        params["max_image_side"] = max_image_side
+    params = json.dumps(params, sort_keys=True)
     blob = json.dumps([model, prompt_version, image_sha, params])
     return hashlib.sha256(blob.encode()).hexdigest(), image_sha, params
 

@@ -8,8 +8,11 @@ decision is made here, once, so the numbers of attempts are exact and determinis
 retried blindly:
 
 - 429 and 503: back off, honouring ``Retry-After`` (capped at ``max_retry_after_s``);
-- other 5xx, timeouts, dropped connections, bodies that are not a chat completion: back off and retry;
+- other 5xx, 408, timeouts, dropped connections, bodies that are not a chat completion (a message whose
+  content is neither text nor a list of text parts included): back off and retry;
 - 400, 401/403/404, 422: fail at once with the server's message (``request_rejected``);
+- ``timeout_s`` bounds the whole request once connected, not just each read: a server that trickles its
+  answer a byte at a time is a timeout too;
 - the same failure ``max_attempts`` times in a row: fail (``server_error``, ``rate_limited``,
   ``timeout``, ``connection_failed``, ``bad_response``) with the last message: a dead letter, never an
   endless loop.
@@ -69,7 +72,8 @@ class ClientConfig:
     model: str = option("", help="model name sent with every request; empty: $PAGEMILL_RELABEL_MODEL, else the "
                                  "server's only model from /v1/models")
     concurrency: int = option(32, help="requests in flight at most, per worker")
-    timeout_s: float = option(120.0, help="seconds one request may take (read timeout) before it is retried")
+    timeout_s: float = option(120.0, help="seconds one request may take once connected (the whole answer, not "
+                                          "one read) before it is retried")
     connect_timeout_s: float = option(5.0, help="seconds to open a connection")
     max_attempts: int = option(4, help="a request failing the same way this many times in a row is dead-lettered")
     backoff_s: float = option(0.5, help="first backoff; doubles per failed attempt, with jitter")
@@ -162,10 +166,24 @@ def messages_for(request: ChatRequest, max_side: int = 0) -> list[dict[str, Any]
     return [{"role": "user", "content": content}]
 
 
+def message_text(content: Any) -> str:
+    """A chat answer's ``message.content`` as text: a string, or the text parts of a list of parts (the
+    request's own format, which some servers answer in). Anything else is not a chat answer: TypeError,
+    which ``_failure`` counts as ``bad_response``."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text"
+                                         and isinstance(part.get("text"), str) for part in content):
+        return "".join(part["text"] for part in content)
+    raise TypeError(f"message content is a {type(content).__name__}, not text: {str(content)[:120]}")
+
+
 def _failure(exc: BaseException) -> tuple[str, bool, float | None, str]:
     """(kind, retryable, retry-after seconds, message) of one failed attempt."""
     import openai
 
+    if isinstance(exc, TimeoutError):  # asyncio.wait_for: the whole request took longer than timeout_s
+        return "timeout", True, None, "no complete answer within timeout_s"
     if isinstance(exc, openai.APITimeoutError):
         return "timeout", True, None, str(exc)
     if isinstance(exc, openai.APIConnectionError):
@@ -175,6 +193,8 @@ def _failure(exc: BaseException) -> tuple[str, bool, float | None, str]:
         message = f"HTTP {status}: {_body_text(exc)}"
         if status in NO_RETRY_STATUSES:
             return "request_rejected", False, None, message
+        if status == 408:  # the server timed the request out: as a timeout of ours
+            return "timeout", True, None, message
         if status == 429:
             return "rate_limited", True, _retry_after(exc), message
         if status >= 500:
@@ -272,10 +292,12 @@ class ChatClient:
             async with self._gate():
                 self.stats.attempts += 1
                 try:
-                    completion = await self.client.chat.completions.create(**payload, extra_headers=headers)
+                    completion = await asyncio.wait_for(
+                        self.client.chat.completions.create(**payload, extra_headers=headers),
+                        self.cfg.timeout_s + self.cfg.connect_timeout_s)
                     choice = completion.choices[0]
                     usage = completion.usage
-                    answer = Answer(choice.message.content or "", str(choice.finish_reason or ""),
+                    answer = Answer(message_text(choice.message.content), str(choice.finish_reason or ""),
                                     int(getattr(usage, "prompt_tokens", 0) or 0),
                                     int(getattr(usage, "completion_tokens", 0) or 0), attempts=attempt)
                     self.stats.answered += 1
@@ -297,4 +319,4 @@ class ChatClient:
 
 
 __all__ = ["Answer", "ChatClient", "ChatRequest", "ClientConfig", "ClientStats", "RelabelError", "RequestFailed",
-           "ServerUnavailable", "image_data_uri", "messages_for"]
+           "ServerUnavailable", "image_data_uri", "message_text", "messages_for"]

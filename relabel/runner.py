@@ -54,7 +54,7 @@ class Asker:
         self.client, self.cache, self.tally = client, cache, tally
 
     async def __call__(self, request: ChatRequest, prompt_version: str) -> Answer:
-        key, image_sha, params = request_key(self.client.model, prompt_version, request)
+        key, image_sha, params = request_key(self.client.model, prompt_version, request, self.client.cfg.max_image_side)
         cached = self.cache.get(key)
         if cached is not None:
             self.tally.cache_hits += 1

@@ -1,6 +1,6 @@
 """A fault-injecting HTTP proxy on 127.0.0.1 in front of the real ``transformers serve``, for what the
-server will not do by itself: 429 with Retry-After, 500, stalls, dropped connections, garbage bodies,
-going down. It counts every chat request it receives (so tests can assert that a rerun sends none) and
+server will not do by itself: 429 with Retry-After, 408, 500, stalls, answers trickled a byte at a time,
+dropped connections, garbage bodies, going down. It counts every chat request it receives (so tests can assert that a rerun sends none) and
 can rewrite the content of a real answer (``rewrite``), which is how tests get labels and judge verdicts
 a random-weight model never writes.
 
@@ -24,8 +24,10 @@ class FaultProxy:
     def __init__(self, upstream_port: int, stall_s: float = 3.0):
         self.upstream_port = upstream_port
         self.stall_s = stall_s
+        self.trickle_s = 0.2
         self.faults: list[str | None] = []
-        self.rewrite: Callable[[dict], str | None] | None = None  # request JSON -> new content (None: keep)
+        # request JSON -> new content (None: keep; any JSON value, to test answers that are not text)
+        self.rewrite: Callable[[dict], object] | None = None
         self.chat_requests = 0
         self.forwarded = 0
         self.down_after: int | None = None  # refuse every chat request after this many (a dead server)
@@ -104,6 +106,24 @@ class FaultProxy:
                     return
                 if fault == "garbage":
                     return self._reply(200, b'{"choices": [{"message": garbage')
+                if fault == "408":
+                    return self._reply(408, b'{"error": {"message": "request timeout"}}')
+                if fault == "trickle":  # headers at once, then the body a byte every trickle_s
+                    data = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "slow"}, ' \
+                           b'"finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}'
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    try:
+                        for i in range(len(data)):
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(proxy.trickle_s)
+                    except OSError:  # the client gave up
+                        pass
+                    self.close_connection = True
+                    return
                 status, headers, data = self._forward("POST", body)
                 with proxy.lock:
                     proxy.forwarded += 1

@@ -33,6 +33,15 @@ def test_key_depends_on_model_prompt_version_image_text_and_sampling():
     assert len({k for k, _, _ in others} | {key}) == 8
 
 
+def test_key_depends_on_the_image_size_limit_and_is_unchanged_without_one():
+    request = ChatRequest("Transcribe.", b"png-bytes", 64, 0.0, 0)
+    as_stored = request_key("m", "v1", request)[0]
+    assert request_key("m", "v1", request, max_image_side=0)[0] == as_stored
+    assert len({as_stored, request_key("m", "v1", request, 768)[0], request_key("m", "v1", request, 1024)[0]}) == 3
+    text_only = ChatRequest("Say hi.", None, 64, 0.0, 0)  # no image, nothing resized: the limit does not matter
+    assert request_key("m", "v1", text_only, 768)[0] == request_key("m", "v1", text_only)[0]
+
+
 def test_two_processes_writing_one_cache_do_not_corrupt_it(tmp_path):
     path = str(tmp_path / "c.sqlite")
     AnswerCache(path)

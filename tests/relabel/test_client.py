@@ -77,6 +77,31 @@ def test_stall_past_the_timeout_is_retried(proxy):
     assert answer.text and client.stats.failures == {"timeout": 1} and proxy.chat_requests == 2
 
 
+def test_an_answer_trickled_past_the_timeout_is_retried(proxy):
+    proxy.faults = ["trickle"]  # ~150 bytes at 0.2 s each: every read is quick, the whole answer is not
+    client = client_for(proxy.base_url, timeout_s=1.0, connect_timeout_s=1.0)
+    answer = ask(client, REQUEST)
+    assert answer.text and answer.text != "slow" and client.stats.failures == {"timeout": 1}
+    assert proxy.chat_requests == 2
+
+
+def test_a_408_is_retried_as_a_timeout(proxy):
+    proxy.faults = ["408"]
+    client = client_for(proxy.base_url)
+    answer = ask(client, REQUEST)
+    assert answer.text and client.stats.failures == {"timeout": 1} and proxy.chat_requests == 2
+
+
+def test_text_parts_are_joined_and_other_content_is_a_bad_response(proxy):
+    proxy.rewrite = lambda request: [{"type": "text", "text": "# Title"}, {"type": "text", "text": "\n\nBody."}]
+    assert ask(client_for(proxy.base_url), REQUEST).text == "# Title\n\nBody."
+    for content in (42, [{"type": "image_url", "image_url": {"url": "x"}}], {"text": "x"}):
+        proxy.rewrite, proxy.chat_requests = (lambda request, c=content: c), 0
+        with pytest.raises(RequestFailed) as err:
+            ask(client_for(proxy.base_url, max_attempts=2), REQUEST)
+        assert err.value.reason == "bad_response" and "not text" in str(err.value) and proxy.chat_requests == 2
+
+
 def test_garbage_bodies_every_time_become_bad_response(proxy):
     proxy.faults = ["garbage"] * 5
     with pytest.raises(RequestFailed) as err:
