@@ -52,12 +52,14 @@ def main(argv: list[str] | None = None) -> int:
                              "whitespace collapsed) or pubtabnet (PubTabNet's metric.py as written); "
                              f"default {DEFAULT_TEDS_CONVENTION}")
     args = parser.parse_args(argv)
-    try:
-        reference = args.reference.read_text(encoding="utf-8")
-        candidate = args.candidate.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    texts = []
+    for flag, path in (("--reference", args.reference), ("--candidate", args.candidate)):
+        try:  # utf-8-sig: a byte-order mark is not text to score
+            texts.append(path.read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"error: cannot read {flag} {path}: {exc}", file=sys.stderr)
+            return 2
+    reference, candidate = texts
     results = score_all(reference, candidate, teds_convention=args.teds_convention)
     if args.json:
         print(json.dumps({name: {"score": score, "details": details} for name, (score, details) in results.items()},

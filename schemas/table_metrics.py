@@ -119,11 +119,15 @@ def _paired_table_metric(reference: Any, candidate: Any, score_pair: Callable[[A
     if not cand_tables:
         details["reason"] = "candidate has no table"
         return 0.0, details
-    try:
-        per_table = [score_pair(c, r) for c, r in zip(cand_tables, ref_tables, strict=False)]
-    except Exception as exc:
-        details["reason"] = f"scoring failed: {exc.__class__.__name__}: {exc}"
-        return 0.0, details
+    per_table, failures = [], []
+    for i, (c, r) in enumerate(zip(cand_tables, ref_tables, strict=False)):
+        try:
+            per_table.append(score_pair(c, r))
+        except Exception as exc:  # this pair scores 0; the others keep their scores
+            per_table.append(0.0)
+            failures.append(f"table {i + 1}: {exc.__class__.__name__}: {exc}")
+    if failures:
+        details["failed"] = failures[:MAX_PROBLEMS]
     details["per_table"] = [round(s, 6) for s in per_table]
     problems = [f"candidate table {i + 1}: {p}" for i, t in enumerate(cand_tables)
                 for p in getattr(t, "problems", ())]

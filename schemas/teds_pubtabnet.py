@@ -58,9 +58,18 @@ def cell_tokens(td: Any) -> list[str]:
     return out
 
 
+def _span_label(value: str) -> int:
+    """A span attribute as PubTabNet labels it (``int(value)``); one that is not an integer, on which
+    PubTabNet's ``metric.py`` raises, reads as a missing span (1)."""
+    try:
+        return int(value)
+    except ValueError:
+        return 1
+
+
 def _tree(el: Any, structure_only: bool) -> Node:
     if el.tag == "td":
-        colspan, rowspan = int(el.attrib.get("colspan", "1")), int(el.attrib.get("rowspan", "1"))
+        colspan, rowspan = _span_label(el.attrib.get("colspan", "1")), _span_label(el.attrib.get("rowspan", "1"))
         return Node(("td", colspan, rowspan, () if structure_only else tuple(cell_tokens(el))))
     return Node((el.tag, None, None, None), [_tree(child, structure_only) for child in el])
 

@@ -89,11 +89,20 @@ def count_alnum(text: str) -> int:
     return count + sum(map(str.isalnum, non_ascii(text)))
 
 
-def trailing_repeats(text: str, max_ngram: int = 5) -> list[int]:
-    """For n = 1..max_ngram: how many times the last n characters repeat back to back at the end.
+def spaces_collapsed(text: str) -> str:
+    """Every run of whitespace as one space, the ends kept (``edit_distance.collapse_whitespace`` strips them)."""
+    return _WHITESPACE.sub(" ", text)
 
-    ``"abcabc"`` -> ``[1, 1, 2, 1, 1]``; ``""`` -> all zeros. Same counts as olmOCR's ``RepeatDetector``.
+
+def trailing_repeats(text: str, max_ngram: int = 5) -> list[int]:
+    """For n = 1..max_ngram: how many times the last n characters repeat back to back at the end, with
+    every whitespace run counted as one space (``spaces_collapsed``).
+
+    ``"abcabc"`` -> ``[1, 1, 2, 1, 1]``; ``""`` -> all zeros. Same counts as olmOCR's ``RepeatDetector``
+    (``ngram_repeats``), which collapses whitespace first too: trailing blank lines are one space, and a
+    loop whose copies differ only in whitespace is a loop.
     """
+    text = spaces_collapsed(text)
     counts = [0] * max_ngram
     length = len(text)
     for size in range(1, max_ngram + 1):

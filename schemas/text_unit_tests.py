@@ -19,6 +19,7 @@ from schemas.text import (
     normalize_text,
     normalized,
     normalized_lower,
+    spaces_collapsed,
     trailing_repeats,
 )
 from schemas.unit_test_base import CUTOFF_SLACK, UnitTest, match_threshold, shorten
@@ -174,7 +175,8 @@ class BaselineTest(UnitTest):
             return False, "the text contains no alphanumeric characters"
         for size, count in enumerate(trailing_repeats(markdown, 5), start=1):
             if count > self.max_repeats:
-                return False, f"text ends with {count} back-to-back repeats of the {size}-gram {markdown[-size:]!r}"
+                tail = spaces_collapsed(markdown)[-size:]
+                return False, f"text ends with {count} back-to-back repeats of the {size}-gram {tail!r}"
         if self.check_disallowed_characters:
             bad = _DISALLOWED.findall(non_ascii(markdown))
             if bad:
@@ -313,7 +315,8 @@ class FootnoteTest(UnitTest):
             if not clean:
                 continue
             check_length = min(len(clean), len(clean_target) * 2)
-            window = clean[-check_length:] if before else clean[:check_length]
+            # an empty target checks the whole window, as olmOCR does (partial_ratio("", text) is 0: no match)
+            window = (clean[-check_length:] if before else clean[:check_length]) if check_length else clean
             if len(window) < len(clean_target) - self.max_diffs:
                 continue
             if fuzz.partial_ratio(clean_target, window) / 100.0 >= threshold:

@@ -15,10 +15,12 @@ Differences from the reference, all deliberate:
 
 * ``math`` tests do not render the reference when loaded (loading needs no browser); a reference that
   does not render makes ``check`` fail with the renderer's reason instead.
-* ``format`` and ``footnote`` (synthetic-only types) apply the length guard olmOCR added to
-  ``present``/``absent``: a formatted span or footnote context shorter than the target minus
-  ``max_diffs`` cannot match (olmOCR's ``partial_ratio`` would score ``**R**`` as a full match of
-  ``Results``, a reward hole).
+* ``present``/``absent`` apply a length guard: a page (or its ``first_n``/``last_n`` window) shorter
+  than the text minus ``max_diffs`` cannot contain it. olmOCR's ``partial_ratio`` would score a page
+  ``R`` as a full match of ``Results``, a reward hole. The guard is olmOCR's own fix (commit aabb122,
+  "guard TextPresenceTest against partial_ratio degenerate case"), which its main branch did not have
+  at f7cfe4c2. ``format`` and ``footnote`` (synthetic-only types) apply the same guard to a formatted
+  span or a footnote's context.
 * ``order`` uses ``schemas.text.find_near_matches`` in place of the ``fuzzysearch`` package; it
   follows the same algorithm for patterns of at least ``3 * (max_diffs + 1)`` characters and can
   differ at match boundaries for shorter ones.

@@ -45,3 +45,16 @@ def test_cli_table_marks_missing_structure_na(tmp_path, capsys):
     assert lines["teds"] == lines["formula"] == "n/a"
     assert lines["tag_closure"] == "1.0000"
     assert main(["--reference", str(tmp_path / "missing.md"), "--candidate", str(cand)]) == 2
+
+
+def test_cli_names_the_file_it_cannot_decode_and_ignores_a_byte_order_mark(tmp_path, capsys):
+    ref, bom, latin1 = tmp_path / "ref.md", tmp_path / "bom.md", tmp_path / "latin1.md"
+    ref.write_text(REFERENCE, encoding="utf-8")
+    bom.write_text(REFERENCE, encoding="utf-8-sig")
+    latin1.write_bytes("Caf\u00e9 au lait".encode("latin-1"))
+    assert main(["--reference", str(ref), "--candidate", str(bom), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(v["score"] in (None, 1.0) for v in out.values()), out  # the same text: nothing to lose
+    assert main(["--reference", str(ref), "--candidate", str(latin1)]) == 2
+    err = capsys.readouterr().err
+    assert f"--candidate {latin1}" in err and "utf-8" in err

@@ -170,6 +170,16 @@ def test_pubtabnet_page_level_pairing_and_markdown():
         teds(as_html, as_html, convention="pubtabnet2")
 
 
+@pytest.mark.parametrize("convention", ["pubtabnet", "omnidocbench"])
+def test_a_span_that_is_not_an_integer_reads_as_1_and_costs_no_other_table_its_score(convention):
+    good = "<table><tr><td>a</td><td>b</td></tr><tr><td>1</td><td>2</td></tr></table>"
+    odd = '<table><tr><td colspan="2 ">x</td></tr><tr><td colspan="">y</td><td rowspan="x">z</td></tr></table>'
+    score, details = teds_details(good + "\n\n" + odd, good + "\n\n" + odd, convention=convention)
+    assert score == 1.0 and details["per_table"] == [1.0, 1.0] and "failed" not in details
+    plain = '<table><tr><td colspan="2">x</td></tr><tr><td>y</td><td>z</td></tr></table>'
+    assert teds(odd, plain, convention=convention) == 1.0  # "" and "x" are the missing span's 1
+
+
 def test_omnidocbench_is_the_unchanged_default():
     assert DEFAULT_TEDS_CONVENTION == "omnidocbench"
     assert metrics_for("omnidocbench") is METRICS

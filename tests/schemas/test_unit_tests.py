@@ -407,6 +407,14 @@ def test_baseline_repeats():
     assert not baseline().check("intro" + " the" * 40)[0]  # 4-grams count too
 
 
+def test_baseline_counts_repeats_with_whitespace_collapsed_as_olmocr_does():
+    assert trailing_repeats("text" + "\n" * 40) == [1, 1, 1, 1, 1]
+    assert baseline().check("Some text." + "\n" * 40)[0] and baseline().check("Some text." + " " * 40)[0]
+    loop = "intro " + "".join("ab" + ("\n" if i % 3 else " ") for i in range(40))  # copies differ in whitespace
+    passed, why = baseline().check(loop)
+    assert not passed and "'ab '" in why
+
+
 def test_baseline_disallowed_characters():
     assert not baseline().check("Hello \u4e2d\u6587")[0]
     assert not baseline().check("Hello \u3072\u3089\u304c\u306a")[0]
@@ -470,6 +478,13 @@ def test_footnote_context():
     assert not footnote("1", appears_before_marker="in every trial").check(md)[0]
     far = "The results were significant " + "x " * 150 + "[^1]"
     assert not footnote("1", appears_before_marker="results were significant").check(far)[0]
+
+
+def test_footnote_context_without_letters_or_digits_never_matches_as_in_olmocr():
+    # "—" cleans to "": olmOCR checks the whole window then, and partial_ratio("", text) is 0 (no match)
+    md = "The result is significant[^1] and was replicated later."
+    assert not footnote("1", appears_after_marker="\u2014").check(md)[0]
+    assert not footnote("1", appears_before_marker="\u2014").check(md)[0]
 
 
 def test_footnote_validation():
