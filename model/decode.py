@@ -222,9 +222,9 @@ class BenchRow:
 def bench_table(model: nn.Module, head: DraftHead | None, prompts: list[Encoded], ks=(0, 1, 2, 3),
                 max_new_tokens: int = 128, eos_token_id: int | None = None, pad_token_id: int = 0,
                 warmup: bool = True) -> list[BenchRow]:
-    """Batch size 1, every prompt decoded at every k in turn (so load drifts hit all k alike)."""
-    if 0 not in ks:
-        ks = (0, *ks)
+    """Batch size 1, every prompt decoded at every k in turn (so load drifts hit all k alike); k = 0 first
+    for each prompt, since every other k's output is compared with it."""
+    ks = (0, *(kk for kk in ks if kk != 0))
     if warmup:
         for kk in ks:
             generate(model, prompts[:1], head, kk, min(16, max_new_tokens), eos_token_id, pad_token_id)

@@ -184,6 +184,9 @@ def test_bench_table_columns(setup):
         assert len(r.conditional) == r.k and r.passes_per_token < base.passes_per_token
     text = format_table(rows)
     assert "tau" in text and "a_3" in text and text.count("\n") == 3
+    # k = 0 given last (or not at all) is still each prompt's reference for the lossless column
+    rows = bench_table(model, setup["trained"], setup["prompts"][:2], (3, 0), MAX_NEW, eos, warmup=False)
+    assert [r.k for r in rows] == [0, 3] and all(r.lossless for r in rows)
 
 
 def test_bench_cli_on_a_checkpoint_and_head(setup, tmp_path, capsys):
