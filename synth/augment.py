@@ -43,6 +43,10 @@ Operations (names used in ``applied[i]["op"]`` and ``AugmentConfig.weights``):
                faded print (the image gets lighter). ``erode`` and ``dilate`` never both apply.
 ``jpeg``       JPEG recompression at a quality in ``jpeg_quality`` (``A.ImageCompression``).
 
+The stage moves the record's ``elements`` with the pixels (``degraded_elements``): each box is mapped
+through the geometric ops (``map_points``) and becomes the bounding box of its corners, clipped to the
+new image, so boxes stay in pixels of the record's own image.
+
 Grey input (PNG mode ``L`` or RGB with R == G == B) is processed as one channel, so the output is
 grey too; colour input is processed as RGB.
 """
@@ -63,6 +67,7 @@ from PIL import Image
 from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.images import grey_if_achromatic
+from schemas.layout import Element, element
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
 VERSION = "1"
@@ -260,6 +265,55 @@ def degrade(image: ImageLike, rng: np.random.Generator | int | None = None, cfg:
     return Image.fromarray(arr, mode="L" if arr.ndim == 2 else "RGB"), applied
 
 
+def map_points(points: np.ndarray, applied: Sequence[dict[str, Any]],
+               size: tuple[int, int]) -> tuple[np.ndarray, tuple[int, int]]:
+    """Where points (N x 2, ``x, y`` in pixels of an image of ``size`` = (width, height)) land after the
+    ``applied`` ops of ``degrade``, and the new size: the geometry of ``skew`` (albumentations' rotation
+    about the image centre, canvas kept), ``rotate90`` and a ``shrink`` downscale; the other ops move
+    nothing."""
+    pts = np.asarray(points, dtype=np.float64).reshape(-1, 2).copy()
+    w, h = size
+    for params in applied:
+        op = params["op"]
+        if op == "skew":
+            matrix = cv2.getRotationMatrix2D((w / 2, h / 2), params["degrees"], 1.0)
+            pts = pts @ matrix[:, :2].T + matrix[:, 2]
+        elif op == "rotate90":
+            x, y = pts[:, 0].copy(), pts[:, 1].copy()
+            degrees = params["degrees_clockwise"]
+            if degrees == 90:
+                pts[:, 0], pts[:, 1], (w, h) = h - y, x, (h, w)
+            elif degrees == 180:
+                pts[:, 0], pts[:, 1] = w - x, h - y
+            else:  # 270 clockwise
+                pts[:, 0], pts[:, 1], (w, h) = y, w - x, (h, w)
+        elif op == "downscale" and params["mode"] == "shrink":
+            nw, nh = max(1, round(w * params["factor"])), max(1, round(h * params["factor"]))
+            pts[:, 0] *= nw / w
+            pts[:, 1] *= nh / h
+            w, h = nw, nh
+    return pts, (w, h)
+
+
+def degraded_elements(elements: Sequence[Element], applied: Sequence[dict[str, Any]],
+                      size: tuple[int, int]) -> list[Element]:
+    """The page's elements on the degraded image: each box's four corners through ``map_points``, their
+    bounding box clipped to the new image. An element left with no area (turned off the canvas) is
+    dropped, and the reading order renumbered."""
+    if not elements:
+        return []
+    corners = np.array([[(e.x0, e.y0), (e.x1, e.y0), (e.x0, e.y1), (e.x1, e.y1)] for e in elements], np.float64)
+    mapped, (w, h) = map_points(corners.reshape(-1, 2), applied, size)
+    mapped = mapped.reshape(-1, 4, 2)
+    lo = np.clip(mapped.min(axis=1), 0, (w, h))
+    hi = np.clip(mapped.max(axis=1), 0, (w, h))
+    out: list[Element] = []
+    for e, (x0, y0), (x1, y1) in zip(elements, lo, hi):
+        if x1 > x0 and y1 > y0:
+            out.append(element(e.cls, (x0, y0, x1, y1), len(out), e.text))
+    return out
+
+
 def encode_png(image: Image.Image, compress_level: int = 1) -> bytes:
     """PNG bytes; grey images as 8-bit grey PNG (render's convention)."""
     buf = io.BytesIO()
@@ -302,6 +356,7 @@ class AugmentStage:
         if not applied:  # e.g. only a downscale on an image already too small: nothing changed
             return [record]
         data = encode_png(out)
+        record.elements = degraded_elements(record.elements, applied, image.size)
         record.image = data
         record.image_sha256 = hashlib.sha256(data).hexdigest()
         record.width, record.height = out.size

@@ -127,6 +127,37 @@ def test_stage_probability_determinism_and_provenance() -> None:
     assert [other.selected(r.id) for r in records] != [stage.selected(r.id) for r in records]
 
 
+BLOCKS = [(20, 30, 140, 44), (30, 90, 90, 150), (100, 160, 150, 190)]  # x0, y0, x1, y1 of solid ink
+
+
+def _ink_box(image: Image.Image, near: tuple[float, float, float, float], pad: int = 4) -> tuple[int, ...]:
+    """The bounding box of the dark pixels within ``near`` (grown by ``pad``)."""
+    ink = np.asarray(image.convert("L")) < 128
+    x0, y0 = max(0, int(near[0]) - pad), max(0, int(near[1]) - pad)
+    ys, xs = np.nonzero(ink[y0:int(near[3]) + pad, x0:int(near[2]) + pad])
+    return (xs.min() + x0, ys.min() + y0, xs.max() + 1 + x0, ys.max() + 1 + y0)
+
+
+@pytest.mark.parametrize("op, extra", [("skew", {"skew_degrees": 8.0}), ("rotate90", {"rotations": (90,)}),
+                                       ("rotate90", {"rotations": (180,)}), ("rotate90", {"rotations": (270,)}),
+                                       ("downscale", {}), ("jpeg", {})])
+def test_the_stage_moves_the_elements_with_the_pixels(op: str, extra: dict) -> None:
+    from schemas.layout import element
+
+    image = Image.new("L", (160, 200), "white")
+    for box in BLOCKS:
+        ImageDraw.Draw(image).rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill="black")
+    page = record(0, image)
+    page.elements = [element("text", box, i, f"block {i}") for i, box in enumerate(BLOCKS)]
+    cfg = AugmentConfig(probability=1.0, weights={op: 1.0}, max_ops=1, **extra)
+    (out,) = AugmentStage(cfg)(page)
+    assert [a["op"] for a in out.quality["augment"]["applied"]] == [op]
+    assert validate(out) == [] and [e.text for e in out.elements] == ["block 0", "block 1", "block 2"]
+    degraded = Image.open(io.BytesIO(out.image))
+    for e in out.elements:  # each box is where its block's ink now is (anti-aliased edges: 2 px)
+        assert np.allclose(e.box, _ink_box(degraded, e.box), atol=2.0), (e.text, e.box)
+
+
 def test_stage_params_hash_tracks_applied_ops() -> None:
     stage = AugmentStage(AugmentConfig(probability=1.0, max_ops=3))
     out = [stage(record(i))[0] for i in range(12)]

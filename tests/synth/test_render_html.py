@@ -226,6 +226,21 @@ def test_elements_follow_the_reference_order_with_boxes_on_ink(renderer: HtmlRen
         assert not fields
 
 
+@pytest.mark.parametrize("layout", ["form", "invoice", "report", "infographic", "newspaper"])
+def test_the_tests_texts_are_drawn_as_written(renderer: HtmlRenderer, layout: str) -> None:
+    """What a page's tests quote is on the page with the same case (the drawn text, CSS applied): a heading
+    drawn in capitals by ``text-transform`` failed its case-sensitive ``format`` test on a faithful
+    transcription, and furniture drawn in capitals passed its ``absent`` test when copied."""
+    from synth.pages import page_spec, synthesize_page
+
+    page = synthesize_page(page_spec(layout, "layout", 0, f"case-{layout}"), renderer)
+    drawn = " ".join(renderer._page.evaluate("document.querySelector('#page').innerText").split())
+    quoted = [(t.type, t.text) for t in page.tests if t.type in ("present", "absent", "format")]
+    assert {kind for kind, _ in quoted} >= {"absent", "format"}
+    for kind, text in quoted:
+        assert " ".join(text.split()) in drawn, (kind, text)
+
+
 def test_close_from_another_thread_removes_the_folder(tmp_path: Path) -> None:
     """A runner may tear a DoFn down from another thread than the one that rendered: ``close`` then
     removes the renderer's folder and raises nothing (Playwright's pages cannot be reached from there)."""
