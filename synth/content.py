@@ -390,6 +390,7 @@ class _Draft:
     table_cats: list[str] = field(default_factory=lambda: list(TABLE_CATEGORIES))
     flags: set[str] = field(default_factory=set)  # "figure": the filler has added its one figure
     drawn: dict[str, int] = field(default_factory=dict)  # formulas/tables drawn so far
+    form_labels: set[str] = field(default_factory=set)  # filler form fields used: each label once a page
 
     @property
     def zh(self) -> bool:
@@ -641,9 +642,14 @@ def _fill_section(d: _Draft, layout: str, k: int) -> list[Block]:
     if layout == "slides":
         out.append(src.list_block(ordered=False, n=rng.randint(2, 3)))
     elif layout == "form":
-        fields = rng.sample(_FORM_FIELDS, 3)
-        out.append(ListBlock(items=tuple(f"{zh}：{_field_value(d, kind)}" if d.zh else f"{en}: {_field_value(d, kind)}"
-                                         for en, zh, kind in fields), ordered=False))
+        # a label shown twice with two values would make "what is the Telephone?" ambiguous (synth.fields)
+        unused = [f for f in _FORM_FIELDS if f[0] not in d.form_labels]
+        if unused:
+            fields = rng.sample(unused, min(3, len(unused)))
+            d.form_labels.update(en for en, _, _ in fields)
+            out.append(ListBlock(items=tuple(f"{zh}：{_field_value(d, kind)}" if d.zh
+                                             else f"{en}: {_field_value(d, kind)}" for en, zh, kind in fields),
+                                 ordered=False))
         out.append(src.paragraph(fact=False)[0])
     elif layout == "infographic":
         out.append(src.list_block(ordered=rng.random() < 0.3, n=rng.randint(2, 3)) if rng.random() < 0.5

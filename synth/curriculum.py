@@ -176,20 +176,24 @@ def make_record(level: int, seed: int, index: int, split: str = "train") -> Page
     spec, rng = page_spec(level, seed, index)
     page = synthesize_page(spec, PILRenderer(LEVELS[level], rng))
     page.renderer = "pil"
-    png = page.png
+    applied: list[dict] = []
     if LEVELS[level].degrade:
         import numpy as np
 
-        from synth.augment import degrade
+        from synth.augment import degrade, degraded_elements
 
-        degraded, _ = degrade(Image.open(io.BytesIO(png)), np.random.default_rng(rng.randrange(2**32)))
+        original = Image.open(io.BytesIO(page.png))
+        degraded, applied = degrade(original, np.random.default_rng(rng.randrange(2**32)))
         buf = io.BytesIO()
         degraded.save(buf, format="PNG")
-        png = buf.getvalue()
-        page.png = png
+        page.png = buf.getvalue()
+        # a shrink or a quarter turn changes the size, and every geometric op moves the boxes
+        page.width, page.height = degraded.size
+        page.elements = degraded_elements(page.elements, applied, original.size)
     record = to_page_record(page, spec)
+    quality = {**record.quality, "augment": {"applied": applied}} if applied else record.quality
     return replace(record, source=SOURCE, id=f"{SOURCE}-{spec.id}", domain=f"curriculum-l{level}", split=split,
-                   metadata={**record.metadata, "level": level})
+                   metadata={**record.metadata, "level": level}, quality=quality)
 
 
 def build(out: str | Path, levels: tuple[int, ...] = tuple(LEVELS), train_per_level: int | None = None,

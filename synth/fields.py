@@ -45,10 +45,12 @@ _TOTAL = (re.compile(r"^Total due: \*\*(?P<total_due>[\d,.]+) (?P<currency>[A-Z]
 
 
 def page_fields(spec: PageSpec) -> dict[str, str]:
-    """The fields an invoice or form page shows, in reading order (empty for other layouts)."""
+    """The fields an invoice or form page shows, in reading order (empty for other layouts). A form label
+    shown with two different values has no single answer and is left out."""
     if spec.layout not in ("invoice", "form"):
         return {}
     fields: dict[str, str] = {}
+    ambiguous: set[str] = set()  # a form label shown with two values: no single answer, left out
     for pb in spec.blocks:
         b = pb.block
         if spec.layout == "invoice" and isinstance(b, Heading) and b.level == 1:
@@ -64,5 +66,7 @@ def page_fields(spec: PageSpec) -> dict[str, str]:
             for item in b.items:
                 m = _FORM_ITEM.match(item)
                 if m and m["label"] in FORM_KEYS:
-                    fields.setdefault(FORM_KEYS[m["label"]], m["value"].strip())
-    return fields
+                    key, value = FORM_KEYS[m["label"]], m["value"].strip()
+                    if fields.setdefault(key, value) != value:
+                        ambiguous.add(key)
+    return {k: v for k, v in fields.items() if k not in ambiguous}

@@ -40,6 +40,24 @@ def test_a_curriculum_page_carries_verified_unit_tests_of_the_one_checker(level)
     assert record.width <= 448 and record.height <= 448
 
 
+def test_degraded_level_pages_carry_their_images_size_and_what_was_applied():
+    import io
+
+    from PIL import Image
+
+    from schemas.page import validate
+
+    (level,) = [k for k, v in LEVELS.items() if v.degrade]
+    resized = 0
+    for index in range(40):
+        record = make_record(level, 0, index)
+        size = Image.open(io.BytesIO(record.image)).size
+        assert (record.width, record.height) == size and validate(record) == []
+        assert record.quality["augment"]["applied"]
+        resized += size != LEVELS[level].size
+    assert resized  # some draws shrink or turn the page: the case that went wrong
+
+
 def test_level_6_draws_its_word_at_a_random_x_where_level_0_starts_every_word_at_the_same_column():
     """Level 6 is the bridge from level 0 (a word at x = 12) to level 1 (objects after names of any width):
     a model that only learned each word's pixels at one position cannot read it elsewhere."""

@@ -1,8 +1,8 @@
 """A fault-injecting HTTP proxy on 127.0.0.1 in front of the real ``transformers serve``, for what the
 server will not do by itself: 429 with Retry-After, 408, 500, stalls, answers trickled a byte at a time,
-dropped connections, garbage bodies, going down. It counts every chat request it receives (so tests can assert that a rerun sends none) and
-can rewrite the content of a real answer (``rewrite``), which is how tests get labels and judge verdicts
-a random-weight model never writes.
+dropped connections, garbage bodies, going down. It counts every chat request it receives (so tests
+can assert that a rerun sends none) and can rewrite the content of a real answer (``rewrite``), which
+is how tests get labels and judge verdicts a random-weight model never writes.
 
 ``faults`` is a list consumed one entry per chat request, in order; ``None`` forwards.
 """

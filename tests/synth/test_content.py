@@ -95,6 +95,23 @@ def test_page_spec_deterministic_and_structured(layout: str, suite: str) -> None
         assert any(isinstance(x, Table) for x in blocks)
 
 
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_a_form_shows_each_field_label_once_so_each_field_has_one_answer(language: str) -> None:
+    import re
+
+    from synth.blocks import ListBlock
+    from synth.fields import FORM_KEYS, page_fields
+
+    for seed in range(40):
+        spec = make_page_spec("form", SUITES[seed % len(SUITES)], seed, f"f{seed}", language=language)
+        labels = [re.split(r": |：", item, maxsplit=1)[0] for p in spec.blocks if isinstance(p.block, ListBlock)
+                  for item in p.block.items]
+        shown = [label for label in labels if label in FORM_KEYS]
+        assert len(shown) == len(set(shown)) and len(shown) >= 4, (seed, shown)
+        fields = page_fields(spec)
+        assert sorted(fields) == sorted(FORM_KEYS[label] for label in shown)
+
+
 def test_reference_markdown_conventions() -> None:
     spec = make_page_spec("report", "formula", 1)
     md = reference_markdown(spec)
