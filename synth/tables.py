@@ -58,7 +58,8 @@ def _years(rng: random.Random, n: int) -> list[str]:
 
 
 def _spanned(rng: random.Random, max_cols: int) -> Table:
-    groups = sorted(rng.sample(_years(rng, 4), k=2 if max_cols < 8 else rng.choice([2, 3])))
+    # a stub column and two sub-columns per group: one group fits a narrow column (max_cols 3 or 4)
+    groups = sorted(rng.sample(_years(rng, 4), k=1 if max_cols < 5 else 2 if max_cols < 8 else rng.choice([2, 3])))
     subs = list(rng.choice([("Q1", "Q2"), ("H1", "H2"), ("Plan", "Actual"), ("Min", "Max")]))
     n_body = rng.randint(3, 5)
     items = rng.sample(_ITEMS, n_body)

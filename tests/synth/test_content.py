@@ -52,10 +52,12 @@ def test_formulas_render_in_katex(tmp_path) -> None:
 def test_tables_are_rectangular(category: str) -> None:
     rng = random.Random(category)
     for _ in range(25):
-        table = generate_table(rng, category, max_cols=rng.choice([4, 7, 9]))
+        max_cols = rng.choice([4, 7, 9])
+        table = generate_table(rng, category, max_cols=max_cols)
         assert table.category == category
         parsed = parse_html_tables(table_html(table))
         assert len(parsed) == 1 and parsed[0].is_rectangular and not parsed[0].problems
+        assert len(parsed[0].grid()[0]) <= max_cols, (category, max_cols)
     spanned = generate_table(random.Random(1), "spanned")
     assert any(c.colspan > 1 for row in spanned.rows for c in row)
 
