@@ -58,8 +58,7 @@ def _years(rng: random.Random, n: int) -> list[str]:
 
 
 def _spanned(rng: random.Random, max_cols: int) -> Table:
-    # a stub column and two sub-columns per group: one group fits a narrow column (max_cols 3 or 4)
-    groups = sorted(rng.sample(_years(rng, 4), k=1 if max_cols < 5 else 2 if max_cols < 8 else rng.choice([2, 3])))
+    groups = sorted(rng.sample(_years(rng, 4), k=2 if max_cols < 8 else rng.choice([2, 3])))
     subs = list(rng.choice([("Q1", "Q2"), ("H1", "H2"), ("Plan", "Actual"), ("Min", "Max")]))
     n_body = rng.randint(3, 5)
     items = rng.sample(_ITEMS, n_body)
@@ -213,8 +212,10 @@ def verify_table(table: Table) -> None:
 
 
 def generate_table(rng: random.Random, category: str | None = None, *, max_cols: int = 7) -> Table:
-    """One verified table of ``category`` (random when ``None``); ``max_cols`` caps the width
-    (use about 4 in narrow newspaper columns)."""
+    """One verified table of ``category`` (random when ``None``); ``max_cols`` caps the width (use about
+    4 in narrow newspaper columns), except for ``spanned`` tables, which are at least 5 wide (a stub
+    column and two groups of two): they still fit a narrow column, and in one of at most 4 cells they
+    are the only tables that reach ``LARGE_TABLE_CELLS`` (synth.content's large_table)."""
     if category is None:
         category = rng.choice(CATEGORIES)
     if category not in _GENERATORS:

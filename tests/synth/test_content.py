@@ -57,7 +57,8 @@ def test_tables_are_rectangular(category: str) -> None:
         assert table.category == category
         parsed = parse_html_tables(table_html(table))
         assert len(parsed) == 1 and parsed[0].is_rectangular and not parsed[0].problems
-        assert len(parsed[0].grid()[0]) <= max_cols, (category, max_cols)
+        # spanned tables are at least 5 wide (generate_table's docstring says why)
+        assert len(parsed[0].grid()[0]) <= (max(max_cols, 5) if category == "spanned" else max_cols)
     spanned = generate_table(random.Random(1), "spanned")
     assert any(c.colspan > 1 for row in spanned.rows for c in row)
 
