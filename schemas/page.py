@@ -10,8 +10,10 @@ from pyarrow types without importing ``datasets`` (~0.4 s in every Beam worker);
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
+import struct
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -197,6 +199,20 @@ def image_format(data: bytes) -> str | None:
     return None
 
 
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` from the image's header, nothing decoded: a PNG's IHDR read in place, WebP and
+    JPEG through PIL's header parse. None when the header gives none (truncated or not an image)."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return struct.unpack(">II", data[16:24]) if data[12:16] == b"IHDR" and len(data) >= 24 else None
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.size
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        return None
+
+
 def validate(record: PageRecord) -> list[str]:
     """Every violation of the PageRecord contract, as human-readable strings (empty when valid)."""
     problems: list[str] = []
@@ -229,6 +245,14 @@ def validate(record: PageRecord) -> list[str]:
         value = getattr(record, name)
         if not isinstance(value, int) or value <= 0:
             problems.append(f"{name} must be a positive int, got {value!r}")
+    sized = all(isinstance(v, int) and v > 0 for v in (record.width, record.height))
+    if sized and isinstance(record.image, bytes) and image_format(record.image) is not None:
+        size = image_size(record.image)
+        if size is None:
+            problems.append("image header is unreadable (no width and height)")
+        elif size != (record.width, record.height):
+            problems.append(f"width x height {record.width}x{record.height} differ from the image's "
+                            f"{size[0]}x{size[1]}")
     if record.unit_tests:
         from schemas.unit_tests import unit_test_from_json  # the one olmOCR-Bench test validator (lazy: ~0.2 s)
 

@@ -31,8 +31,11 @@ def blank_png(size: tuple[int, int] = (20, 30)) -> bytes:
 
 
 def page_record(**overrides) -> PageRecord:
-    """A valid PageRecord (a blank 20x30 PNG page); any field can be overridden."""
-    image = blank_png()
+    """A valid PageRecord (a blank PNG page, 20x30 unless ``width``/``height`` say otherwise); any field
+    can be overridden."""
+    width, height = overrides.get("width", 20), overrides.get("height", 30)
+    image = blank_png((width, height)) if isinstance(width, int) and isinstance(height, int) and width > 0 \
+        and height > 0 else blank_png()
     values = dict(
         id=page_id("src", "doc-1", 1), source="src", source_id="doc-1", page_number=1,
         domain="documents", language="en", license="odc-by", image=image,
