@@ -38,6 +38,29 @@ def test_validate_rejects_non_image_bytes():
     assert problems == ["image bytes are not PNG, WebP or JPEG"]
 
 
+def test_validate_checks_width_and_height_against_the_image_header():
+    import io
+
+    from PIL import Image
+
+    from tests.helpers import blank_png
+
+    assert validate(page_record(width=64, height=48)) == []
+    png = blank_png((64, 48))
+    problems = validate(page_record(image=png, image_sha256=hashlib.sha256(png).hexdigest(), width=48, height=64))
+    assert problems == ["width x height 48x64 differ from the image's 64x48"]
+    for fmt in ("WEBP", "JPEG"):
+        buf = io.BytesIO()
+        Image.new("RGB", (33, 21), "white").save(buf, format=fmt)
+        data = buf.getvalue()
+        record = page_record(image=data, image_sha256=hashlib.sha256(data).hexdigest(), width=33, height=21)
+        assert validate(record) == []
+        assert validate(page_record(image=data, image_sha256=hashlib.sha256(data).hexdigest(), width=33, height=22))
+    cut = png[:20]  # a PNG signature and no complete header
+    assert validate(page_record(image=cut, image_sha256=hashlib.sha256(cut).hexdigest())) == [
+        "image header is unreadable (no width and height)"]
+
+
 def test_image_sha256_remembers_only_the_same_object():
     """The digest is remembered for the last bytes object: an equal copy and different bytes are hashed,
     and a record whose image was just hashed still fails validation with a wrong digest."""
