@@ -29,6 +29,7 @@ opened or read gives one ``Row(source_id=<file uri>)`` with ``unreadable_parquet
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -159,11 +160,25 @@ class WarcFetcher:
         self._session: Any = None
 
     def uri(self, file_path: str) -> str:
+        """The WARC file of a row's ``file_path``, which must lie under the root: a relative POSIX path
+        without ``..`` (Common Crawl's ``crawl-data/...``), or a URI that starts with the root itself.
+        Anything else is ``unsafe_path``: a row is untrusted input, and must not point the reader at
+        other files or hosts."""
         if "://" in file_path:
-            return file_path
+            if "://" in self.root and file_path.startswith(self.root + "/") and ".." not in file_path.split("/"):
+                return file_path
+            raise RecordError("unsafe_path", f"file_path {file_path!r} is a URI outside warc_root {self.root}")
+        parts = file_path.split("/")
+        if file_path.startswith("/") or "\0" in file_path or any(p in ("", ".", "..") for p in parts):
+            raise RecordError("unsafe_path", f"file_path {file_path!r} is not a plain relative path under warc_root")
         if self.root.startswith(("http://", "https://")):
-            return f"{self.root}/{file_path.lstrip('/')}"
-        return pio.join(self.root, file_path)
+            return f"{self.root}/{file_path}"
+        path = pio.join(self.root, *parts)
+        if "://" not in self.root:
+            real_root = os.path.realpath(self.root)
+            if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
+                raise RecordError("unsafe_path", f"file_path {file_path!r} resolves outside warc_root {self.root}")
+        return path
 
     def fetch(self, file_path: str, offset: int) -> bytes:
         """The HTTP payload (or resource block) of the record; raises ``RecordError``."""

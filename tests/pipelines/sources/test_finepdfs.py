@@ -386,3 +386,43 @@ def test_http_root_uses_ranged_gets(built: pathlib.Path, honour_range: bool) -> 
     else:  # a server that ignores Range would hand back the wrong record
         assert [_reason(r) for r in rows] == [("RecordError", "warc_unreadable")] * 3
         assert "HTTP 200" in str(rows[0].error)
+
+
+def test_a_rows_file_path_cannot_leave_warc_root(built: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    from pipelines.sources.finepdfs import WarcFetcher
+
+    hits: list[str] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    root = tmp_path / "warc"
+    root.mkdir()
+    outside = built / "finepdfs" / "warc"  # real WARCs, but not under this root
+    warc = next(p for p in outside.rglob("*.warc.gz"))
+    (root / "link.warc.gz").symlink_to(warc)
+    fetcher = WarcFetcher(str(root), http_timeout_s=5, http_retries=0)
+    try:
+        for file_path in (str(warc), "../x.warc.gz", "crawl-data/../../x.warc.gz", "a//b.warc.gz", "link.warc.gz",
+                          "x\0.warc.gz",
+                          f"http://127.0.0.1:{server.server_address[1]}/exfil"):
+            with pytest.raises(RecordError) as err:
+                fetcher.fetch(file_path, 0)
+            assert err.value.reason == "unsafe_path" and repr(file_path) in str(err.value), file_path
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert hits == []  # no request left the reader
+    # what Common Crawl rows hold: a relative path under the root, or a URI under a URI root
+    assert fetcher.uri("crawl-data/CC-MAIN-2024-10/x.warc.gz") == str(root / "crawl-data/CC-MAIN-2024-10/x.warc.gz")
+    remote = WarcFetcher("s3://commoncrawl")
+    assert remote.uri("s3://commoncrawl/crawl-data/x.warc.gz") == "s3://commoncrawl/crawl-data/x.warc.gz"
+    assert remote.uri("crawl-data/x.warc.gz") == "s3://commoncrawl/crawl-data/x.warc.gz"
