@@ -343,12 +343,7 @@ class OlmOcrMixSource(_MixBase):
         return hashlib.sha256(own.encode()).hexdigest()
 
     def member_key(self, row: dict[str, Any], tar_names: set[str]) -> tuple[str, str]:
-        rel = row.get("pdf_relpath")
-        if not rel or ":" not in rel:
-            raise RecordError("missing_pdf_relpath", f"pdf_relpath {rel!r} is not '<tarball>:<member>'")
-        tar_path, member = rel.split(":", 1)
-        if not safe_member_name(tar_path) or not safe_member_name(member):
-            raise RecordError("unsafe_tar_member", f"pdf_relpath {rel!r} points outside the archive")
+        tar_path, member = _split_relpath(row.get("pdf_relpath"))
         return posixpath.basename(tar_path), member
 
     def response_fields(self, row: dict[str, Any], where: str) -> tuple[dict[str, Any], str | None]:
@@ -363,16 +358,29 @@ class OlmOcrMixSource(_MixBase):
         yield from super().read(unit)
 
 
+def _split_relpath(rel: Any) -> tuple[str, str]:
+    """(tarball path, member) of a ``pdf_relpath``; ``RecordError`` when it names none or either part is
+    unsafe. The one rule for which unit reports a row: the tarball's, or the no-tarball unit when this raises."""
+    if not rel or ":" not in rel:
+        raise RecordError("missing_pdf_relpath", f"pdf_relpath {rel!r} is not '<tarball>:<member>'")
+    tar_path, member = rel.split(":", 1)
+    if not safe_member_name(tar_path) or not safe_member_name(member):
+        raise RecordError("unsafe_tar_member", f"pdf_relpath {rel!r} points outside the archive")
+    return tar_path, member
+
+
 @functools.lru_cache(maxsize=64)
 def _rows_by_tarball(parquet_uri: str, digest: str, root: str) -> dict[str | None, str]:
-    """Tarball URI (None: no valid ``pdf_relpath``) -> sha256 of the parquet rows pointing into it
-    (``digest``, the file's, keys the cache: a changed file is read again)."""
+    """Tarball URI (None: the no-tarball unit, which reports rows without a valid ``pdf_relpath``) -> sha256
+    of the parquet rows the unit reports, by ``_split_relpath`` as ``read`` routes them (``digest``, the
+    file's, keys the cache: a changed file is read again)."""
     hashes: dict[str | None, Any] = {}
     for batch in open_parquet(parquet_uri).iter_batches():
         for row in batch.to_pylist():
-            rel = row.get("pdf_relpath")
-            name = rel.split(":", 1)[0] if rel and ":" in rel else None
-            key = io.join(root, name) if name and safe_member_name(name) else None
+            try:
+                key: str | None = io.join(root, _split_relpath(row.get("pdf_relpath"))[0])
+            except RecordError:
+                key = None
             hashes.setdefault(key, hashlib.sha256()).update(json.dumps(row, sort_keys=True, default=str).encode())
     return {key: h.hexdigest() for key, h in hashes.items()}
 

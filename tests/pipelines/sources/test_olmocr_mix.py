@@ -61,6 +61,40 @@ def test_missing_member_and_escaping_relpath_are_dead_letters(mix, tmp_path):
     assert not (tmp_path / "escape.pdf").exists() and not (tmp_path.parent / "escape.pdf").exists()
 
 
+def test_each_units_refresh_digest_covers_exactly_the_rows_it_reports(mix):
+    """Editing a row changes the digest of the units that report it before or after, and only theirs: a row
+    made unsafe moves from its tarball's unit to the no-tarball one, so both must be read again."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines import io
+    from pipelines.sources import olmocr_mix
+
+    path = str(mix / "00_documents_train.parquet")
+
+    def digests():
+        io.content_id.cache_clear()
+        olmocr_mix._rows_by_tarball.cache_clear()
+        src = source("olmocr_mix")
+        return {unit.tarballs: (src.unit_digest(unit), {r.source_id for r in src.read(unit)})
+                for unit in src.plan(path)}
+
+    before = digests()
+    table = pq.read_table(path)
+    rel, ids = table.column("pdf_relpath").to_pylist(), table.column("id").to_pylist()
+    k = next(i for i, r in enumerate(rel) if r and ":" in r and "../" not in r)
+    tarball, member = rel[k].split(":", 1)
+    rel[k] = f"{tarball}:../{member}"  # the tarball stays safe, the member does not
+    pq.write_table(table.set_column(table.schema.get_field_index("pdf_relpath"), "pdf_relpath",
+                                    pa.array(rel, table.schema.field("pdf_relpath").type)), path)
+    after = digests()
+    moved = ids[k]
+    assert moved in after[None][1] and moved not in before[None][1]
+    for unit in before:
+        reported = before[unit][1] | after[unit][1]
+        assert (before[unit][0] != after[unit][0]) == (moved in reported), unit
+
+
 def test_missing_and_corrupt_tarballs(mix):
     tar = mix / "pdf_tarballs" / "01_books_train_00000.tar.gz"
     data = tar.read_bytes()
