@@ -20,6 +20,7 @@ render.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 from dataclasses import dataclass
@@ -60,6 +61,25 @@ class FormulaLinesSource:
         folder, name = path.split(unit)
         return self.options.images or io.join(folder, path.splitext(name)[0])
 
+    def unit_digest(self, unit: str) -> str:
+        """The unit's content id for incremental refresh (``pipelines/refresh.py``): the label file and, for
+        each of its lines, the image it pairs with (its content id, or ``missing``), so a label file whose
+        images were added, replaced or removed is read again."""
+        digest = hashlib.sha256(io.content_id(unit).encode())
+        folder = self._folder(unit)
+        try:
+            handle = io.open_read(unit)
+        except Exception:  # noqa: BLE001 - the reader reports it
+            return digest.hexdigest()
+        with handle:
+            for index, _ in enumerate(io.iter_lines(handle)):
+                image = io.join(folder, self._image_name(index))
+                digest.update(f"{index}:{io.content_id(image)}\n".encode())
+        return digest.hexdigest()
+
+    def _image_name(self, index: int) -> str:
+        return f"{index:0{self.options.name_width}d}{self.options.image_extension}"
+
     def read(self, unit: str) -> Iterator[Row]:
         folder = self._folder(unit)
         label_name = unit.rstrip("/").rsplit("/", 1)[-1]
@@ -70,11 +90,11 @@ class FormulaLinesSource:
             return
         with handle:
             for index, raw in enumerate(io.iter_lines(handle)):
-                name = f"{index:0{self.options.name_width}d}{self.options.image_extension}"
+                name = self._image_name(index)
                 source_id = f"{label_name.rsplit('.', 1)[0]}/{name}"
                 image = io.join(folder, name)
-                try:
-                    text = raw.decode("utf-8").rstrip("\r\n")
+                try:  # utf-8-sig on the first line: a byte-order mark is not part of the formula
+                    text = raw.decode("utf-8-sig" if index == 0 else "utf-8").rstrip("\r\n")
                 except UnicodeDecodeError:
                     yield Row(source_id=source_id, error=RecordError("invalid_utf8", f"{unit}: line {index + 1}"))
                     continue

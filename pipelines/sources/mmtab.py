@@ -22,6 +22,7 @@ image is not in the folder) and ``bad_item``.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import os
 import posixpath
@@ -137,8 +138,34 @@ class MmtabSource:
     def plan(self, uri: str) -> Iterator[str]:
         yield uri
 
+    def unit_digest(self, unit: str) -> str:
+        """The unit's content id for incremental refresh (``pipelines/refresh.py``): the JSON file and the
+        content id of every image its items name (``missing`` when absent), so a file whose images were
+        added, replaced or removed is read again."""
+        digest = hashlib.sha256(io.content_id(unit).encode())
+        images = self._images(unit)
+        try:
+            with io.open_read(unit) as handle:
+                for item in iter_json_items(handle, unit):
+                    image = self._image_of(item) if isinstance(item, dict) else None
+                    if image and not image.startswith("/") and ".." not in image.split("/"):
+                        digest.update(f"{image}:{io.content_id(io.join(images, image))}\n".encode())
+        except (RecordError, OSError):  # the reader reports it; what was seen is hashed
+            pass
+        return digest.hexdigest()
+
+    def _images(self, unit: str) -> str:
+        return self.options.images or (posixpath.dirname(unit) if "://" in unit else os.path.dirname(unit))
+
+    def _image_of(self, item: dict[str, Any]) -> Any:
+        """The image an item names, relative to the images folder (LLaVA ``image``, or the eval format's
+        ``image_id`` + extension); not checked here."""
+        if "conversations" in item:
+            return item.get("image")
+        return f"{item['image_id']}{self.options.image_extension}" if item.get("image_id") else None
+
     def read(self, unit: str) -> Iterator[Row]:
-        images = self.options.images or (posixpath.dirname(unit) if "://" in unit else os.path.dirname(unit))
+        images = self._images(unit)
         index = 0
         try:
             with io.open_read(unit) as handle:
@@ -170,14 +197,14 @@ class MmtabSource:
             if not isinstance(answer, str) or not answer.strip():
                 raise RecordError("empty_label", "no gpt answer")
             fmt = label_format(answer)
-            image = item.get("image")
+            image = self._image_of(item)
             query_type = None
         else:  # the eval format
             query_type = str(item.get("original_query_type") or "")
             match = _FORMAT.search(query_type)
             answer = item.get("output")
             fmt = match.group(1).lower() if match else None
-            image = f"{item['image_id']}{self.options.image_extension}" if item.get("image_id") else None
+            image = self._image_of(item)
             if fmt and (not isinstance(answer, str) or not answer.strip()):
                 raise RecordError("empty_label", "output is empty")
         if fmt is None:

@@ -134,6 +134,46 @@ def test_formula_lines_unpadded_names_and_other_folder(tmp_path):
     assert {k: outcome(r) for k, r in rows.items()} == {"math/0.png": "dead:missing_image", "math/1.png": "ok"}
 
 
+def test_formula_lines_digest_follows_the_images_and_a_bom_is_not_a_formula(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "math.txt").write_bytes("\ufeff\\frac{a}{b}\nc\n".encode())
+    (tmp_path / "imgs" / "0.png").write_bytes(sample.text_image(["a/b"]))
+    src = source("formula_lines", task="transcribe_formula", images=str(tmp_path / "imgs"), name_width=0)
+    unit = str(tmp_path / "math.txt")
+    rows = read(src, unit)
+    assert rows["math/0.png"].pages[0].response == "\\frac{a}{b}"
+    from pipelines import io
+
+    digests = [src.unit_digest(unit)]
+    (tmp_path / "imgs" / "1.png").write_bytes(sample.text_image(["c"]))  # the missing image arrives
+    io.content_id.cache_clear()  # content ids are cached per process; a refresh is a new run
+    digests.append(src.unit_digest(unit))
+    (tmp_path / "imgs" / "1.png").write_bytes(sample.text_image(["d"]))  # and is replaced
+    io.content_id.cache_clear()
+    digests.append(src.unit_digest(unit))
+    assert len(set(digests)) == 3 and src.unit_digest(unit) == digests[-1]
+
+
+def test_mmtab_digest_follows_the_images_its_items_name(tmp_path, root):
+    import shutil
+
+    images = tmp_path / "images"
+    shutil.copytree(root / "mmtab/all_test_image", images)
+    unit = str(root / "mmtab/MMTab-eval_test_data_49K.json")
+    src = source("mmtab", task="transcribe_table", images=str(images))
+    from pipelines import io
+
+    before = src.unit_digest(unit)
+    named = sorted(images.iterdir())[0]
+    named.write_bytes(named.read_bytes() + b"\0")  # an image replaced
+    io.content_id.cache_clear()  # content ids are cached per process; a refresh is a new run
+    after = src.unit_digest(unit)
+    assert after != before
+    (images / "unrelated.jpg").write_bytes(b"x")  # a file no item names changes nothing
+    io.content_id.cache_clear()
+    assert src.unit_digest(unit) == after
+
+
 # -- MMTab ---------------------------------------------------------------------------------------
 
 
