@@ -145,9 +145,12 @@ class SampleSource:
             self._skip(rid, exc.reason, str(exc))
             return None
         if self._degrade(record, rng):
-            from synth.augment import AugmentConfig, degrade
+            from pipelines.instruct.conventions import BOX_CONVENTIONS
+            from synth.augment import AugmentConfig, degrade, without_geometry
 
-            image, _ = degrade(image, rng, AugmentConfig())
+            # a label with boxes (instruct's box conventions) holds positions: no op may move the pixels
+            boxes = record_convention(record.get("metadata")) in BOX_CONVENTIONS
+            image, _ = degrade(image, rng, without_geometry(AugmentConfig()) if boxes else AugmentConfig())
         encoded = self.processor.encode(record["instruction"], image, record["response"])
         if encoded.length > self.cfg.max_sample_tokens:
             self._skip(rid, "too_long", f"{encoded.length} tokens > max_sample_tokens {self.cfg.max_sample_tokens}")

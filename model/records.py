@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 SPLIT_SALT = "pagemill:eval-split"
 # What a Sample needs; the sampler reads only these columns (provenance, text layer etc. stay on disk).
 RECORD_COLUMNS = ("id", "source", "domain", "language", "task", "image", "instruction", "response",
-                  "unit_tests", "split")
+                  "unit_tests", "split", "metadata")
 INDEX_COLUMNS = ["id", "domain", "source", "split"]
 
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import albumentations as A
@@ -73,6 +73,7 @@ from schemas.page import PageRecord, ProvenanceStep, params_hash
 VERSION = "1"
 STAGE = "synth:augment"
 OPS = ("skew", "rotate90", "downscale", "erode", "dilate", "salt_pepper", "jpeg")  # application order
+GEOMETRIC_OPS = ("skew", "rotate90", "downscale")  # the ones that move or resize what is on the page
 DEFAULT_WEIGHTS: dict[str, float] = {
     "skew": 1.0,
     "rotate90": 0.5,
@@ -170,6 +171,12 @@ def _to_array(image: ImageLike) -> np.ndarray:
         if grey is not None:
             arr = grey
     return np.ascontiguousarray(arr)
+
+
+def without_geometry(cfg: AugmentConfig) -> AugmentConfig:
+    """``cfg`` drawing only the ops that leave every pixel where it was (``GEOMETRIC_OPS`` weighted 0): for
+    a page whose label gives positions (boxes) that nothing maps along with the image."""
+    return replace(cfg, weights={op: (0.0 if op in GEOMETRIC_OPS else w) for op, w in cfg.weights.items()})
 
 
 def _albu(transform: A.BasicTransform, image: np.ndarray, seed: int) -> np.ndarray:

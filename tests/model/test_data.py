@@ -341,6 +341,35 @@ def test_degrade_prob_one_changes_the_pixels(corpus, tiny) -> None:
     assert torch.equal(no_rng.encoded.pixel_values, a)
 
 
+def test_a_label_with_boxes_is_degraded_without_moving_the_pixels(corpus, tiny, monkeypatch) -> None:
+    """A box-convention label (instruct's Nemotron or JSON layout answers) holds positions the image must keep:
+    only photometric ops are drawn for it; other pages still get the geometric ones. The spy calls the real
+    ``degrade`` and only records what it applied."""
+    import json
+
+    import synth.augment as augment
+
+    applied: list[str] = []
+    real = augment.degrade
+
+    def spy(*args, **kwargs):
+        image, ops = real(*args, **kwargs)
+        applied.extend(op["op"] for op in ops)
+        return image, ops
+
+    monkeypatch.setattr(augment, "degrade", spy)
+    record = next(r for r in iter_records(corpus["path"], "train", eval_fraction=0.2) if r["domain"] == "docs")
+    source = SampleSource(tiny.processor, cfg_for(corpus, degrade_prob=1.0))
+    boxed = {**record, "metadata": json.dumps({"instruct": {"convention": "nemotron_bbox_cls"}})}
+    for seed in range(30):
+        source.encode(dict(boxed), np.random.default_rng(seed))
+    assert applied and not set(applied) & set(augment.GEOMETRIC_OPS)
+    applied.clear()
+    for seed in range(30):
+        source.encode(dict(record), np.random.default_rng(seed))
+    assert set(applied) & set(augment.GEOMETRIC_OPS)
+
+
 # -- config and eval -------------------------------------------------------------------------
 
 def test_config_load_validates() -> None:
