@@ -59,10 +59,17 @@ def pagemill_python() -> str:
     return os.environ.get("PAGEMILL_PYTHON") or (str(venv) if venv.exists() else sys.executable)
 
 
+def run_key(run_id: str) -> str:
+    """The run id made safe for paths, object keys and a command line: what the corpus job keeps as its
+    ``--version`` unchanged (``pipelines.refresh.version_name`` also strips ``-`` from the ends; a leading
+    ``-`` would read as an option)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("-") or "v"
+
+
 def work_dir(work_root: str, run_id: str) -> str:
-    """The run's work folder: ``work_root/<run_id>``, the id made safe for paths and object keys."""
+    """The run's work folder: ``work_root/<run_key(run_id)>``."""
     base = work_root if "://" in work_root or Path(work_root).is_absolute() else str(PROJECT / work_root)
-    return f"{base.rstrip('/')}/{re.sub(r'[^A-Za-z0-9._-]+', '_', run_id)}"
+    return f"{base.rstrip('/')}/{run_key(run_id)}"
 
 
 def run_cli(args: list[str]) -> None:
@@ -80,7 +87,7 @@ def corpus_dir(work_root: str, run_id: str) -> str:
 
 def corpus_command(params: dict, run_id: str) -> list[str]:
     releases, version = corpus_dir(params["work_root"], run_id).rsplit("/", 1)
-    command = ["-m", "pipelines.corpus", "--config", params["config"], "--releases", releases, "--version", version]
+    command = ["-m", "pipelines.corpus", "--config", params["config"], "--releases", releases, f"--version={version}"]
     command += shlex.split(params.get("runner_args") or "")
     if params.get("previous"):  # refresh from this run instead of the releases root's LATEST
         command += ["--previous", params["previous"]]

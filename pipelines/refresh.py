@@ -95,6 +95,20 @@ def portable(value: Any) -> Any:
     return value
 
 
+def folder_digest(path: str) -> str:
+    """What a local file or folder holds: sha256 over its files' relative paths and content ids (sorted);
+    ``missing`` when there is none."""
+    root = Path(path)
+    if root.is_file():
+        return file_digest(str(root))
+    if not root.is_dir():
+        return "missing"
+    digest = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(f"{f.relative_to(root).as_posix()}:{file_digest(str(f))}\n".encode())
+    return digest.hexdigest()
+
+
 def _version(module_name: str) -> str:
     __import__(module_name)
     return str(getattr(sys.modules[module_name], "VERSION", "0"))
@@ -108,8 +122,12 @@ def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
     shared = {"render": _sha(["render", _version("pipelines.render"), portable(dataclasses.asdict(cfg.render))]),
               "validate": _sha(["validate", PAGE_SCHEMA.to_string()])}
     for spec in cfg.clean.stages:
-        module = stage_class(spec["name"]).__module__
-        shared[spec["name"]] = _sha([spec["name"], _version(module), portable(dict(spec))])
+        cls = stage_class(spec["name"])
+        # a stage whose output depends on files its config names (decontam's benchmark folder) says which:
+        # their content, not their name, goes in the fingerprint
+        named = getattr(cls, "content_paths", None)
+        contents = [folder_digest(p) for p in named(spec)] if named is not None else []
+        shared[spec["name"]] = _sha([spec["name"], _version(cls.__module__), portable(dict(spec)), contents])
     out = {}
     for settings in cfg.sources:
         cls = source_class(settings.kind)

@@ -520,8 +520,9 @@ def release_files(folder: str) -> list[tuple[str, int]]:
 def push_release(folder: str, repo_id: str, cfg: ReleaseConfig = ReleaseConfig(), dry_run: bool = False,
                  out=sys.stdout, endpoint: str | None = None) -> str | None:
     """Publish ``folder`` as the dataset ``repo_id``: ``create_repo`` then one ``upload_folder``
-    (to ``endpoint``, default ``HF_ENDPOINT`` or the Hub). Returns the commit id (None on a dry
-    run). Errors a retry will not fix raise ``PushRefused``."""
+    (to ``endpoint``, default ``HF_ENDPOINT`` or the Hub) that also deletes the repo's ``data/`` files
+    the release does not have. Returns the commit id (None on a dry run). Errors a retry will not fix
+    raise ``PushRefused``."""
     files = release_files(folder)
     message = cfg.commit_message or f"pagemill release {pipeline_version()}"
     if dry_run:
@@ -538,8 +539,10 @@ def push_release(folder: str, repo_id: str, cfg: ReleaseConfig = ReleaseConfig()
     api = HfApi(endpoint=endpoint, token=token)
     try:
         api.create_repo(repo_id, repo_type="dataset", exist_ok=True, private=cfg.private or None)
+        # delete_patterns: shards of an earlier push that this release does not hold (another shard count)
+        # would stay on the Hub, and the card's data/<split>-* pattern would read them too
         info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="dataset", commit_message=message,
-                                 ignore_patterns=["*.partial", ".cache/**"])
+                                 ignore_patterns=["*.partial", ".cache/**"], delete_patterns=["data/*"])
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         detail = exc.server_message or str(exc).splitlines()[0]

@@ -334,6 +334,12 @@ class DecontamStage:
 
     name = "decontam"
 
+    @staticmethod
+    def content_paths(spec: dict) -> list[str]:
+        """What a refresh hashes by content for this stage (``pipelines.refresh.stage_fingerprints``): the
+        benchmark folder, so pages added to it make every unit pass decontam again."""
+        return [str(spec.get("folder") or "")]
+
     def __init__(self, cfg: DecontamConfig = DecontamConfig()):
         if not cfg.folder:
             raise ValueError("decontam: 'folder' (the benchmark folder) is required")

@@ -41,6 +41,7 @@ def main() -> None:
     out["corpus_commands"] = [module.corpus_command(base, "R"),
                               module.corpus_command(base | {"previous": "P", "runner_args": "--a=1 --b"}, "R")]
     out["work_dir"] = module.work_dir("/w", "manual__2026-01-05T00:00:00+00:00")
+    out["run_keys"] = {run_id: module.run_key(run_id) for run_id in ("weekly-", "-rerun", "a:b+c", "--")}
     if args.test:
         for t in dag.tasks:
             t.retries = 0

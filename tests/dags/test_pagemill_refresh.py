@@ -86,9 +86,13 @@ def test_the_dag_imports_with_its_shape(airflow):
     plain, incremental = found["corpus_commands"]
     assert "--previous" not in plain and incremental[-2:] == ["--previous", "P"]
     # every run is a version under work_root/releases, refreshed from its LATEST
-    assert plain[plain.index("--releases") + 1:][:3] == ["/w/releases", "--version", "R"]
+    assert plain[plain.index("--releases") + 1:][:2] == ["/w/releases", "--version=R"]
     assert incremental[-4:-2] == ["--a=1", "--b"]  # runner options pass through to Beam
     assert found["work_dir"] == "/w/manual__2026-01-05T00_00_00_00_00"
+    # the folder the release and train tasks read is the version the corpus job writes
+    from pipelines.refresh import version_name
+
+    assert all(version_name(key) == key and not key.startswith("-") for key in found["run_keys"].values())
 
 
 def samples_config(tmp_path: Path) -> Path:

@@ -289,6 +289,20 @@ def test_push_creates_the_repo_then_a_rerun_commits_nothing_and_hf_reads_it_back
         assert json.loads(read.stdout.splitlines()[-1]) == tree(release)
 
 
+def test_a_push_with_fewer_shards_removes_the_old_ones_from_the_hub(corpus, release, tmp_path, monkeypatch):
+    log = tmp_path / "hub.log"
+    monkeypatch.setenv("HF_TOKEN", "write-token")
+    fewer = tmp_path / "fewer"
+    build_release(str(corpus), str(fewer), ReleaseConfig(shard_bytes=10_000_000), repo_id=REPO_ID)
+    shards = [f for f in tree(release) if f.startswith("data/")]
+    assert len([f for f in tree(fewer) if f.startswith("data/")]) < len(shards)
+    with hub_server(tmp_path / "hub", REPO_ID, free_port(), log, token="write-token") as endpoint:
+        push_release(str(release), REPO_ID, endpoint=endpoint)
+        assert tree(tmp_path / "hub") == tree(release)
+        push_release(str(fewer), REPO_ID, endpoint=endpoint)
+        assert tree(tmp_path / "hub") == tree(fewer)  # no shard of the first push is left to read twice
+
+
 def test_more_than_256_files_go_in_several_commits_through_429s(many_files, tmp_path, monkeypatch):
     log = tmp_path / "hub.log"
     monkeypatch.setenv("HF_TOKEN", "write-token")

@@ -227,3 +227,29 @@ def test_unrenderable_benchmark_page_names_itself_in_every_dead_letter(tmp_path,
     with pytest.raises(RecordError, match=r"x.pdf#page=5 cannot be read \(page_out_of_range\)") as info:
         stage(corpus_record(unrelated_image, "text"))
     assert info.value.reason == "decontam_index"
+
+
+def test_a_refresh_sees_a_changed_benchmark_folder(bench, tmp_path):
+    """The stage's fingerprint (what a refresh compares) follows the benchmark folder's content, not its name."""
+    import shutil
+
+    from pipelines.config import load_config
+    from pipelines.refresh import stage_fingerprints
+
+    folder = tmp_path / "bench"
+    shutil.copytree(bench, folder)
+    config = tmp_path / "corpus.yaml"
+    config.write_text(json.dumps({
+        "run": {"output": str(tmp_path / "out")}, "clean": {"stages": [{"name": "decontam", "folder": str(folder)}]},
+        "sources": [{"name": "s", "kind": "local_folder", "paths": [str(tmp_path)], "license": "cc0"}]}))
+
+    def fingerprint() -> str:
+        from pipelines import io as pio
+
+        pio.content_id.cache_clear()  # per-process cache: a refresh is a new run
+        return stage_fingerprints(load_config(config))["s"]["decontam"]
+
+    first = fingerprint()
+    assert fingerprint() == first
+    (folder / "bench_data" / "pdfs" / "docs" / "doc.pdf").write_bytes(b"%PDF-1.4 another benchmark page")
+    assert fingerprint() != first
