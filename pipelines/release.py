@@ -28,7 +28,8 @@ checked before it is called done (``check_release``): the card's YAML parses and
 above, and ``datasets.load_dataset(folder, streaming=True)`` gives each split with an ``Image``.
 
 ``--push`` (with ``--repo-id``) publishes the folder: ``create_repo(repo_type="dataset",
-exist_ok=True)``, then one ``HfApi.upload_folder``. With ``hf_xet`` installed (a dependency of
+exist_ok=True)``, then one ``HfApi.upload_folder`` (deleting the repo's ``data/`` files this release
+does not hold). With ``hf_xet`` installed (a dependency of
 huggingface_hub), huggingface_hub 2.x streams it as several commits of a few hundred files and a
 rerun of the same command resumes (files already on the Hub are skipped). The token comes from
 ``HF_TOKEN``; ``HF_ENDPOINT`` points at another Hub. Without ``--push`` it is a dry run: the files
