@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import apache_beam as beam
 
@@ -295,10 +295,21 @@ class PlanInputs(beam.CombineFn):
 
 class GatherAll(beam.PTransform):
     """Every element into one list, on one worker: for the few steps that need the whole run's
-    (small) aggregates at once, the shard planner and the manifest."""
+    (small) aggregates at once, the shard planner and the manifest. One list also when there is
+    nothing (a source that plans no units): the steps after it still run, and the run ends with its
+    manifest."""
 
     def expand(self, pcoll):
-        return pcoll | "OneKey" >> beam.Map(_one_key) | "Group" >> beam.GroupByKey() | "Values" >> beam.Values()
+        seed = pcoll.pipeline | "Seed" >> beam.Create([(None, _GATHER_SEED)])
+        return ((pcoll | "OneKey" >> beam.Map(_one_key), seed) | "WithSeed" >> beam.Flatten()
+                | "Group" >> beam.GroupByKey() | "Values" >> beam.Values() | "Unseeded" >> beam.Map(_without_seed))
+
+
+_GATHER_SEED = "pagemill.GatherAll: the one element every gather gets, removed after grouping"
+
+
+def _without_seed(elements: Iterable[Any]) -> list[Any]:
+    return [e for e in elements if not (isinstance(e, str) and e == _GATHER_SEED)]
 
 
 def _payloads_of(envelope: Envelope, kind: Kind) -> Iterator:

@@ -492,3 +492,15 @@ def test_a_corpus_of_mostly_duplicates_drops_them_without_gathering_the_losers(t
             assert payload == "tuple"  # (split, path) of a spill file
     n_excluded = sum(1 for kind, _, _ in pages_planner if kind == "excluded")
     assert n_excluded <= cfg.write.plan_buckets < len(expected)
+
+
+def test_an_input_that_plans_no_units_is_an_empty_balanced_run(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    raw = {"run": {"output": str(tmp_path / "out")}, "clean": {"stages": [], "dedup": {"enabled": False}},
+           "sources": [{"name": "pages", "kind": "local_folder", "paths": [str(tmp_path / "empty")],
+                        "license": "cc0-1.0", "domain": "documents"}]}
+    (tmp_path / "corpus.yaml").write_text(json.dumps(raw))
+    assert corpus.main(["--config", str(tmp_path / "corpus.yaml"), *IN_MEMORY]) == 0
+    assert "in 0  written 0" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["balanced"] is True and manifest["shards"] == [] and manifest["run"]["units"]["planned"] == 0
