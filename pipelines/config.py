@@ -36,7 +36,8 @@ class RunConfig:
     """Where the run writes and how it runs."""
 
     output: str = option("out/corpus", help="output folder or gs:// / s3:// URI")
-    max_dead_letter_rate: float = option(0.5, help="fail the run when more than this share of inputs is "
+    max_dead_letter_rate: float = option(0.5, help="fail the run when more than this share of its records "
+                                                   "(inputs and the pages or records stages fan out to) is "
                                                    "dead-lettered")
     progress_every: int = option(25, help="pages between progress lines per worker; 0 disables")
     beam_args: tuple[str, ...] = option(

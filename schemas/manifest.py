@@ -154,8 +154,17 @@ class RunManifest:
                 )
         return problems
 
+    @property
+    def records_seen(self) -> int:
+        """Every record the run held at some point: the reader's inputs plus what each stage added by fanning
+        out (a PDF read as its pages, instruct's derived records): ``emitted - out`` summed over stages."""
+        return self.records_in + sum(max(0, t.emitted - t.out) for t in map(self.totals, self.stage_order))
+
     def dead_letter_rate(self) -> float:
-        return self.records_dead / self.records_in if self.records_in else 0.0
+        """Dead letters over every record the run held (``records_seen``): pages and documents alike, not
+        page-level dead letters over the documents read."""
+        seen = self.records_seen
+        return self.records_dead / seen if seen else 0.0
 
     def to_json(self) -> str:
         body = {

@@ -22,6 +22,18 @@ def test_balanced_manifest():
     assert abs(m.dead_letter_rate() - 1 / 3) < 1e-9
 
 
+def test_dead_letter_rate_counts_pages_a_document_fanned_out_to():
+    """One 3-page PDF read, one page dead at validate: 1 of the 3 records the run held, not 1 of 1 document."""
+    m = RunManifest.from_events([
+        CountEvent("read", "s", "in", "", 1), CountEvent("read", "s", "out", "", 1),
+        CountEvent("read", "s", "emitted", "", 3),
+        CountEvent("validate", "s", "in", "", 3), CountEvent("validate", "s", "out", "", 2),
+        CountEvent("validate", "s", "dead", "nul_in_text", 1), CountEvent("validate", "s", "emitted", "", 2),
+    ], ["read", "validate"], shards=[{"file": "data/x", "rows": 2}])
+    assert m.imbalances() == [] and m.records_seen == 3
+    assert abs(m.dead_letter_rate() - 1 / 3) < 1e-9
+
+
 def test_stage_that_loses_a_record_is_reported():
     m = RunManifest.from_events(events(read_in=4), STAGES, shards=[{"file": "data/x", "rows": 2}])
     assert m.imbalances() == ["read/s: in 4 != out 2 + dropped 0 + dead 1"]
