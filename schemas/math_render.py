@@ -420,24 +420,34 @@ atexit.register(_close_defaults)
 # -- comparison ------------------------------------------------------------------------------
 
 _TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\s+|.", re.DOTALL)
-# Whitespace is significant in text mode, and `%` comments end at a newline.
-_TEXT_MODE = re.compile(r"\\(?:text|mbox|hbox|vbox|verb|textrm|textbf|textit|textsf|texttt|textnormal)|%")
+# Whitespace is significant in text mode (\text..., \tag's label, ...); a run of it counts as one space.
+_TEXT_MODE = re.compile(r"\\(?:text[a-z]*|mbox|hbox|vbox|verb|tag|emph|href|url)(?![A-Za-z])")
 
 
-def normalize_latex(latex: str) -> str:
-    """Whitespace-insensitive form of a formula, for the fast path.
+def normalize_latex(latex: str) -> str | None:
+    """Whitespace-insensitive form of a formula, for the fast path; None when there is no safe one.
 
-    In math mode TeX ignores spaces, except that one ends a control word (`\\alpha b`); with text
-    mode or comments present only runs of whitespace are collapsed.
+    In math mode TeX ignores spaces, except that one ends a control word (`\\alpha b`) and one keeps
+    `\\\\ [b]` a row break followed by `[b]` (without it, `[b]` is the break's size argument). With text
+    mode present only runs of whitespace are collapsed. A `%` comment ends at a newline, which no
+    collapsing may move: such a formula has no normal form.
     """
+    if "%" in latex.replace("\\%", ""):
+        return None
     if _TEXT_MODE.search(latex):
         return " ".join(latex.split())
-    tokens = [t for t in _TOKEN.findall(latex) if not t.isspace()]
     out: list[str] = []
-    for i, tok in enumerate(tokens):
-        out.append(tok)
-        if tok[0] == "\\" and tok[1:].isalpha() and i + 1 < len(tokens) and tokens[i + 1][0].isalpha():
+    prev, spaced = "", False
+    for tok in _TOKEN.findall(latex):
+        if tok.isspace():
+            spaced = True
+            continue
+        if prev[:1] == "\\" and prev[1:].isalpha() and tok[0].isalpha():
             out.append(" ")
+        elif prev == "\\\\" and tok == "[" and spaced:
+            out.append(" ")
+        out.append(tok)
+        prev, spaced = tok, False
     return "".join(out)
 
 
@@ -600,7 +610,8 @@ def formulas_match(reference: str, candidate: str, renderer: KatexRenderer | Non
 
     A formula KaTeX rejects gives `(False, ...)` naming KaTeX's error; nothing is raised for it.
     """
-    if normalize_latex(reference) == normalize_latex(candidate):
+    normal = normalize_latex(reference)
+    if reference == candidate or (normal is not None and normal == normalize_latex(candidate)):
         return True, "identical after whitespace normalisation"
     r = renderer if renderer is not None else default_renderer()
     ref, hyp = r.render_many([reference, candidate])

@@ -61,6 +61,21 @@ def test_spacing_only_difference_passes_without_rendering(renderer) -> None:
     assert normalize_latex(r"\text{a b}") != normalize_latex(r"\text{ab}")
 
 
+def test_whitespace_that_changes_the_formula_takes_no_shortcut(renderer) -> None:
+    """A newline ending a % comment, a space in \\tag's text, and the space that keeps `\\\\ [b]` a row break
+    (not a size argument) all matter to KaTeX: such pairs are compared rendered, and differ."""
+    from schemas.math_render import formulas_match, normalize_latex
+
+    for reference, candidate in (("a %c\nb", "a %c b"), (r"x = 1 \tag{a b}", r"x = 1 \tag{ab}"),
+                                 (r"\begin{matrix} a \\ [b] \end{matrix}", r"\begin{matrix} a \\[b] \end{matrix}")):
+        ok, why = formulas_match(reference, candidate, renderer)
+        assert "whitespace" not in why, (reference, candidate)
+    assert not formulas_match("a %c\nb", "a %c b", renderer)[0]  # the candidate comments b out
+    assert not formulas_match(r"\begin{matrix} a \\ [b] \end{matrix}", r"\begin{matrix} a \\[b] \end{matrix}",
+                              renderer)[0]  # [b] as a size does not parse
+    assert normalize_latex(r"50\% + x") == normalize_latex(r"50 \% +x")  # an escaped % is no comment
+
+
 def test_braced_superscript_renders_identically(renderer) -> None:
     from schemas.math_render import formulas_match
 
