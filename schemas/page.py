@@ -98,6 +98,13 @@ class PageRecord:
         values["provenance"] = [ProvenanceStep(**p) for p in values.get("provenance") or []]
         values["unit_tests"] = list(values.get("unit_tests") or [])
         values["elements"] = [Element.from_row(e) for e in values.get("elements") or []]
+        # what every stage relies on before it can even name the record in a dead letter
+        for name in ("id", "source", "source_id"):
+            if not isinstance(values.get(name), str):
+                raise ValueError(f"{name} is {type(values.get(name)).__name__}, not a string")
+        for name in ("quality", "metadata"):
+            if not isinstance(values[name], dict):
+                raise ValueError(f"{name} is a JSON {type(values[name]).__name__}, not an object")
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 

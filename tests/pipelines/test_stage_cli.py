@@ -296,3 +296,18 @@ def test_a_row_that_is_not_a_page_record_is_dead_lettered(tmp_path):
     assert manifest.stages["validate"]["alpha"].out == 1
     (letter,) = pq.read_table(tmp_path / "out" / "dead_letter.parquet").to_pylist()
     assert letter["source_id"] == "short" and "in.parquet row 1" in letter["message"]
+
+
+@pytest.mark.parametrize("field, value, why", [("quality", "[1, 2]", "quality is a JSON list"),
+                                               ("metadata", '"text"', "metadata is a JSON str"),
+                                               ("source", None, "source is NoneType")])
+def test_a_row_with_values_no_page_record_holds_is_dead_lettered_and_the_run_ends(tmp_path, field, value, why):
+    from pipelines.stage import checked_inputs, run
+    from pipelines.validate_stage import validate_record
+
+    rows = [RECORDS[0].to_row(), {**RECORDS[2].to_row(), field: value}]
+    pq.write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA), tmp_path / "in.parquet")
+    manifest = run("validate", validate_record, checked_inputs(str(tmp_path / "*.parquet")), str(tmp_path / "out"), {})
+    assert not manifest.imbalances() and manifest.totals("validate").dead == {"unreadable_row": 1}
+    (letter,) = pq.read_table(tmp_path / "out" / "dead_letter.parquet").to_pylist()
+    assert "in.parquet row 1" in letter["message"] and why in letter["message"]
