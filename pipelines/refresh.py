@@ -32,7 +32,6 @@ import functools
 import hashlib
 import json
 import os
-import posixpath
 import re
 import sys
 import time
@@ -46,6 +45,7 @@ import pyarrow.parquet as pq
 
 from pipelines import io
 from pipelines.io import content_id as file_digest
+from pipelines.sources.base import input_bases, relative_to_inputs
 from schemas.deadletter import DeadLetter
 from schemas.manifest import RunManifest
 from schemas.page import PAGE_SCHEMA
@@ -140,24 +140,6 @@ def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
 # --- unit identity ------------------------------------------------------------------------------
 
 
-def _bases(settings) -> list[str]:
-    """The folders the source's paths start from (the part before any wildcard)."""
-    bases = []
-    for pattern in settings.paths:
-        head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
-        bases.append(head if head.endswith("/") or "*" not in pattern else posixpath.dirname(head))
-    return [b.rstrip("/") for b in bases]
-
-
-def _relative(uri: str, bases: list[str]) -> str:
-    if "://" in uri or not os.path.isabs(uri):
-        return uri
-    for base in bases:
-        if base and (uri == base or uri.startswith(base + "/")):
-            return posixpath.relpath(uri, base) if uri != base else "."
-    return posixpath.relpath(uri, bases[0]) if bases and os.path.isabs(bases[0]) else os.path.basename(uri)
-
-
 def _siblings(path: str) -> list[str]:
     """A local file and the files beside it with the same stem (a PDF's ``.md``/``.txt`` label)."""
     folder, name = os.path.split(path)
@@ -218,11 +200,11 @@ def _source(settings):
 def describe_unit(settings, unit: Any, fingerprints: dict[str, str]) -> UnitInfo:
     """The unit's portable name, content hash and config hash, and its key."""
     files, shape = _files_and_shape(unit)
-    bases = _bases(settings)
+    bases = input_bases(settings.paths)
 
     def name_of(x):
         if isinstance(x, str):
-            return _relative(x, bases)
+            return relative_to_inputs(x, bases)
         if isinstance(x, dict):
             return {k: name_of(v) for k, v in x.items()}
         if isinstance(x, (list, tuple)):
@@ -237,7 +219,7 @@ def describe_unit(settings, unit: Any, fingerprints: dict[str, str]) -> UnitInfo
         content = None
     if content is None:
         hashed = sorted({s for f in files for s in (_siblings(f) if "://" not in f else [f])})
-        content = _sha([[_relative(f, bases), file_digest(f)] for f in hashed])
+        content = _sha([[relative_to_inputs(f, bases), file_digest(f)] for f in hashed])
     config = _sha([FORMAT, fingerprints])
     return UnitInfo(_sha([name, content, config]), name, settings.name, content, config,
                     json.dumps(fingerprints, sort_keys=True))

@@ -8,8 +8,11 @@ dead-lettered, so the manifest accounts for every input record.
 
 from __future__ import annotations
 
+import os
+import posixpath
+import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator, Protocol, TypeVar
+from typing import Any, ClassVar, Iterable, Iterator, Protocol, TypeVar
 
 from schemas.config import load, option
 from schemas.deadletter import Dropped, RecordError
@@ -119,3 +122,24 @@ class Source(Protocol):
 
     def read(self, unit: Any) -> Iterator[Row]:
         """Read one unit; yield one ``Row`` per input record, never raise for bad records."""
+
+
+def input_bases(paths: Iterable[str]) -> list[str]:
+    """The folders a source's ``paths`` start from (the part before any wildcard)."""
+    bases = []
+    for pattern in paths:
+        head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+        bases.append(head if head.endswith("/") or "*" not in pattern else posixpath.dirname(head))
+    return [b.rstrip("/") for b in bases]
+
+
+def relative_to_inputs(uri: str, bases: list[str]) -> str:
+    """``uri`` relative to the first of ``bases`` holding it (a location-free name: two subset folders'
+    ``train-00000-of-00001.parquet`` stay apart, and a moved input tree keeps its names); a relative or
+    object-store URI as it is; else relative to the first base, or its file name."""
+    if "://" in uri or not os.path.isabs(uri):
+        return uri
+    for base in bases:
+        if base and (uri == base or uri.startswith(base + "/")):
+            return posixpath.relpath(uri, base) if uri != base else "."
+    return posixpath.relpath(uri, bases[0]) if bases and os.path.isabs(bases[0]) else os.path.basename(uri)

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.base import Row, SourcePage, SourceSettings, input_bases, load_options, relative_to_inputs
 from pipelines.sources.images import ImageOptions, ImageResolver
 from pipelines.sources.parquet_rows import stream_rows
 from schemas.config import option
@@ -157,8 +157,10 @@ class _ParquetHistoricalSource:
 
     def _read_record(self, uri: str, index: int, record: dict[str, Any]) -> Row:
         fallback_id = f"{uri}#{index}"
+        # the fallback: the file relative to the source's paths (subset folders reuse file names)
+        name = relative_to_inputs(uri, input_bases(self.settings.paths))
         try:
-            source_id = self._source_id(record, f"{uri.rstrip('/').rsplit('/', 1)[-1]}#{index}")
+            source_id = self._source_id(record, f"{name}#{index}")
         except RecordError as exc:
             return Row(source_id=fallback_id, error=exc)
         except Exception as exc:  # noqa: BLE001

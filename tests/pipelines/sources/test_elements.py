@@ -103,6 +103,22 @@ def test_synthmix_unreadable_file_is_one_row(tmp_path):
 # -- formulas ----------------------------------------------------------------------------------
 
 
+def test_files_of_the_same_name_in_two_subsets_give_distinct_fallback_ids(root, tmp_path):
+    """Rows without an id column are named by their file relative to the source's paths, so LaTeX_OCR's
+    <subset>/train-00000-of-00001.parquet files (one per subset folder) cannot collide."""
+    import shutil
+
+    for subset in ("small", "full"):
+        (tmp_path / subset).mkdir()
+        shutil.copy(root / "latex-ocr/small/train-00000-of-00001.parquet", tmp_path / subset)
+    src = build_source(SourceSettings(
+        name="latex", kind="historical", paths=(str(tmp_path / "*/train-*.parquet"),), task="transcribe_formula",
+        license="test", options={"columns": {"text": "text", "image_bytes": "image"}, "response_format": "latex"}))
+    rows = read(src, tmp_path / "small/train-00000-of-00001.parquet", tmp_path / "full/train-00000-of-00001.parquet")
+    assert len(rows) == 14 and "small/train-00000-of-00001.parquet#0" in rows
+    assert "full/train-00000-of-00001.parquet#0" in rows
+
+
 def test_latex_ocr_as_mapped_columns_without_id(root):
     src = source("historical", task="transcribe_formula", columns={"text": "text", "image_bytes": "image"},
                  response_format="latex")
