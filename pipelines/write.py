@@ -326,7 +326,9 @@ def plan_shards(stats: Iterable[tuple[tuple[str, int], SpillStat]], files: Itera
             if rows and len(cuts) < count - 1 and done * count >= total * (len(cuts) + 1):
                 cuts.append((bucket, rows, nbytes))
                 rows = nbytes = 0
-        if rows:
+        if rows or not cuts:
+            # not cuts: a grouping stage (dedup) dropped every record of the split; its one empty shard
+            # still writes the split's losers file, which an incremental refresh carries them from
             cuts.append((bucket, rows, nbytes))
         for index, (_, rows, nbytes) in enumerate(cuts):
             # Shards tile the id space: each runs from the plan bucket after the previous shard's
@@ -411,6 +413,8 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
         sink = _HashingWriter(raw, digest)
         with parquet_writer(sink, schema, cfg.compression) as writer:
             for start, stop in row_groups(sizes, cfg.row_group_bytes, cfg.row_group_rows):
+                if stop == start:  # a shard of no rows (its split all dropped): the schema alone
+                    continue
                 chunk = rows.take(order.slice(start, stop - start))
                 writer.write_table(chunk.replace_schema_metadata(schema.metadata), row_group_size=stop - start)
     io.rename(tmp, final)

@@ -210,6 +210,26 @@ def test_most_records_dropped_each_shard_reads_only_its_own_dropped_ids(tmp_path
     assert written == sorted(r.id for r in kept)
 
 
+def test_a_split_dedup_empties_keeps_its_losers_for_a_refresh(tmp_path):
+    """Every record of the eval split is a duplicate: the split gets one empty shard, whose losers file holds
+    the dropped records in full (an incremental refresh carries them from there)."""
+    from dataclasses import replace
+
+    rng = random.Random(5)
+    records = [record(i, rng) for i in range(6)] + [replace(record(i, rng), split="eval") for i in range(6, 9)]
+    cfg = WriteConfig(buckets=4, plan_buckets=64)
+    stats, files = spill_bundles(records, tmp_path / "spill", cfg, 2)
+    gone = [r for r in records if r.split == "eval"]
+    excluded, loser_files = spill_losers(gone, tmp_path / "losers", cfg, 1)
+    plans = plan_shards(stats.items(), files, cfg, excluded.items(), loser_files)
+    (empty,) = [p for p in plans if p.split == "eval"]
+    assert empty.rows == 0 and empty.name == "eval-00000-of-00001.parquet"
+    result = write_shard(empty, str(tmp_path), cfg)
+    assert result["rows"] == 0 and pq.read_table(tmp_path / result["file"]).num_rows == 0
+    kept = pq.read_table(tmp_path / result["losers_file"]).column("id").to_pylist()
+    assert kept == sorted(r.id for r in gone)
+
+
 def test_the_planner_refuses_exclusions_that_were_never_spilled(tmp_path):
     rng = random.Random(4)
     records = [record(i, rng) for i in range(5)]
