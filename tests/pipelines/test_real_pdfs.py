@@ -128,7 +128,8 @@ def reference_lines(path: Path, index: int, longest_side: int = 1288) -> list[tu
     binding: the text between generated line breaks, boxed by the union of pdfium's text rectangles
     over it less the whitespace at its ends; where a rectangle lies wholly above or below the union so
     far, that text is instead split at every character whose box does not overlap the line so far
-    (whitespace and box-less chars join a line without a box)."""
+    (whitespace and box-less chars join a line without a box); pdfium's U+FFFE and private-use markers
+    read as text (``schemas.pdf_pages.pdf_text``)."""
     import ctypes
 
     pdf = pdfium.PdfDocument(str(path))
@@ -141,6 +142,8 @@ def reference_lines(path: Path, index: int, longest_side: int = 1288) -> list[tu
         text = textpage.get_text_range(0, n) if n > 0 else ""
         if n <= 0 or len(text) != n:
             return []
+        # pdfium's markers as text: U+FFFE (a hyphen at a line break) "-", a private-use code point a space
+        text = "".join("-" if c == "\ufffe" else " " if "\ue000" <= c <= "\uf8ff" else c for c in text)
         boxes = [ctypes.c_double() for _ in range(4)]
         lines = []
 
@@ -225,3 +228,16 @@ def test_render_stage_line_boxes_are_the_plain_definitions():
                for x0, y0, x1, y1, text in reference_lines(BUNDLED / FEW[2], page.pdf_page_index)]
     kept = [b for b in clipped if b[2] > b[0] and b[3] > b[1]]
     assert record.elements == [element("text_line", b[:4], i, b[4]) for i, b in enumerate(kept)]
+
+
+def test_line_boxes_carry_pdfiums_markers_as_text():
+    """small_page_size.pdf hyphenates words at line ends, which pdfium reports as U+FFFE: the page's line
+    boxes hold a hyphen there (what the page shows), never the marker or a private-use code point."""
+    from schemas.pdf_pages import pdf_line_boxes, pdf_text
+
+    data = (BUNDLED / "tests/gnarly_pdfs/small_page_size.pdf").read_bytes()
+    lines = pdf_line_boxes(data, 0, 1288)
+    texts = [text for *_, text in lines]
+    assert texts and not any("\ufffe" in t or any("\ue000" <= c <= "\uf8ff" for c in t) for t in texts)
+    assert sum(t.endswith("-") for t in texts) >= 5
+    assert pdf_text("neigh\ufffe \uf8eb(x\uf8f8") == "neigh-  (x " and pdf_text("plain") == "plain"
