@@ -47,7 +47,9 @@ repeats must keep their numbers regular (each number stays or steps by a constan
 copy), so a data table whose rows share only their shape is not a loop; a chain whose copies
 differ in words (lists and forms sharing a prefix, table rows with content) is not one either.
 Refrains and repeated headers are not back to back, or not repeated often enough. Near-exact
-copies follow the gapped bands and coverage, and need letters to carry their noise.
+copies follow the gapped bands, coverage and regular numbers (a number OCR noise put letters in,
+``2O23``, takes no step; a word it put digits in, ``fu1l``, is no number), and need letters to carry
+their noise: rows that share a description but hold random dates and amounts are a table.
 
 ``span`` is in characters of the text and starts at the first complete copy. Exact and truncated
 loops that fill the tail are traced back up to ``trace_chars`` further to report where they start

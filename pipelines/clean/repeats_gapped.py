@@ -28,6 +28,8 @@ _CLASS = np.zeros(0x110000, dtype=np.uint8)
 _CLASS[[ord(c) for c in _DELETED_SET]] = 1
 _CLASS[[ord(c) for c in " \t\n\r\x0b\x0c"]] = 2
 _INT = re.compile(r"\d{1,18}")
+# a run of ASCII letters and digits holding a digit: a number, or a number or word that OCR noise crossed over
+_NUMBER_LIKE = re.compile(r"[A-Za-z0-9]*[0-9][A-Za-z0-9]*")
 _NOT_LETTERS_ASCII = bytes(b for b in range(128) if not chr(b).isalpha())
 
 
@@ -149,9 +151,12 @@ class _Mapping:
         return [self.tail[a:b] for a, b in zip(raw, raw[1:])]
 
 
-def _numbers_regular(copies: list[str], share: float) -> bool:
-    """Each number position either stays or steps by a constant between copies (most of the time)."""
-    rows = [[int(x) for x in _INT.findall(c)] for c in copies]
+def _numbers_regular(copies: list[str], share: float, near: bool = False) -> bool:
+    """Each number position either stays or steps by a constant between copies (most of the time):
+    a loop repeats its numbers or counts, a table's rows that share their words (every row "Card
+    payment") hold independent dates and amounts. Near-exact copies read theirs with
+    ``_near_numbers``; a number that noise made unreadable takes no step."""
+    rows = [_near_numbers(c) if near else [int(x) for x in _INT.findall(c)] for c in copies]
     if not any(rows):
         return True
     width, count = Counter(len(r) for r in rows).most_common(1)[0]
@@ -161,10 +166,24 @@ def _numbers_regular(copies: list[str], share: float) -> bool:
     if len(rows) < 3:
         return True
     for j in range(width):
-        steps = Counter(b[j] - a[j] for a, b in zip(rows, rows[1:]))
-        if steps.most_common(1)[0][1] < share * (len(rows) - 1):
+        steps = Counter(b[j] - a[j] for a, b in zip(rows, rows[1:]) if a[j] is not None and b[j] is not None)
+        if steps and steps.most_common(1)[0][1] < share * steps.total():
             return False
     return True
+
+
+def _near_numbers(copy: str) -> list[int | None]:
+    """The numbers of a near-exact copy, whose OCR noise swaps letters and digits (l/1, O/0, S/5):
+    a run of letters and digits that is mostly letters is a word (``fu1l``), one that is mostly
+    digits a number, None when letters crept in (``2O23``, ``39l0``): it keeps its position."""
+    out: list[int | None] = []
+    for token in _NUMBER_LIKE.findall(copy):
+        digits = sum(c.isdigit() for c in token)
+        if digits == len(token):
+            out.append(int(token))
+        elif 2 * digits >= len(token):
+            out.append(None)
+    return out
 
 
 def gapped_loop(search: GappedSearch) -> Loop | None:
@@ -236,8 +255,9 @@ class GappedSearch:
         # of the text before the loop, so it does not count.
         if len(set(whole[1:])) <= 1 or covered - len(raw[0]) <= self.periodic:
             return None
-        # near-exact copies carry OCR digits (l/1, O/0) at random: their numbers are noise too
-        if kind != "near" and not _numbers_regular(whole, self.cfg.number_regularity):
+        # a loop repeats its numbers or steps them, a table's rows need not; near-exact copies are
+        # read past their OCR digits (l/1, O/0), or a table of shared words would pass as one
+        if not _numbers_regular(whole, self.cfg.number_regularity, near=kind == "near"):
             return None
         end = self.offset + len(self.tail)
         return Loop(kind, round(median(len(c) for c in whole)), copies, (end - covered, end))

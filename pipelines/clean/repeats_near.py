@@ -16,7 +16,8 @@ collapsed), so edits to those are gone already and only letter edits are left to
    copies; a list whose lines differ in a word is far from any consensus. Edits that fall on the
    same consensus position in ``near_slot_share`` of the copies are a slot (``(a) ... (b) ...``, a
    varying field), not noise. Copies and coverage then follow the gapped rules (bands, table and
-   empty units, regular numbers).
+   empty units, regular numbers read past OCR digits: copies identical but for random numbers,
+   table rows sharing a description, are no loop).
 """
 
 from __future__ import annotations

@@ -205,6 +205,52 @@ def test_near_repeats_that_are_not_loops(name):
     assert find_loop(text) is None
 
 
+def _statement(markdown: bool, rows: int = 30) -> str:
+    """A bank statement whose rows all read "Card payment", with random dates and amounts."""
+    rng = random.Random(5)
+    out = ["| Date | Description | Amount |\n|---|---|---|\n" if markdown
+           else "<table>\n<tr><th>Date</th><th>Description</th><th>Amount</th></tr>\n"]
+    for _ in range(rows):
+        date = f"2023-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        amount = f"{rng.randint(1, 9999)}.{rng.randint(0, 99):02d}"
+        out.append(f"| {date} | Card payment | {amount} |\n" if markdown
+                   else f"<tr><td>{date}</td><td>Card payment</td><td>{amount}</td></tr>\n")
+    return "".join(out)
+
+
+STATEMENTS = {
+    "html table": lambda: _statement(False) + "</table>\n",
+    "markdown table then a page footer": lambda: _statement(True) + "\nPage 2\n",
+    "markdown table whose last row has an ocr edit": lambda: (
+        _statement(True) + "| 2023-12-31 | Card paymnt | 120.50 |\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATEMENTS))
+def test_table_rows_sharing_a_description_are_not_a_near_loop(name):
+    # the rows are the same once digits are deleted, so the near-exact pass finds copies without
+    # letter edits: like gapped copies, they are a loop only if their numbers repeat or step
+    text = prose(34) + STATEMENTS[name]()
+    assert len(text) >= 2048
+    assert find_loop(text) is None
+
+
+@pytest.mark.parametrize("unit, edits, seed", [
+    ("the total of 3910.18 was paid by card on 2023-10-08. ",
+     [("total", "totel"), ("paid", "pald"), ("3910", "39l0"), ("card", "carcl"), ("2023", "2O23"), ("was", "wos")], 0),
+    ("<tr><td>2023-10-08</td><td>Card payment</td><td>3910.18</td></tr>\n",
+     [("Card", "Carcl"), ("payment", "payrnent"), ("3910", "39l0"), ("2023", "2O23"), ("payment", "pavment"),
+      ("18", "l8")], 2),
+])
+def test_near_exact_loop_whose_numbers_repeat_under_ocr_noise(unit, edits, seed):
+    # a loop repeats its numbers: OCR noise that puts letters in them (2O23, 39l0) or digits in
+    # words does not make them look like a table's independent values
+    text = prose(40 + seed) + _noisy_copies(unit, 40, edits, seed)
+    loop = find_loop(text)
+    assert loop is not None and loop.kind == "near" and abs(loop.period - len(unit)) <= 1 and loop.copies >= 15
+
+
 # --------------------------------------------------------------------------- legitimate structure
 
 
