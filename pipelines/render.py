@@ -23,7 +23,7 @@ from schemas.layout import element, scale_elements
 from schemas.page import PageRecord, ProvenanceStep, image_sha256, page_id, params_hash
 from schemas.pdf_pages import render_pdf_page, render_pdf_png
 
-VERSION = "2"  # 2: pdfium's U+FFFE and private-use markers made text (schemas.pdf_pages.pdf_text)
+VERSION = "2"  # 2: pdfium's U+FFFE and private-use markers made text (schemas.pdf_pages.unmarked_text)
 
 
 @dataclass(frozen=True)

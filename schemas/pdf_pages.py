@@ -196,7 +196,7 @@ def _text_and_lines(page: pdfium.PdfPage, height: float, scale: float, with_text
         textpage = page.get_textpage()
         try:
             if with_text:
-                text = pdf_text(textpage.get_text_bounded())
+                text = unmarked_text(textpage.get_text_bounded())
             if with_lines:
                 lines = _text_lines(textpage, height, scale)
         finally:
@@ -273,7 +273,7 @@ _MARKERS = re.compile("[\ue000-\uf8ff\ufffe]")
 _MARKER_TEXT = {0xFFFE: "-", **{c: " " for c in range(0xE000, 0xF900)}}
 
 
-def pdf_text(text: str) -> str:
+def unmarked_text(text: str) -> str:
     """pdfium's text with its markers as text: U+FFFE a hyphen, a private-use code point a space."""
     if text.isascii() or not _MARKERS.search(text):
         return text
@@ -295,7 +295,7 @@ def _text_lines(textpage, height: float, scale: float) -> list[tuple[float, floa
     n = textpage.count_chars()
     if n <= 0:
         return []
-    text = pdf_text(textpage.get_text_range(0, n))
+    text = unmarked_text(textpage.get_text_range(0, n))
     if len(text) != n:  # chars outside the BMP make the text and char indexes disagree: no boxes
         return []
     count_rects, get_rect = _COUNT_RECTS, _GET_RECT

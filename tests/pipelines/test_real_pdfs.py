@@ -129,7 +129,7 @@ def reference_lines(path: Path, index: int, longest_side: int = 1288) -> list[tu
     over it less the whitespace at its ends; where a rectangle lies wholly above or below the union so
     far, that text is instead split at every character whose box does not overlap the line so far
     (whitespace and box-less chars join a line without a box); pdfium's U+FFFE and private-use markers
-    read as text (``schemas.pdf_pages.pdf_text``)."""
+    read as text (``schemas.pdf_pages.unmarked_text``)."""
     import ctypes
 
     pdf = pdfium.PdfDocument(str(path))
@@ -233,11 +233,11 @@ def test_render_stage_line_boxes_are_the_plain_definitions():
 def test_line_boxes_carry_pdfiums_markers_as_text():
     """small_page_size.pdf hyphenates words at line ends, which pdfium reports as U+FFFE: the page's line
     boxes hold a hyphen there (what the page shows), never the marker or a private-use code point."""
-    from schemas.pdf_pages import pdf_line_boxes, pdf_text
+    from schemas.pdf_pages import pdf_line_boxes, unmarked_text
 
     data = (BUNDLED / "tests/gnarly_pdfs/small_page_size.pdf").read_bytes()
     lines = pdf_line_boxes(data, 0, 1288)
     texts = [text for *_, text in lines]
     assert texts and not any("\ufffe" in t or any("\ue000" <= c <= "\uf8ff" for c in t) for t in texts)
     assert sum(t.endswith("-") for t in texts) >= 5
-    assert pdf_text("neigh\ufffe \uf8eb(x\uf8f8") == "neigh-  (x " and pdf_text("plain") == "plain"
+    assert unmarked_text("neigh\ufffe \uf8eb(x\uf8f8") == "neigh-  (x " and unmarked_text("plain") == "plain"
