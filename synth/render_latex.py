@@ -80,10 +80,17 @@ _DEFAULT_STYLE: dict[str, object] = {"font_pt": 10, "margin": 0.75, "sans": Fals
 _SPECIALS = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
              "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
 # Text-mode glyphs pdflatex's utf8 input does not set up (or sets up as math only).
-_TEXT_UNICODE = {"☐": r"$\square$", "☑": r"$\boxtimes$", "☒": r"$\boxtimes$", "−": r"\textminus{}",
+# ☑ is a box with a check mark drawn in it (amssymb has no such glyph; ⊠ is ☒'s): it keeps the box's width.
+_CHECKED_BOX = r"{\sbox0{$\square$}\rlap{\usebox0}\makebox[\wd0]{\raisebox{.1ex}{\scalebox{.75}{$\checkmark$}}}}"
+_TEXT_UNICODE = {"☐": r"$\square$", "☑": _CHECKED_BOX, "☒": r"$\boxtimes$", "−": r"\textminus{}",
                  "≤": r"$\leq$", "≥": r"$\geq$", "≠": r"$\neq$", "±": r"$\pm$", "→": r"$\rightarrow$",
                  "←": r"$\leftarrow$", "∞": r"$\infty$", "≈": r"$\approx$", "✓": r"$\checkmark$",
-                 "•": r"\textbullet{}", "·": r"\textperiodcentered{}", "…": r"\dots{}", "\u00a0": "~"}
+                 "•": r"\textbullet{}", "·": r"\textperiodcentered{}", "…": r"\dots{}", "\u00a0": "~",
+                 # T1 fonts draw ' and ` as the curly quotes ’ and ‘: textcomp's glyphs are the ASCII ones.
+                 "'": r"\textquotesingle{}", "`": r"\textasciigrave{}"}
+# Pairs the T1 fonts join into one other glyph (-- –, << «, >> », ,, „); an empty group between keeps both.
+# (!` and ?` would give ¡ and ¿, but ` is always \textasciigrave, which forms no ligature.)
+_LIGATURE_PAIRS = frozenset({"--", "<<", ">>", ",,"})
 # Unicode glyphs inside math, as macros (the formula suite's ``unicode`` category).
 _MATH_UNICODE = {"α": r"\alpha", "β": r"\beta", "γ": r"\gamma", "δ": r"\delta", "ε": r"\epsilon",
                  "θ": r"\theta", "λ": r"\lambda", "μ": r"\mu", "π": r"\pi", "ρ": r"\rho", "σ": r"\sigma",
@@ -104,8 +111,21 @@ _OVERFULL = re.compile(r"Overfull \\[hv]box \((\d+(?:\.\d+)?)pt too (?:wide|high
 
 
 def escape_text(text: str) -> str:
-    """Plain text -> LaTeX: escape the specials ``& % $ # _ { } ~ ^ \\`` and map awkward Unicode."""
-    return "".join(_SPECIALS.get(ch) or _TEXT_UNICODE.get(ch) or ch for ch in text)
+    """Plain text -> LaTeX: escape the specials ``& % $ # _ { } ~ ^ \\``, map awkward Unicode and keep T1's
+    quotes and ligatures from turning ASCII into other characters, so the page draws the reference's text."""
+    out: list[str] = []
+    for i, ch in enumerate(text):
+        out.append(_SPECIALS.get(ch) or _TEXT_UNICODE.get(ch) or ch)
+        if text[i:i + 2] in _LIGATURE_PAIRS:
+            out.append("{}")
+    return "".join(out)
+
+
+def line_text(text: str) -> str:
+    """A text-layer line as the reference writes it: ☑ is drawn as two glyphs (□ and ✓), which read back
+    as ☑. (pdfium's own markers, U+FFFE and private-use code points, are text already:
+    ``schemas.pdf_pages.unmarked_text``.)"""
+    return text.replace("□✓", "☑").strip()
 
 
 def math_source(latex: str) -> str:
@@ -206,6 +226,9 @@ def _table(b: Table) -> str:
                 a = "c" if span > 1 else align[c]
                 lead = sep if boxed and c == 0 else ""
                 text = f"\\multicolumn{{{span}}}{{{lead}{a}{sep}}}{{{text}}}"
+            elif c == 0:
+                # The rule or \\ before a row reads a leading [ as its optional argument (* too, for \\).
+                text = "{}" + text
             cells.append(text)
             c += span
         end = " \\\\"
@@ -248,7 +271,7 @@ def _clines(open_cols: list[int], width: int, full: str, partial: str) -> str:
 
 def _list(b: ListBlock) -> str:
     env = "enumerate" if b.ordered else "itemize"
-    items = "\n".join(f"\\item {rich(i)}" for i in b.items)
+    items = "\n".join(f"\\item{{}}{rich(i)}" for i in b.items)  # {}: an item's leading [ is not \item's label
     return f"\\begin{{{env}}}\\setlength{{\\itemsep}}{{0pt}}\n{items}\n\\end{{{env}}}"
 
 
@@ -318,7 +341,9 @@ def render_latex(spec: PageSpec, figure_height: float = FIGURE_HEIGHT) -> tuple[
     n = max(1, spec.columns)
     columns: list[list[str]] = [[] for _ in range(n)]
     for pb in spec.blocks:
-        columns[min(max(pb.column, 0), n - 1)].append(block_latex(pb.block, images, figure_height))
+        src = block_latex(pb.block, images, figure_height)
+        # A block after \begin{multicols*}{n} or \columnbreak must not start with [ (their optional arguments).
+        columns[min(max(pb.column, 0), n - 1)].append("{}" + src if src.startswith("[") else src)
     fur = spec.furniture
     furniture = {"header": escape_text(fur.header), "footer": escape_text(fur.footer),
                  "page_number": escape_text(fur.page_number)}
@@ -426,7 +451,8 @@ class LatexRenderer:
         # Line boxes from the PDF's text layer (classless: pdflatex gives no element classes here).
         lines = pdf_line_boxes(pdf, 0, max(size))
         sx, sy = size[0] / raster_size[0], size[1] / raster_size[1]
-        geometry = {"lines": [[x0 * sx, y0 * sy, x1 * sx, y1 * sy, text] for x0, y0, x1, y1, text in lines]}
+        geometry = {"lines": [[x0 * sx, y0 * sy, x1 * sx, y1 * sy, shown] for x0, y0, x1, y1, text in lines
+                              if (shown := line_text(text))]}
         return RenderedPage(png=encode_image(image, self._encode_cfg), html=tex, width=size[0], height=size[1],
                             geometry=geometry)
 
@@ -461,6 +487,7 @@ __all__ = [
     "LatexRenderer",
     "RenderedPage",
     "escape_text",
+    "line_text",
     "log_excerpt",
     "math_source",
     "paper_size_bp",

@@ -21,6 +21,7 @@ from synth.blocks import (
     Formula,
     Furniture,
     Heading,
+    ListBlock,
     PageSpec,
     Paragraph,
     PlacedBlock,
@@ -37,6 +38,7 @@ from synth.render_latex import (
     pdf_text,
     render_latex,
 )
+from synth.tables import CHECKED, UNCHECKED
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -215,3 +217,70 @@ def test_latex_pages_carry_text_layer_line_boxes(renderer: LatexRenderer) -> Non
     assert tops == sorted(tops)  # the text layer's order starts at the top of the page
     title = next(p.block.text for p in page.spec.blocks if p.block.__class__.__name__ == "Heading")
     assert title.split()[0] in page.elements[0].text + page.elements[1].text
+
+
+def _drawn_lines(renderer: LatexRenderer, spec: PageSpec) -> list[str]:
+    """The lines of the compiled page's text layer (what pdfium reads off the glyphs drawn)."""
+    tex, images = render_latex(spec)
+    return [line.strip() for line in pdf_text(renderer.compile(tex, images)).splitlines() if line.strip()]
+
+
+def test_checked_box_is_drawn_with_a_check_mark_not_as_the_crossed_box(renderer: LatexRenderer) -> None:
+    table = Table(rows=((TableCell("Feature", header=True), TableCell("Basic", header=True)),
+                        (TableCell("Export"), TableCell(CHECKED)), (TableCell("Sync"), TableCell(UNCHECKED)),
+                        (TableCell("Audit"), TableCell("☒"))), style="grid")
+    spec = _spec([(table, 0)])
+    drawn = _drawn_lines(renderer, spec)
+    # ☑ is drawn as a box with a check mark in it; ⊠ (☒'s glyph) only where the reference has ☒.
+    assert "Export □✓" in drawn and "Sync □" in drawn and "Audit ⊠" in drawn, drawn
+    lines = [line[4] for line in renderer.render(spec).geometry["lines"]]
+    assert "Export ☑" in lines, lines  # the text lines read the two glyphs back as the reference's ☑
+
+
+def test_ascii_punctuation_is_drawn_as_ascii_not_t1_quotes_or_ligatures(renderer: LatexRenderer) -> None:
+    samples = ["miller's", "pages 10--20 and 1---2", "x << y >> z", "a,,b", "Wow!` ok?`", "`tick`", "''twice''",
+               "\"quoted\""]
+    spec = _spec([(Paragraph(f"S{i}: {s} :E"), 0) for i, s in enumerate(samples)])
+    drawn = _drawn_lines(renderer, spec)
+    for i, sample in enumerate(samples):
+        assert f"S{i}: {sample} :E" in drawn, (sample, drawn)
+
+
+def test_leading_brackets_stay_text_in_items_table_rows_and_columns(renderer: LatexRenderer) -> None:
+    items = ListBlock(items=("Plan the survey", "[Draft] Review budget"), ordered=False)
+    table = Table(rows=((TableCell("Ref", header=True), TableCell("Year", header=True)),
+                        (TableCell("[0] Jones"), TableCell("1999")), (TableCell("[1] Smith"), TableCell("2004")),
+                        (TableCell("* p < 0.05"), TableCell("2010"))), style="ruled")
+    drawn = _drawn_lines(renderer, _spec([(items, 0), (table, 0)]))
+    assert "• [Draft] Review budget" in drawn, drawn  # not \item's label: the bullet and brackets stay
+    for row in ("[0] Jones 1999", "[1] Smith 2004", "* p < 0.05 2010"):  # not the rules' or \\'s argument
+        assert row in drawn, (row, drawn)
+    columns = _spec([(Paragraph("[2] Left column."), 0), (Paragraph("[3] Right column."), 1)], columns=2)
+    drawn_text = " ".join(_drawn_lines(renderer, columns))  # not multicols*' preface or \columnbreak's priority
+    assert "[2] Left column." in drawn_text and "[3] Right column." in drawn_text, drawn_text
+
+
+def _pdfium_chars(pdf: bytes) -> str:
+    """Page 1's characters as pdfium reads them, its marks included (U+FFFE, private-use bracket pieces)."""
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument(pdf)
+    try:
+        tp = doc[0].get_textpage()
+        return str(tp.get_text_range(0, tp.count_chars()))
+    finally:
+        doc.close()
+
+
+def test_text_lines_carry_no_pdfium_hyphen_marks_or_bracket_pieces(renderer: LatexRenderer) -> None:
+    words = "Characteristically incomprehensible internationalization notwithstanding, "
+    spec = _spec([(Paragraph(words * 12), 0), (Paragraph(words * 12), 1),
+                  (Formula("\\left( \\begin{matrix} a \\\\ b \\\\ c \\\\ d \\end{matrix} \\right)"), 1)],
+                 columns=2)
+    raw = _pdfium_chars(renderer.compile(render_latex(spec)[0]))
+    assert "\ufffe" in raw and any(0xE000 <= ord(ch) <= 0xF8FF for ch in raw)  # what pdfium reads off the page
+    page = synthesize_page(spec, renderer)
+    assert page.elements and all(e.text.strip() for e in page.elements)
+    for e in page.elements:
+        assert "\ufffe" not in e.text and not any(0xE000 <= ord(ch) <= 0xF8FF for ch in e.text), repr(e.text)
+    assert any(e.text.endswith("-") for e in page.elements)  # the hyphen drawn at a line break
