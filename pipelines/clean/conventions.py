@@ -263,6 +263,14 @@ _OPENERS = {"{", "(", "[", "\\{", "\\langle", "\\lbrace", "\\begin"}
 _CLOSERS = {"}", ")", "]", "\\}", "\\rangle", "\\rbrace", "\\end"}
 
 
+def find_formulas(text: str) -> list[Formula]:
+    """The formulas of ``text`` as ``rewrite`` decides what is math: code spans left out, escaped
+    citation brackets (``\\[12\\]``) not math; each with its ``display`` flag."""
+    found: list[Formula] = []
+    _protect_math(_protect_code(text, []), found)
+    return found
+
+
 def split_points(body: str) -> list[int]:
     """Indices of the commas in ``body`` that separate top-level expressions (see module doc)."""
     depth = 0

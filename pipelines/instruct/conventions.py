@@ -17,15 +17,22 @@ and, for the box conventions, its ``elements`` (``schemas.layout``). ``CONVENTIO
 
 ``KEPT_TESTS`` says which olmOCR-Bench test types each convention keeps the structure of, and
 ``checkable`` turns a response back into the text those tests read (a box stream's text parts, in
-order); ``rewrite`` keeps only kept-type tests that pass on it. Box conventions lay out the page's
-furniture too, so they do not keep ``absent`` tests (which say headers and footers are left out).
+order); ``kept_tests`` keeps only kept-type tests that pass both on it and on the raw response, which
+is what ``model.eval`` and ``model.rewards`` score. Box conventions lay out the page's furniture too, so
+they do not keep ``absent`` tests (which say headers and footers are left out).
+
+A table nested in another table has no pipe-table or ``tabular`` form: the table conventions do not
+apply to a response that holds one (``applicable``), and ``plain`` writes the inner table's cells as
+text of the outer cell.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from html import escape
 
 from schemas.layout import Element, grid_box, nemotron_class
 from schemas.tables import Table, parse_html_tables, place_cells
@@ -53,8 +60,12 @@ KEPT_TESTS: dict[str, tuple[str, ...]] = {
     "json_layout": ("present", "order", "baseline", "table", "math", "format", "footnote"),
 }
 
-_TABLE = re.compile(r"<table\b.*?</table>", re.DOTALL | re.IGNORECASE)
-_TAG = re.compile(r"<[^>]+>")
+_TABLE_TAG = re.compile(r"<(/?)table\b[^>]*>", re.IGNORECASE)
+# Only tags of HTML elements a transcription holds: in "x<y and y>z" the brackets are text.
+_HTML_TAGS = ("a|abbr|b|big|blockquote|br|caption|center|cite|code|col|colgroup|dd|del|div|dl|dt|em|figcaption|"
+              "figure|font|h[1-6]|hr|i|img|ins|kbd|li|mark|ol|p|pre|q|s|samp|small|span|strike|strong|sub|sup|"
+              "table|tbody|td|tfoot|th|thead|tr|tt|u|ul|var")
+_TAG = re.compile(rf"</?(?:{_HTML_TAGS})(?:\s[^<>]*)?/?>", re.IGNORECASE)
 _HEADING = re.compile(r"^#{1,6}\s+", re.MULTILINE)
 _EMPH = re.compile(r"\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", re.DOTALL)
 _MARKER = re.compile(r"\[\^([^\]\s]+)\](:?)")
@@ -76,9 +87,29 @@ def applicable(convention: str, response: str, elements: list[Element]) -> bool:
         return False
     if convention in CLASS_CONVENTIONS and all(e.cls == "text_line" for e in elements):
         return False
-    if convention in TABLE_CONVENTIONS and "<table" not in response.lower():
-        return False
+    if convention in TABLE_CONVENTIONS and ("<table" not in response.lower()
+                                            or any(nested for _, _, nested in table_spans(response))):
+        return False  # a table inside a table has no pipe-table or tabular form
     return convention in CONVENTIONS
+
+
+def table_spans(text: str) -> list[tuple[int, int, bool]]:
+    """``(start, end, nested)`` of each outermost ``<table>..</table>`` of ``text``, found by counting
+    the depth of table tags (a non-greedy match would end at a nested table's ``</table>``); ``nested``:
+    it holds another table. An unclosed table has no span; a stray ``</table>`` is skipped."""
+    spans: list[tuple[int, int, bool]] = []
+    depth, start, nested = 0, 0, False
+    for m in _TABLE_TAG.finditer(text):
+        if not m.group(1):
+            if depth == 0:
+                start, nested = m.start(), False
+            nested = nested or depth > 0
+            depth += 1
+        elif depth:
+            depth -= 1
+            if depth == 0:
+                spans.append((start, m.end(), nested))
+    return spans
 
 
 def _cell_text(text: str) -> str:
@@ -100,14 +131,24 @@ def table_markdown(table: Table) -> str:
     return "\n".join(lines)
 
 
+_LATEX_SPECIALS = {"\\": "\\textbackslash{}", "^": "\\^{}", "~": "\\~{}", **{c: "\\" + c for c in "&%$#_{}"}}
+_LATEX_SPECIAL = re.compile(r"[\\^~&%$#_{}]")
+
+
+def _latex_text(text: str) -> str:
+    """Text as LaTeX prints it; one pass, so the braces of ``\\textbackslash{}`` are not escaped again."""
+    return _LATEX_SPECIAL.sub(lambda m: _LATEX_SPECIALS[m.group(0)], text)
+
+
 def _latex_escape(text: str) -> str:
-    """Escape LaTeX specials outside inline math (``\\( \\)`` kept as math)."""
+    """Escape LaTeX specials outside math (``\\( \\)`` and ``\\[ \\]`` kept as inline math: a cell is
+    one line of a ``tabular``)."""
     out, pos = [], 0
-    for m in re.finditer(r"\\\((.+?)\\\)", text):
-        out.append(re.sub(r"([&%$#_{}])", r"\\\1", text[pos:m.start()]))
-        out.append(f"${m.group(1).strip()}$")
+    for m in _MATH.finditer(text):
+        out.append(_latex_text(text[pos:m.start()]))
+        out.append(f"${m.group(1) if m.group(1) is not None else m.group(2)}$")
         pos = m.end()
-    out.append(re.sub(r"([&%$#_{}])", r"\\\1", text[pos:]))
+    out.append(_latex_text(text[pos:]))
     return "".join(out)
 
 
@@ -142,24 +183,59 @@ def table_plain(table: Table) -> str:
     return "\n".join("\t".join(_cell_text(c.text) for c in row) for row in table.rows)
 
 
-def _tables_as(response: str, fn) -> str:
-    def one(m: re.Match) -> str:
-        tables = parse_html_tables(m.group(0))
-        return fn(tables[0]) if tables else m.group(0)
+def _outer_table(html: str, flatten: bool) -> Table | None:
+    """The outermost table of one ``table_spans`` span. With ``flatten`` each table nested in it is
+    first replaced by its cells' text, which then stays in the outer cell (the parser drops it there)."""
+    if flatten:
+        body_start, body_end = _TABLE_TAG.match(html).end(), html.lower().rindex("</table")
+        body, parts, pos = html[body_start:body_end], [], 0
+        for start, end, _ in table_spans(body):
+            inner = _outer_table(body[start:end], True)
+            text = " ".join(c.text for row in inner.rows for c in row) if inner else ""
+            parts += [body[pos:start], f" {escape(text)} "]
+            pos = end
+        html = html[:body_start] + "".join(parts) + body[pos:] + html[body_end:]
+    tables = parse_html_tables(html)
+    return tables[-1] if tables else None  # the parser closes the outer table last
 
-    return _TABLE.sub(one, response)
+
+def _tables_as(response: str, fn: Callable[[Table], str], flatten: bool = False) -> str:
+    """``response`` with each outermost HTML table written by ``fn``. A table holding another table
+    has no pipe-table or ``tabular`` form: it stays HTML unless ``flatten`` (see ``_outer_table``)."""
+    out, pos = [], 0
+    for start, end, nested in table_spans(response):
+        html = response[start:end]
+        table = _outer_table(html, flatten) if flatten or not nested else None
+        out += [response[pos:start], fn(table) if table is not None else html]
+        pos = end
+    return "".join(out) + response[pos:]
+
+
+def _mask_math(text: str, saved: list[str]) -> str:
+    """Each formula replaced by ``\\x00<i>\\x00``, its bare LaTeX kept in ``saved``: the emphasis and
+    tag passes must not touch ``A^{*}`` or ``a < b`` inside it. A NUL never occurs in a valid response
+    (``schemas.page.validate``); any other is dropped, so that none poses as a placeholder."""
+
+    def keep(m: re.Match) -> str:
+        saved.append(m.group(1) if m.group(1) is not None else m.group(2))
+        return f"\x00{len(saved) - 1}\x00"
+
+    return _MATH.sub(keep, text.replace("\x00", ""))
 
 
 def plain_text(markdown: str) -> str:
-    """Markdown -> plain text: tables as tab-separated rows, heading marks, emphasis and footnote
-    markers removed (a footnote definition keeps its marker as ``m``), formulas as bare LaTeX."""
-    text = _tables_as(markdown, table_plain)
+    """Markdown -> plain text: tables as tab-separated rows (a nested table's cells as text of its
+    outer cell), heading marks, emphasis, HTML tags and footnote markers removed (a footnote
+    definition keeps its marker as ``m``), formulas as bare LaTeX."""
+    formulas: list[str] = []
+    text = _mask_math(markdown, formulas)
+    text = _tables_as(text, table_plain, flatten=True)
     text = _HEADING.sub("", text)
     for _ in range(2):  # nested emphasis
         text = _EMPH.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
     text = _MARKER.sub(lambda m: m.group(1) if m.group(2) else "", text)
-    text = _MATH.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
     text = _TAG.sub("", text)
+    text = re.sub(r"\x00(\d+)\x00", lambda m: formulas[int(m.group(1))], text)
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
@@ -231,11 +307,18 @@ def adapt_test(convention: str, line: str) -> str | None:
     return line
 
 
-def kept_tests(convention: str, tests: list[str], text: str) -> list[str]:
-    """The page's tests adapted to ``convention`` that pass on ``text`` (its ``checkable`` text)."""
+def kept_tests(convention: str, tests: list[str], response: str) -> list[str]:
+    """The page's tests adapted to ``convention`` that pass on ``response`` (the rewrite) as it is,
+    which is what ``model.eval`` and ``model.rewards`` score, and on its ``checkable`` text. JSON
+    escaping breaks the HTML and LaTeX of a ``json_layout`` response, so there only the tests that
+    still pass on the escaped text are kept."""
+    text = checkable(convention, response)
     kept = []
     for line in tests:
         adapted = adapt_test(convention, line)
-        if adapted is not None and unit_test_from_json(adapted).check(text)[0]:
+        if adapted is None:
+            continue
+        test = unit_test_from_json(adapted)
+        if test.check(response)[0] and (text == response or test.check(text)[0]):
             kept.append(adapted)
     return kept

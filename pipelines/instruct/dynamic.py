@@ -2,7 +2,8 @@
 
 ``dynamic_instruction`` writes a prompt for one record from its content and its response
 convention: a sentence naming the page's language and the elements it holds (from its
-``elements``, or its response's tables and formulas when it has no boxes) or, for an element
+``elements``, or its response's tables and display formulas when it has no boxes, formulas as
+``pipelines.clean.conventions`` finds them: ``\\[12\\]`` is a citation, not math) or, for an element
 crop, the element kind (GLM-OCR's region prompts ``Table Recognition:`` / ``Formula Recognition:``
 among the variants), then the convention's directive. Seeded by the record id, so a rerun writes
 the same prompt; which records get one is drawn by ``pipelines.instruct.stage`` (``dynamic_share``).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import random
 
+from pipelines.clean.conventions import find_formulas
 from schemas.layout import Element
 from schemas.prompts import CONVENTION_PROMPTS, PROMPTS
 
@@ -33,7 +35,7 @@ def _counts(elements: list[Element], response: str) -> dict[str, int]:
             counts[el.cls] = counts.get(el.cls, 0) + 1
     else:
         counts["table"] = response.lower().count("<table")
-        counts["formula"] = response.count("\\[")
+        counts["formula"] = sum(f.display for f in find_formulas(response))
     return {k: v for k, v in counts.items() if v and k in _NAMES["en"]}
 
 

@@ -5,11 +5,11 @@ source (``assign``: one per dataset) or from a draw seeded by ``seed`` and the r
 ``conventions`` weights, limited to the conventions that apply to the record (boxes need
 ``elements``, table conventions a table; ``markdown`` when none does). The response is rewritten
 (``pipelines.instruct.conventions``), the unit tests keep the types the convention keeps and that
-pass on the rewrite, and the instruction is the convention's prompt in English or Chinese (Chinese
-pages always, others at ``zh_prompt_share``), or for a ``dynamic_share`` of records a dynamic
-per-image prompt (``pipelines.instruct.dynamic``). Then the page's element crops, KIE and VQA
-records follow (``pipelines.instruct.tasks``). Every output records its choice in
-``metadata["instruct"]`` (``convention``, ``prompt_language``, ``dynamic``) and counts
+pass on the rewrite as consumers score it (``kept_tests``), and the instruction is the convention's
+prompt in English or Chinese (Chinese pages always, others at ``zh_prompt_share``), or for a
+``dynamic_share`` of records a dynamic per-image prompt (``pipelines.instruct.dynamic``). Then the
+page's element crops, KIE and VQA records follow (``pipelines.instruct.tasks``). Every output records
+its choice in ``metadata["instruct"]`` (``convention``, ``prompt_language``, ``dynamic``) and counts
 ``task:<task>``, ``convention:<c>``, ``prompt:<lang>`` and ``dynamic`` in the manifest's counters.
 Records of other tasks or formats pass through with their counters.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, replace
 
-from pipelines.instruct.conventions import CONVENTIONS, applicable, checkable, kept_tests, rewrite
+from pipelines.instruct.conventions import CONVENTIONS, applicable, kept_tests, rewrite
 from pipelines.instruct.dynamic import dynamic_instruction
 from pipelines.instruct.tasks import crop_records, kie_record, vqa_records
 from schemas.config import option
@@ -113,8 +113,8 @@ class InstructStage:
             derived += vqa_records(record, self.cfg.vqa_per_page, self.cfg.seed, language)
         convention = self.convention(record)
         out = rewrite(convention, record.response, record.elements, record.width, record.height)
-        text = checkable(convention, out.response)
-        kept = record.unit_tests if convention == "markdown" else kept_tests(convention, record.unit_tests, text)
+        kept = record.unit_tests if convention == "markdown" else kept_tests(convention, record.unit_tests,
+                                                                             out.response)
         dynamic = self.is_dynamic(record)
         instruction = (dynamic_instruction("parse_page", convention, language, record.language, record.elements,
                                            record.response, f"{self.cfg.seed}:{record.id}")

@@ -8,7 +8,8 @@
   forms, ``synth.fields``) becomes a ``kie`` record: the JSON schema of the fields in the
   instruction, the fields as JSON in the response (``check_kie`` validates it against the schema).
 * ``vqa_records``: questions on the page's fields and table cells (by their row and column
-  headings), each answer read from the source structure (``check_vqa`` re-reads it).
+  headings, only where no other cell of the page has the same pair: the question names no table),
+  each answer read from the source structure (``check_vqa`` re-reads it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import random
+from collections import Counter
 from dataclasses import replace
 
 from PIL import Image
@@ -174,15 +176,21 @@ def table_cells(table: Table) -> list[tuple[str, str, str]]:
     return out
 
 
+def page_cells(response: str) -> list[tuple[str, str, str]]:
+    """``table_cells`` of every table of the page, keeping only (row, column) heading pairs that occur
+    once on the page: a cell question names no table, so two tables with the same headings (sales
+    and returns, each with a "Total" row) would give one question two answers."""
+    cells = [cell for table in parse_html_tables(response) for cell in table_cells(table)]
+    seen = Counter((row, col) for row, col, _ in cells)
+    return [cell for cell in cells if seen[cell[:2]] == 1]
+
+
 def check_vqa(record_response: str, question: dict) -> bool:
-    """Re-read a VQA answer from the source structure: the field's value, or the cell at the
-    question's row and column headings in the page's tables."""
+    """Re-read a VQA answer from the source structure: the field's value, or the page's one cell at
+    the question's row and column headings (``page_cells``)."""
     if question["kind"] == "field":
         return question["fields"].get(question["key"]) == question["answer"]
-    for table in parse_html_tables(record_response):
-        if (question["row"], question["col"], question["answer"]) in table_cells(table):
-            return True
-    return False
+    return (question["row"], question["col"], question["answer"]) in page_cells(record_response)
 
 
 def vqa_records(record: PageRecord, n: int, seed: int, language: str = "en") -> list[PageRecord]:
@@ -194,10 +202,9 @@ def vqa_records(record: PageRecord, n: int, seed: int, language: str = "en") -> 
         for key, value in fields.items():
             candidates.append({"kind": "field", "key": key, "answer": value, "fields": fields,
                                "q": _FIELD_Q[language].format(label=field_label(key, language), doc=doc)})
-    for table in parse_html_tables(record.response):
-        for row, col, value in table_cells(table):
-            candidates.append({"kind": "cell", "row": row, "col": col, "answer": value,
-                               "q": _CELL_Q[language].format(row=row, col=col)})
+    for row, col, value in page_cells(record.response):
+        candidates.append({"kind": "cell", "row": row, "col": col, "answer": value,
+                           "q": _CELL_Q[language].format(row=row, col=col)})
     rng = random.Random(f"vqa:{seed}:{record.id}")
     chosen = rng.sample(candidates, min(n, len(candidates)))
     out = []

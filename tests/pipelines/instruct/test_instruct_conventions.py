@@ -13,11 +13,14 @@ import pytest
 from pipelines.instruct.conventions import (
     CONVENTIONS,
     KEPT_TESTS,
+    _tables_as,
     adapt_test,
     applicable,
     checkable,
     kept_tests,
     rewrite,
+    table_markdown,
+    table_spans,
 )
 from schemas.layout import element
 from schemas.page import PageRecord, ProvenanceStep, validate
@@ -117,7 +120,7 @@ def test_nemotron_streams_have_grid_boxes_classes_and_reading_order() -> None:
     # the text a unit test reads: the elements' texts in order (so furniture is present: no 'absent' tests)
     text = checkable("nemotron_md_bbox_cls", md)
     assert text.index("Annual Report") < text.index("E = mc^2") < text.index("second item")
-    assert [json.loads(k)["type"] for k in kept_tests("nemotron_md_bbox_cls", TESTS, text)] == [
+    assert [json.loads(k)["type"] for k in kept_tests("nemotron_md_bbox_cls", TESTS, md)] == [
         "present", "order", "table", "math"]
 
 
@@ -138,3 +141,48 @@ def test_applicability_and_records_stay_valid() -> None:
         assert validate(record(response=out.response, response_format=out.response_format)) == []
     with pytest.raises(ValueError):
         rewrite("json_layout", RESPONSE, [], W, H)
+
+
+def test_plain_text_keeps_formulas_whole_and_strips_only_html_tags() -> None:
+    md = ("We need \\(a < b\\) and \\(c > d\\) for all inputs.\n\nIf x<y and y>z then done.\n\n"
+          "Let \\(A^{*}B^{*}\\) be the <b>adjoint</b><br/>.\n")
+    assert rewrite("plain", md, [], W, H).response == (
+        "We need a < b and c > d for all inputs.\n\nIf x<y and y>z then done.\n\nLet A^{*}B^{*} be the adjoint.\n")
+
+
+def test_json_layout_keeps_only_tests_that_pass_on_its_raw_response() -> None:
+    from model.eval import score_prediction
+    from pipelines.instruct.stage import InstructConfig, InstructStage
+
+    stage = InstructStage(InstructConfig(conventions={"json_layout": 1.0}, crops=(), kie=False, vqa_per_page=0))
+    out = stage(record())[0]
+    _, results = score_prediction(out.response, out.response, out.unit_tests)  # as model.eval scores it
+    assert [(r["type"], r["passed"]) for r in results] == [("present", True), ("order", True)]
+    # the JSON string escapes the table's and formula's markup: those tests fail on the raw response
+    assert kept_tests("json_layout", TESTS, out.response) == out.unit_tests
+
+
+NESTED = ("Before\n\n<table><tr><td>x <table><tr><td>inner</td><td>a&lt;b</td></tr></table> y</td><td>outer B</td>"
+          "</tr><tr><td>C</td><td>D</td></tr></table>\n\n<table><tr><td>E</td></tr></table>\n\nAfter\n")
+
+
+def test_nested_tables_are_found_whole_and_only_plain_text_converts_them() -> None:
+    spans = table_spans(NESTED)
+    assert [(NESTED[s:s + 7], NESTED[e - 8:e], nested) for s, e, nested in spans] == [
+        ("<table>", "</table>", True), ("<table>", "</table>", False)]
+    assert NESTED[spans[0][0]:spans[0][1]].count("<table>") == 2
+    assert not applicable("markdown_tables", NESTED, []) and not applicable("latex_tables", NESTED, [])
+    with pytest.raises(ValueError, match="does not apply"):
+        rewrite("markdown_tables", NESTED, [], W, H)
+    # the inner table's cells stay in the outer cell as text
+    assert rewrite("plain", NESTED, [], W, H).response == "Before\n\nx inner a<b y\touter B\nC\tD\n\nE\n\nAfter\n"
+    assert _tables_as(NESTED, table_markdown).startswith("Before\n\n<table><tr><td>x <table>")  # left as HTML
+    assert _tables_as(NESTED, table_markdown).endswith("</table>\n\n| E |\n|---|\n\nAfter\n")
+
+
+def test_latex_tables_escape_backslash_caret_and_tilde_outside_math() -> None:
+    spec = ("<table><tr><th>Path</th><th>Growth</th></tr>"
+            "<tr><td>C:\\temp\\new</td><td>~5% (x^2) {b} \\(a^{2}_i\\)</td></tr></table>\n")
+    assert rewrite("latex_tables", spec, [], W, H).response == (
+        "\\begin{tabular}{ll}\nPath & Growth \\\\ \\hline\n"
+        "C:\\textbackslash{}temp\\textbackslash{}new & \\~{}5\\% (x\\^{}2) \\{b\\} $a^{2}_i$ \\\\\n\\end{tabular}\n")

@@ -12,6 +12,7 @@ from PIL import Image
 
 from model.rewards import TERMS, RewardConfig
 from pipelines.clean.registry import stage_config
+from pipelines.instruct.dynamic import dynamic_instruction
 from pipelines.instruct.stage import InstructConfig, InstructStage
 from pipelines.instruct.tasks import check_kie, check_vqa, crop_records, kie_record, kie_schema, vqa_records
 from schemas.config import ConfigError
@@ -19,6 +20,7 @@ from schemas.layout import element
 from schemas.page import validate
 from schemas.prompts import CONVENTION_PROMPTS
 from schemas.similarity import METRICS
+from tests.helpers import page_record
 from tests.pipelines.instruct.test_instruct_conventions import ELEMENTS, TESTS, record
 
 FIELDS = {"invoice_number": "INV-12345", "billed_to": "Ada Byron", "total_due": "1,234.50", "currency": "EUR"}
@@ -128,3 +130,25 @@ def test_stage_config_is_checked_at_load() -> None:
         stage_config({"name": "instruct", "conventions": {"markdwn": 1}})
     with pytest.raises(ConfigError, match="dynamic_share"):
         stage_config({"name": "instruct", "dynamic_share": 2})
+
+
+def test_vqa_asks_only_heading_pairs_that_are_unique_on_the_page() -> None:
+    def table(total: str, extra: str = "") -> str:
+        return f"<table><tr><th>Region</th><th>2024</th></tr><tr><td>Total</td><td>{total}</td></tr>{extra}</table>"
+
+    response = ("## Sales (units)\n\n" + table("410", "<tr><td>North</td><td>7</td></tr>") +
+                "\n\n## Returns (units)\n\n" + table("98") + "\n")
+    qas = vqa_records(page_record(response=response, width=200, height=300), 5, 0)
+    assert [(q.instruction, q.response) for q in qas] == [
+        ('In the table, what is the value in the row "North" under the column "2024"? '
+         "Answer with the value only.", "7")]
+    for answer in ("410", "98"):  # "Total" / "2024" has two answers on this page
+        assert not check_vqa(response, {"kind": "cell", "row": "Total", "col": "2024", "answer": answer})
+
+
+def test_dynamic_prompt_counts_formulas_not_citation_brackets() -> None:
+    cited = "As shown in prior work \\[12\\], \\[3, 5-7\\], the method converges.\n"
+    assert dynamic_instruction("parse_page", "markdown", "en", "en", [], cited, "0:x").startswith(
+        "This document page is in English. Convert")
+    both = cited + "\n\\[ E = mc^2 \\]\n\n`\\[x\\]` in code\n"
+    assert "; it holds 1 formula. " in dynamic_instruction("parse_page", "markdown", "en", "en", [], both, "0:x")
