@@ -134,12 +134,13 @@ def input_bases(paths: Iterable[str]) -> list[str]:
 
 
 def relative_to_inputs(uri: str, bases: list[str]) -> str:
-    """``uri`` relative to the first of ``bases`` holding it (a location-free name: two subset folders'
-    ``train-00000-of-00001.parquet`` stay apart, and a moved input tree keeps its names); a relative or
-    object-store URI as it is; else relative to the first base, or its file name."""
-    if "://" in uri or not os.path.isabs(uri):
-        return uri
+    """``uri`` relative to the first of ``bases`` holding it, local or on a store (a location-free name:
+    two subset folders' ``train-00000-of-00001.parquet`` stay apart, and an input tree moved or copied
+    to a bucket keeps its names); else a relative or object-store URI as it is, a local path relative to
+    the first base, or its file name."""
     for base in bases:
         if base and (uri == base or uri.startswith(base + "/")):
-            return posixpath.relpath(uri, base) if uri != base else "."
+            return uri[len(base) + 1:] if uri != base else "."
+    if "://" in uri or not os.path.isabs(uri):
+        return uri
     return posixpath.relpath(uri, bases[0]) if bases and os.path.isabs(bases[0]) else os.path.basename(uri)
