@@ -70,7 +70,7 @@ from schemas.images import grey_if_achromatic
 from schemas.layout import Element, element
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
-VERSION = "1"
+VERSION = "2"  # 2: element boxes move with the pixels
 STAGE = "synth:augment"
 OPS = ("skew", "rotate90", "downscale", "erode", "dilate", "salt_pepper", "jpeg")  # application order
 GEOMETRIC_OPS = ("skew", "rotate90", "downscale")  # the ones that move or resize what is on the page

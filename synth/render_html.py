@@ -48,7 +48,7 @@ from schemas.math_render import INSTALL_HINT, KATEX_DIR
 from synth.blocks import LAYOUTS, Figure, Footnote, PageSpec, PlacedBlock
 from synth.charts import chart_svg
 
-VERSION = "1"
+VERSION = "2"  # 2: headings and furniture drawn in the case the reference quotes
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 DEFAULT_TIMEOUT_MS = 15_000
 MAX_PAGES = 4  # offline pages a renderer keeps, one per page size

@@ -56,7 +56,7 @@ from synth.charts import chart_png
 from synth.render_html import RenderedPage
 from synth.tables import header_rows
 
-VERSION = "1"
+VERSION = "2"  # 2: ☑, ASCII quotes and ligature pairs, a leading [ drawn as the reference says
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates_latex"
 DEFAULT_TIMEOUT_S = 30.0
 OVERFULL_LIMIT_PT = 12.0  # a line sticking out further than this into the margin is an overflow

@@ -23,7 +23,7 @@ from pipelines.clean.repeats_gapped import normalize, normalize_index
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
-VERSION = "2"  # 2: near-exact loops (kind "near")
+VERSION = "3"  # 2: near-exact loops (kind "near"); 3: their numbers follow the regular-numbers rule
 __all__ = ["NO_LOOP", "VERSION", "Bands", "Kind", "Loop", "RepeatsConfig", "RepeatsStage", "find_loop", "main",
            "normalize", "normalize_index", "scan_lines"]
 

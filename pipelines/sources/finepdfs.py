@@ -45,7 +45,7 @@ from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 from schemas.pdf_pages import pdf_page_count
 
-VERSION = "1"
+VERSION = "2"  # 2: a file_path outside warc_root is unsafe_path
 
 COLUMNS: tuple[str, ...] = (
     "text", "id", "dump", "url", "date", "file_path", "offset", "token_count", "language",

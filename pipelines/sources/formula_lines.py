@@ -32,7 +32,7 @@ from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.page import ProvenanceStep, params_hash
 
-VERSION = "1"
+VERSION = "2"  # 2: a byte-order mark is not part of the first formula
 
 
 class FormulaLinesSource:

@@ -41,7 +41,7 @@ from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
-VERSION = "1"
+VERSION = "2"  # 2: ids without an id column name the file relative to the paths
 _LANGUAGE = re.compile(r"^(und|[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*)$")
 # Placeholder values seen in corpora's language columns (Europeana's file split names among them)
 # that happen to look like tags.
