@@ -11,7 +11,7 @@ from PIL import Image, ImageDraw
 
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, page_id, validate
-from synth.augment import OPS, STAGE, AugmentConfig, AugmentStage, degrade
+from synth.augment import OPS, STAGE, VERSION, AugmentConfig, AugmentStage, degrade
 
 
 def text_page(width: int = 160, height: int = 200, mode: str = "L") -> Image.Image:
@@ -162,7 +162,7 @@ def test_stage_params_hash_tracks_applied_ops() -> None:
     stage = AugmentStage(AugmentConfig(probability=1.0, max_ops=3))
     out = [stage(record(i))[0] for i in range(12)]
     hashes = {r.provenance[-1].params_hash for r in out}
-    assert all(r.provenance[-1] == ProvenanceStep(STAGE, "1", r.provenance[-1].params_hash) for r in out)
+    assert all(r.provenance[-1] == ProvenanceStep(STAGE, VERSION, r.provenance[-1].params_hash) for r in out)
     assert len(hashes) > 1  # different draws, different params hashes
 
 

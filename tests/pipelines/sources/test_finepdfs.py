@@ -157,7 +157,9 @@ def test_read_sample_rows_pages_and_texts(built: pathlib.Path) -> None:
     assert page.quality["full_doc_lid_score"] == table[0]["full_doc_lid_score"]
     assert page.quality["is_truncated"] is False and page.quality["finepdfs_failed_pages"] == 0
     assert json.loads(json.dumps([page.quality, page.metadata])) == [page.quality, page.metadata]
-    assert [(s.stage, s.version) for s in page.provenance] == [("read:finepdfs", "1")]
+    from pipelines.sources.finepdfs import VERSION
+
+    assert [(s.stage, s.version) for s in page.provenance] == [("read:finepdfs", VERSION)]
     assert page.provenance[0].params_hash == params_hash({"warc_root": str(built / "finepdfs" / "warc")})
     assert fra[0].pages[0].language == "fra_Latn"
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.render import RenderConfig, render_page
-from pipelines.sources import build_source
+from pipelines.sources import build_source, historical
 from pipelines.sources.base import Row, SourceSettings
 from pipelines.sources.historical import LocSource, MappedHistoricalSource, NaraSource
 from pipelines.sources.images import ImageResolver
@@ -112,7 +112,7 @@ def test_nara_rows_pages_and_reasons(root):
         assert page.metadata["naraURL"] == f"https://catalog.archives.gov/id/{sid.split('-')[0]}"
         assert page.metadata["pageImageURL"] == source[sid]["pageImageURL"]
         assert page.metadata["transcriptionIngestDate"].startswith("2023-03-")
-        assert page.provenance[0].stage == "read:nara" and page.provenance[0].version == "1"
+        assert page.provenance[0].stage == "read:nara" and page.provenance[0].version == historical.VERSION
     assert [rows[s].pages[0].page_number for s in ("54640001-4163101", "54640001-4163102")] == [1, 2]
     huge = rows["54640003-4163302"].pages[0]
     assert huge.payload.startswith(PNG) and len(huge.payload) < 200_000
