@@ -103,10 +103,14 @@ def test_batched_greedy_equals_greedy_page_by_page(tmp_path):
 
 @pytest.mark.slow
 def test_a_short_run_on_the_first_level_lowers_eval_nll_and_makes_the_model_look_at_the_page(tmp_path):
-    """300 alignment steps on level 0 (one word a page): the eval NLL falls, the pass rate rises, and the
-    reference becomes more likely with the page's own image than with another page's (the image gap of
+    """300 alignment steps on level 0 (one word a page): the eval NLL falls, the edit distance to the
+    reference falls (0.95 -> 0.75: one short word a line, not yet the page's word), and the reference
+    becomes more likely with the page's own image than with another page's (the image gap of
     benchmarks/curriculum_sweep.py), which no amount of template learning can fake. At lr 3e-3 the same run
-    ends with a gap of 0.00004: the image features grow into one large common vector and carry nothing."""
+    ends with a gap of 0.00004: the image features grow into one large common vector and carry nothing.
+    The unit-test pass rate does not move in 300 steps (its present tests are for long words, 0/15 before
+    and after); it used to rise only because one untrained output failed the baseline test's repeat count,
+    which now collapses whitespace as olmOCR-Bench does."""
     from model.eval import image_gap
     from model.optim import OptimConfig
     from model.sft import SFTConfig, train_sft
@@ -119,17 +123,18 @@ def test_a_short_run_on_the_first_level_lowers_eval_nll_and_makes_the_model_look
 
     def measure():
         rep = evaluate(loaded, samples, 12, progress=False, batch_size=40)
-        return rep.summary["nll"], rep.summary["unit_test_pass_rate"], image_gap(loaded, samples)
+        distance = sum(r.edit_distance for r in rep.rows) / len(rep.rows)
+        return rep.summary["nll"], distance, image_gap(loaded, samples)
 
-    nll0, pass0, gap0 = measure()
+    nll0, dist0, gap0 = measure()
     cfg = SFTConfig(phase="alignment", steps=300, log_every=0,
                     optim=OptimConfig(lr=1e-3, vision_lr=1e-3, warmup_steps=10, min_lr_ratio=0.05, train_vision=True),
                     data=DataConfig(path=corpus, eval_fraction=0.0, max_length=512, max_sample_tokens=512,
                                     shift_prob=0.0))
     train_sft(loaded, cfg, tmp_path / "sft", progress=False)
-    nll1, pass1, gap1 = measure()
+    nll1, dist1, gap1 = measure()
     assert nll1 < nll0 - 5.0
-    assert pass1 > pass0, (pass0, pass1)
+    assert dist1 < dist0 - 0.1, (dist0, dist1)  # measured: 0.955 -> 0.754
     assert abs(gap0) < 0.02 and gap1 > 0.05, (gap0, gap1)  # measured: 0.007 -> 0.14 (0.00004 at lr 3e-3)
 
 
