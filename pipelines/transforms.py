@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 import apache_beam as beam
 
@@ -297,19 +297,10 @@ class GatherAll(beam.PTransform):
     """Every element into one list, on one worker: for the few steps that need the whole run's
     (small) aggregates at once, the shard planner and the manifest. One list also when there is
     nothing (a source that plans no units): the steps after it still run, and the run ends with its
-    manifest."""
+    manifest (``CombineGlobally``'s default)."""
 
     def expand(self, pcoll):
-        seed = pcoll.pipeline | "Seed" >> beam.Create([(None, _GATHER_SEED)])
-        return ((pcoll | "OneKey" >> beam.Map(_one_key), seed) | "WithSeed" >> beam.Flatten()
-                | "Group" >> beam.GroupByKey() | "Values" >> beam.Values() | "Unseeded" >> beam.Map(_without_seed))
-
-
-_GATHER_SEED = "pagemill.GatherAll: the one element every gather gets, removed after grouping"
-
-
-def _without_seed(elements: Iterable[Any]) -> list[Any]:
-    return [e for e in elements if not (isinstance(e, str) and e == _GATHER_SEED)]
+        return pcoll | "ToList" >> beam.combiners.ToList()
 
 
 def _payloads_of(envelope: Envelope, kind: Kind) -> Iterator:
@@ -319,10 +310,6 @@ def _payloads_of(envelope: Envelope, kind: Kind) -> Iterator:
 
 def _tag(payload: Any, kind: Kind) -> Envelope:
     return Envelope(kind, payload)
-
-
-def _one_key(element: Any) -> tuple[None, Any]:
-    return None, element
 
 
 __all__ = ["ReadUnits", "input_parts", "plan_units", "PlanInputs",

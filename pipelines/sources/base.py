@@ -144,3 +144,23 @@ def relative_to_inputs(uri: str, bases: list[str]) -> str:
     if "://" in uri or not os.path.isabs(uri):
         return uri
     return posixpath.relpath(uri, bases[0]) if bases and os.path.isabs(bases[0]) else os.path.basename(uri)
+
+
+def path_under(root: str, rel: str, what: str) -> str:
+    """``root`` joined with ``rel``, an untrusted relative POSIX path read from the input (a sidecar name,
+    a row's file path): ``RecordError("unsafe_path")`` for an absolute path, an empty, ``.`` or ``..``
+    segment or a NUL, and, under a local root, for a path that resolves (through symlinks) outside it.
+    ``what`` names the root in the message."""
+    from pipelines import io
+
+    parts = rel.split("/")
+    if rel.startswith("/") or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        raise RecordError("unsafe_path", f"{rel!r} is not a plain relative path inside {what}")
+    if root.startswith(("http://", "https://")):
+        return f"{root.rstrip('/')}/{rel}"
+    path = io.join(root, *parts)
+    if "://" not in root:
+        real_root, real = os.path.realpath(root), os.path.realpath(path)
+        if os.path.commonpath([real_root, real]) != real_root:
+            raise RecordError("unsafe_path", f"{rel!r} resolves outside {what} (to {real})")
+    return path

@@ -29,7 +29,6 @@ opened or read gives one ``Row(source_id=<file uri>)`` with ``unreadable_parquet
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from typing import IO, Any, Callable, Iterator, Sequence
 import pyarrow as pa
 
 from pipelines import io as pio
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under
 from pipelines.sources.parquet_rows import stream_rows
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
@@ -168,17 +167,7 @@ class WarcFetcher:
             if "://" in self.root and file_path.startswith(self.root + "/") and ".." not in file_path.split("/"):
                 return file_path
             raise RecordError("unsafe_path", f"file_path {file_path!r} is a URI outside warc_root {self.root}")
-        parts = file_path.split("/")
-        if file_path.startswith("/") or "\0" in file_path or any(p in ("", ".", "..") for p in parts):
-            raise RecordError("unsafe_path", f"file_path {file_path!r} is not a plain relative path under warc_root")
-        if self.root.startswith(("http://", "https://")):
-            return f"{self.root}/{file_path}"
-        path = pio.join(self.root, *parts)
-        if "://" not in self.root:
-            real_root = os.path.realpath(self.root)
-            if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
-                raise RecordError("unsafe_path", f"file_path {file_path!r} resolves outside warc_root {self.root}")
-        return path
+        return path_under(self.root, file_path, f"warc_root {self.root}")
 
     def fetch(self, file_path: str, offset: int) -> bytes:
         """The HTTP payload (or resource block) of the record; raises ``RecordError``."""

@@ -129,11 +129,13 @@ class _ParquetHistoricalSource:
     def read(self, unit: str) -> Iterator[Row]:
         index = 0
         problem = lambda schema: self._missing_columns(set(schema.names))  # noqa: E731
+        # fallback ids name the file relative to the source's paths (subset folders reuse file names)
+        name = relative_to_inputs(unit, input_bases(self.settings.paths))
         for item in stream_rows(unit, self._wanted_columns(), problem, self.batch_size):
             if isinstance(item, Row):
                 yield item
                 continue
-            yield self._read_record(unit, index, item)
+            yield self._read_record(unit, name, index, item)
             index += 1
 
     # -- hooks -------------------------------------------------------------------------------
@@ -155,10 +157,8 @@ class _ParquetHistoricalSource:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _read_record(self, uri: str, index: int, record: dict[str, Any]) -> Row:
+    def _read_record(self, uri: str, name: str, index: int, record: dict[str, Any]) -> Row:
         fallback_id = f"{uri}#{index}"
-        # the fallback: the file relative to the source's paths (subset folders reuse file names)
-        name = relative_to_inputs(uri, input_bases(self.settings.paths))
         try:
             source_id = self._source_id(record, f"{name}#{index}")
         except RecordError as exc:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
@@ -148,16 +148,7 @@ class LocalFolderSource:
 
     def _path(self, root: str, rel: str) -> str:
         """The file's URI, refusing anything that resolves outside ``root``."""
-        parts = rel.split("/")
-        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise RecordError("unsafe_path", f"{rel!r} is not a plain path inside the folder")
-        path = io.join(root, *parts)
-        if _is_local(root):
-            real_root = os.path.realpath(root)
-            real = os.path.realpath(path)
-            if os.path.commonpath([real_root, real]) != real_root:
-                raise RecordError("unsafe_path", f"{rel} resolves outside the folder (to {real})")
-        return path
+        return path_under(root, rel, "the folder")
 
     def _read(self, root: str, rel: str) -> bytes:
         path = self._path(root, rel)
