@@ -21,6 +21,7 @@ import numpy as np
 
 from model.processing import Encoded, PageProcessor
 from model.records import RECORD_COLUMNS, assigned_split, iter_records, open_parquet
+from pipelines.instruct.conventions import BOX_CONVENTIONS, record_convention
 from schemas.config import option
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class Sample:
     response: str
     unit_tests: list[str]
     instruction: str
+    convention: str = "markdown"  # the response convention (metadata["instruct"]): what its unit tests read
 
     @property
     def length(self) -> int:
@@ -145,7 +147,6 @@ class SampleSource:
             self._skip(rid, exc.reason, str(exc))
             return None
         if self._degrade(record, rng):
-            from pipelines.instruct.conventions import BOX_CONVENTIONS
             from synth.augment import AugmentConfig, degrade, without_geometry
 
             # a label with boxes (instruct's box conventions) holds positions: no op may move the pixels
@@ -156,7 +157,8 @@ class SampleSource:
             self._skip(rid, "too_long", f"{encoded.length} tokens > max_sample_tokens {self.cfg.max_sample_tokens}")
             return None
         return Sample(encoded, rid, record.get("source", ""), record.get("domain", ""), record["response"],
-                      list(record.get("unit_tests") or []), record["instruction"])
+                      list(record.get("unit_tests") or []), record["instruction"],
+                      record_convention(record.get("metadata")))
 
     def __iter__(self) -> Iterator[Sample]:
         records = self.records if self.records is not None else \
@@ -177,16 +179,8 @@ def eval_samples(cfg: DataConfig, processor: PageProcessor, limit: int | None = 
 
 # -- the mixture: domain -> task -> convention -> source levels (Jina-OCR-v1 4.3, 5.1) -----------------
 
-NO_CONVENTION = "-"  # records without a recorded response convention (pipelines/instruct did not run)
 MIX_COLUMNS = ("id", "domain", "source", "split", "task", "language", "metadata")
 StreamKey = tuple[str, str, str, str]  # (domain, task, convention, source)
-
-
-def record_convention(metadata: str | dict | None) -> str:
-    """The response convention a record's ``metadata["instruct"]`` names (``NO_CONVENTION`` if none)."""
-    if isinstance(metadata, str):
-        metadata = json.loads(metadata or "{}")
-    return ((metadata or {}).get("instruct") or {}).get("convention") or NO_CONVENTION
 
 
 def stream_key(row: dict) -> StreamKey:

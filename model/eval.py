@@ -2,8 +2,9 @@
 
 Each eval page is decoded greedily; the prediction is scored against the reference with the
 normalized edit distance (`schemas.similarity`) and against the page's olmOCR-style unit tests
-(`schemas.unit_tests`). The report keeps one row per page (the input of `model.errors`) and a table
-per domain and per test type. ``python -m model.eval --help``.
+(`schemas.unit_tests`), which read the prediction as the record's response convention has them read
+it (`pipelines.instruct.conventions.checkable`: a box stream's texts, say). The report keeps one row
+per page (the input of `model.errors`) and a table per domain and per test type. ``python -m model.eval --help``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tqdm import tqdm
 
 from model.models import Loaded, load
 from model.processing import Encoded
+from pipelines.instruct.conventions import checkable
 from schemas.similarity import normalized_edit_distance
 from schemas.unit_tests import unit_test_from_json
 
@@ -142,11 +144,15 @@ def image_gap(loaded: Loaded, samples: list) -> float:
     return (sum(other) - sum(own)) / len(samples)
 
 
-def score_prediction(prediction: str, reference: str, unit_tests: Iterable[str]) -> tuple[float, list[dict]]:
+def score_prediction(prediction: str, reference: str, unit_tests: Iterable[str],
+                     convention: str | None = None) -> tuple[float, list[dict]]:
+    """Edit distance to the reference and each unit test's result. The tests read the prediction's
+    ``checkable`` text under the record's response ``convention`` (a box stream's texts, ...)."""
     tests = []
+    text = checkable(convention, prediction)
     for raw in unit_tests:
         test = unit_test_from_json(raw)
-        passed, why = test.check(prediction)
+        passed, why = test.check(text)
         tests.append({"type": str(getattr(test, "type", type(test).__name__)), "passed": bool(passed),
                       "explanation": why})
     return normalized_edit_distance(prediction, reference), tests
@@ -168,7 +174,7 @@ def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progr
         chunk = samples[start:start + max(1, batch_size)]
         for s, ids in zip(chunk, greedy_batch(loaded, [s.encoded for s in chunk], max_new_tokens)):
             prediction = loaded.processor.decode(ids)
-            ed, tests = score_prediction(prediction, s.response, s.unit_tests or [])
+            ed, tests = score_prediction(prediction, s.response, s.unit_tests or [], s.convention)
             rows.append(EvalRow(s.id, s.source, s.domain, getattr(s, "task", "") or "", prediction, s.response,
                                 ed, tests, response_nll(loaded, s.encoded)))
         bar.update(len(chunk))

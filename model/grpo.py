@@ -272,7 +272,8 @@ def _pad_cat(rows: Sequence[torch.Tensor], value: float = 0.0) -> torch.Tensor:
 
 
 def _items(sample: Sample, texts: Sequence[str]) -> list[RewardItem]:
-    return [RewardItem(sample.response, t, sample.unit_tests, (sample.source, sample.domain)) for t in texts]
+    return [RewardItem(sample.response, t, sample.unit_tests, (sample.source, sample.domain), sample.convention)
+            for t in texts]
 
 
 def term_means(results: Sequence[RewardResult]) -> dict[str, float]:

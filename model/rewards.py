@@ -10,8 +10,9 @@ formula        formula string matching (``formula_match``); left out when the re
 table          mean of ``RewardConfig.table_signals`` (default TEDS, TEDS-S, table edit similarity);
                left out when the reference has no table; TEDS under ``RewardConfig.teds_convention``
 structure      brace balance, tag closure, table integrity (``structural_validity``)
-unit_tests     fraction of the page's olmOCR-style tests that pass (``schemas.unit_tests``);
-               left out when the page has no tests
+unit_tests     fraction of the page's olmOCR-style tests that pass (``schemas.unit_tests``) on the
+               completion as its response convention is read (``RewardItem.convention``:
+               ``pipelines.instruct.conventions.checkable``); left out when the page has no tests
 repetition     1 - (loop length beyond its first copy) / completion length, from the cleaning
                detector (``pipelines.clean.repeats.find_loop``); 1 without a loop; never floored
 format         HTML conformance (``html_conformance``)
@@ -45,6 +46,7 @@ from multiprocessing.connection import Connection, wait
 from typing import IO, Any
 
 from pipelines.clean.repeats import RepeatsConfig, find_loop
+from pipelines.instruct.conventions import checkable
 from schemas.config import load, option
 from schemas.similarity import DEFAULT_TEDS_CONVENTION, METRICS, TEDS_CONVENTIONS, check_teds_convention, metrics_for
 from schemas.unit_tests import UnitTest, check_all, unit_test_from_dict, unit_test_from_json
@@ -116,6 +118,9 @@ TERMS: dict[str, Term] = {
     "kie": kie_term,
 }
 UNFLOORED = frozenset({"repetition"})
+# Terms that read a completion as its unit tests do: the texts of a box stream or JSON layout, not its
+# markup. The others compare the completion with a reference written in the same convention.
+CHECKABLE_TERMS = frozenset({"unit_tests"})
 DEFAULT_FLOORS: dict[str, float] = {"structure": 0.2, "unit_tests": 0.2, "format": 0.2, "table": 0.1}
 
 
@@ -199,12 +204,20 @@ class RewardResult:
 @dataclass
 class RewardItem:
     """One completion to score. ``unit_tests``: JSON strings (as in ``PageRecord.unit_tests``),
-    dicts, or parsed tests; ``dataset``: key(s) into ``RewardConfig.terms_by_dataset``."""
+    dicts, or parsed tests; ``dataset``: key(s) into ``RewardConfig.terms_by_dataset``;
+    ``convention``: the record's response convention (``metadata["instruct"]``), which says what
+    text its unit tests read."""
 
     reference: str
     completion: str
     unit_tests: Sequence[str | Mapping[str, Any] | UnitTest] = ()
     dataset: str | Sequence[str] | None = None
+    convention: str | None = None
+
+
+def term_input(name: str, completion: str, convention: str | None) -> str:
+    """What term ``name`` reads of a completion: its ``checkable`` text for ``CHECKABLE_TERMS``."""
+    return checkable(convention, completion) if name in CHECKABLE_TERMS else completion
 
 
 def combine(terms: Mapping[str, float | None], floors: Mapping[str, float]) -> float:
@@ -243,14 +256,15 @@ def _run_term(name: str, fn: Term, reference: str, completion: str, tests: Seque
 
 
 def score(reference: str, completion: str, unit_tests: Iterable[Any] = (), cfg: RewardConfig | None = None,
-          dataset: str | Sequence[str] | None = None) -> RewardResult:
+          dataset: str | Sequence[str] | None = None, convention: str | None = None) -> RewardResult:
     """All enabled terms in this process (no timeout: use ``RewardPool`` inside training)."""
     cfg = cfg or RewardConfig()
     tests = parse_tests(unit_tests)
     terms: dict[str, float | None] = {}
     errors: dict[str, str] = {}
     for name in cfg.terms_for(dataset):
-        terms[name], error = _run_term(name, TERMS[name], reference, completion, tests, cfg)
+        terms[name], error = _run_term(name, TERMS[name], reference, term_input(name, completion, convention),
+                                       tests, cfg)
         if error:
             errors[name] = error
     return _finish(terms, [], errors, cfg)
@@ -367,7 +381,9 @@ class RewardPool:
             for w in self._workers:
                 if w.ready and w.task is None and pending:
                     i, name = pending.pop()
-                    w.send.send(((i, name), name, TERMS[name], items[i].reference, items[i].completion, parsed[i]))
+                    item = items[i]
+                    w.send.send(((i, name), name, TERMS[name], item.reference,
+                                 term_input(name, item.completion, item.convention), parsed[i]))
                     w.task, w.deadline = (i, name), time.monotonic() + cfg.timeout_s
             waiting = [w for w in self._workers if w.task or not w.ready]
             deadlines = [w.deadline if w.ready else w.started + STARTUP_TIMEOUT_S for w in waiting]
@@ -426,7 +442,7 @@ class RewardPool:
 
 
 def read_items(lines: Iterable[str]) -> list[RewardItem]:
-    """JSON lines ``{"completion", "reference", "unit_tests"?, "dataset"?}``; blank lines skipped;
+    """JSON lines ``{"completion", "reference", "unit_tests"?, "dataset"?, "convention"?}``; blank lines skipped;
     a bad line raises ``ValueError`` naming its number."""
     items = []
     for number, line in enumerate(lines, start=1):
@@ -441,12 +457,15 @@ def read_items(lines: Iterable[str]) -> list[RewardItem]:
         missing = [k for k in ("completion", "reference") if not isinstance(data.get(k), str)]
         if missing:
             raise ValueError(f"line {number}: {' and '.join(missing)} missing or not a string")
+        if not isinstance(data.get("convention"), str | None):
+            raise ValueError(f"line {number}: convention is not a string")
         tests = data.get("unit_tests") or []
         try:
             parse_tests(tests)
         except ValueError as exc:
             raise ValueError(f"line {number}: {exc}") from None
-        items.append(RewardItem(data["reference"], data["completion"], tests, data.get("dataset")))
+        items.append(RewardItem(data["reference"], data["completion"], tests, data.get("dataset"),
+                                data.get("convention")))
     return items
 
 
@@ -481,7 +500,8 @@ def _parser() -> argparse.ArgumentParser:
                     "Jina-OCR-v1 Table 4 (content, formula, table, structure, unit_tests, repetition, "
                     "format; total = product with floors). Input: JSON lines with `completion`, "
                     "`reference`, optional `unit_tests` (olmOCR-Bench tests, JSON strings or objects) "
-                    "and `dataset` (key into terms_by_dataset). Prints one row per line and the mean "
+                    "`dataset` (key into terms_by_dataset) and `convention` (the response convention, "
+                    "which says what text the unit tests read). Prints one row per line and the mean "
                     "('-' left out or not enabled, 'T' timed out, 'E' error).")
     parser.add_argument("--input", metavar="FILE.jsonl", help="input JSON lines (default: stdin)")
     parser.add_argument("--config", metavar="FILE.yaml",

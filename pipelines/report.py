@@ -200,10 +200,13 @@ def _thumbnail(image: dict | bytes, side: int = 320) -> str:
 
 
 def _checked_tests(row: dict) -> list[tuple[str, bool, str]]:
+    """The row's tests on its response, read as its response convention has them read (``checkable``)."""
+    from pipelines.instruct.conventions import checkable, record_convention
     from schemas.unit_tests import check_all, unit_test_from_json
 
     tests = [unit_test_from_json(line) for line in row.get("unit_tests") or []]
-    return [(t.type, passed, why) for t, passed, why in check_all(tests, row.get("response") or "")]
+    text = checkable(record_convention(row.get("metadata")), row.get("response") or "")
+    return [(t.type, passed, why) for t, passed, why in check_all(tests, text)]
 
 
 def _table(table_id: str, header: list[str], rows: list[list], keys: list[str] | None = None) -> str:

@@ -17,9 +17,10 @@ and, for the box conventions, its ``elements`` (``schemas.layout``). ``CONVENTIO
 
 ``KEPT_TESTS`` says which olmOCR-Bench test types each convention keeps the structure of, and
 ``checkable`` turns a response back into the text those tests read (a box stream's text parts, in
-order); ``kept_tests`` keeps only kept-type tests that pass both on it and on the raw response, which
-is what ``model.eval`` and ``model.rewards`` score. Box conventions lay out the page's furniture too, so
-they do not keep ``absent`` tests (which say headers and footers are left out).
+order); ``kept_tests`` keeps only kept-type tests that pass on it, which is what ``model.eval`` and
+``model.rewards`` score (a record's convention is in ``metadata["instruct"]``). Box conventions lay
+out the page's furniture too, so they do not keep ``absent`` tests (which say headers and footers are
+left out).
 
 A table nested in another table has no pipe-table or ``tabular`` form: the table conventions do not
 apply to a response that holds one (``applicable``), and ``plain`` writes the inner table's cells as
@@ -286,11 +287,32 @@ def rewrite(convention: str, response: str, elements: list[Element], width: int,
     return Rewrite(out, RESPONSE_FORMAT[convention], convention)
 
 
-def checkable(convention: str, response: str) -> str:
+NO_CONVENTION = "-"  # records without a recorded response convention (the instruct stage did not run)
+
+
+def record_convention(metadata: str | dict | None) -> str:
+    """The response convention a record's ``metadata["instruct"]`` names (``NO_CONVENTION`` if none)."""
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata or "{}")
+    return ((metadata or {}).get("instruct") or {}).get("convention") or NO_CONVENTION
+
+
+def checkable(convention: str | None, response: str) -> str:
     """The text a unit test reads in a response of ``convention``: the response itself, or a box
-    stream's / JSON layout's element texts in order, separated by blank lines."""
+    stream's / JSON layout's element texts in order, separated by blank lines. ``model.eval`` and
+    ``model.rewards`` score a completion's tests on this text too, so a model's output need not be
+    well formed: JSON that does not parse as a layout (a truncated completion) is read as it is, and a
+    box stream's text is whatever its complete ``<x_><y_>text<x_><y_>`` groups hold. Any other
+    convention (``None``, ``markdown``, unknown) reads the response as it is."""
     if convention == "json_layout":
-        return "\n\n".join(e["text"] for e in json.loads(response)["elements"] if e["text"]) + "\n"
+        try:
+            elements = json.loads(response)["elements"]
+            texts = [e["text"] for e in elements if e["text"]]
+        except (ValueError, TypeError, KeyError):
+            return response
+        if all(isinstance(t, str) for t in texts):
+            return "\n\n".join(texts) + "\n"
+        return response
     if convention in BOX_CONVENTIONS:
         return "\n\n".join(m.group(3) for m in _STREAM.finditer(response) if m.group(3)) + "\n"
     return response
@@ -308,17 +330,12 @@ def adapt_test(convention: str, line: str) -> str | None:
 
 
 def kept_tests(convention: str, tests: list[str], response: str) -> list[str]:
-    """The page's tests adapted to ``convention`` that pass on ``response`` (the rewrite) as it is,
-    which is what ``model.eval`` and ``model.rewards`` score, and on its ``checkable`` text. JSON
-    escaping breaks the HTML and LaTeX of a ``json_layout`` response, so there only the tests that
-    still pass on the escaped text are kept."""
+    """The page's tests adapted to ``convention`` that pass on the ``checkable`` text of ``response``
+    (the rewrite), which is what ``model.eval`` and ``model.rewards`` score."""
     text = checkable(convention, response)
     kept = []
     for line in tests:
         adapted = adapt_test(convention, line)
-        if adapted is None:
-            continue
-        test = unit_test_from_json(adapted)
-        if test.check(response)[0] and (text == response or test.check(text)[0]):
+        if adapted is not None and unit_test_from_json(adapted).check(text)[0]:
             kept.append(adapted)
     return kept

@@ -26,7 +26,7 @@ from schemas.config import option
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.prompts import convention_instruction
 
-VERSION = "2"  # 2: plain keeps formulas, kept tests pass on the raw rewrite, nested tables, unique VQA
+VERSION = "3"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tests pass on the checkable text
 
 
 @dataclass(frozen=True)

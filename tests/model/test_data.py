@@ -370,6 +370,17 @@ def test_a_label_with_boxes_is_degraded_without_moving_the_pixels(corpus, tiny, 
     assert set(applied) & set(augment.GEOMETRIC_OPS)
 
 
+def test_a_sample_carries_its_records_response_convention(corpus, tiny) -> None:
+    """What its unit tests read in a completion (``model.eval``, ``model.rewards``) follows the convention."""
+    import json
+
+    record = next(r for r in iter_records(corpus["path"], "train", eval_fraction=0.2) if r["domain"] == "docs")
+    source = SampleSource(tiny.processor, cfg_for(corpus))
+    boxed = {**record, "metadata": json.dumps({"instruct": {"convention": "nemotron_plain_bbox"}})}
+    assert source.encode(boxed).convention == "nemotron_plain_bbox"
+    assert source.encode({**record, "metadata": None}).convention == "-"  # no instruct stage: read as it is
+
+
 # -- config and eval -------------------------------------------------------------------------
 
 def test_config_load_validates() -> None:

@@ -182,6 +182,9 @@ ITEMS = [
     RewardItem("# T\n\n$x^2$ and <table><tr><td>a</td></tr></table>", "# T\n\n$x^3$ and <table><tr><td>a</td></tr>"),
     RewardItem("ref", "alpha beta", [present("alpha beta"), present("zeta")]),
     RewardItem("abcd", "abcd", dataset="synth"),
+    # a box stream: "alpha beta" spans two boxes, so it passes only on the stream's texts (its convention)
+    RewardItem("ref", "<x_1><y_2>alpha<x_3><y_4>\n<x_1><y_5>beta<x_3><y_6>\n", [present("alpha beta")],
+               convention="nemotron_plain_bbox"),
 ]
 
 
@@ -190,9 +193,25 @@ def test_pool_matches_in_process_scores():
     with RewardPool(cfg) as pool:
         got = pool.score_many(ITEMS)
         assert pool.timeouts == 0
-    want = [score(i.reference, i.completion, i.unit_tests, cfg, i.dataset) for i in ITEMS]
+    want = [score(i.reference, i.completion, i.unit_tests, cfg, i.dataset, i.convention) for i in ITEMS]
     assert [g.to_dict() for g in got] == [w.to_dict() for w in want]
     assert got[2].terms["unit_tests"] == 0.5
+    assert got[4].terms["unit_tests"] == 1.0
+
+
+def test_unit_tests_read_the_completion_as_its_convention_has_it_read():
+    stream = ITEMS[4]
+    assert score(stream.reference, stream.completion, stream.unit_tests).terms["unit_tests"] == 0.0
+    by_convention = score(stream.reference, stream.completion, stream.unit_tests, convention=stream.convention)
+    assert by_convention.terms["unit_tests"] == 1.0
+    # only the unit tests read the texts: content still compares the stream with the reference
+    assert by_convention.terms["content"] == score(stream.reference, stream.completion).terms["content"]
+    items = rewards.read_items([json.dumps({"reference": "r", "completion": stream.completion,
+                                            "unit_tests": [present("alpha beta")],
+                                            "convention": "nemotron_plain_bbox"})])
+    assert items[0].convention == "nemotron_plain_bbox"
+    with pytest.raises(ValueError, match="line 1: convention is not a string"):
+        rewards.read_items([json.dumps({"reference": "r", "completion": "c", "convention": 3})])
 
 
 def test_pool_timeout_scores_failure_and_keeps_going():

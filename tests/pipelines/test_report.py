@@ -87,6 +87,14 @@ def test_a_failing_unit_test_is_reported_as_such():
     assert [(kind, ok) for kind, ok, _ in report._checked_tests(row)] == [("present", False), ("present", True)]
 
 
+def test_a_box_stream_label_is_checked_as_its_convention_reads_it():
+    test = '{"pdf": "x.pdf", "page": 1, "id": "t1", "type": "present", "text": "alpha beta"}'
+    row = {"response": "<x_1><y_2>alpha<x_3><y_4>\n<x_1><y_5>beta<x_3><y_6>\n", "unit_tests": [test],
+           "metadata": '{"instruct": {"convention": "nemotron_plain_bbox"}}'}
+    assert [ok for _, ok, _ in report._checked_tests(row)] == [True]  # the boxes' texts, in order
+    assert [ok for _, ok, _ in report._checked_tests({**row, "metadata": None})] == [False]
+
+
 def test_cli_on_a_folder_without_a_run_manifest_says_so(tmp_path, capsys):
     assert report.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "report")]) == 2
     err = capsys.readouterr().err

@@ -150,16 +150,37 @@ def test_plain_text_keeps_formulas_whole_and_strips_only_html_tags() -> None:
         "We need a < b and c > d for all inputs.\n\nIf x<y and y>z then done.\n\nLet A^{*}B^{*} be the adjoint.\n")
 
 
-def test_json_layout_keeps_only_tests_that_pass_on_its_raw_response() -> None:
+def test_json_layout_keeps_the_tests_that_pass_on_its_element_texts() -> None:
     from model.eval import score_prediction
     from pipelines.instruct.stage import InstructConfig, InstructStage
 
     stage = InstructStage(InstructConfig(conventions={"json_layout": 1.0}, crops=(), kie=False, vqa_per_page=0))
     out = stage(record())[0]
-    _, results = score_prediction(out.response, out.response, out.unit_tests)  # as model.eval scores it
-    assert [(r["type"], r["passed"]) for r in results] == [("present", True), ("order", True)]
-    # the JSON string escapes the table's and formula's markup: those tests fail on the raw response
-    assert kept_tests("json_layout", TESTS, out.response) == out.unit_tests
+    # the JSON string escapes the table's and formula's markup, but the tests read the decoded texts
+    assert [json.loads(k)["type"] for k in out.unit_tests] == ["present", "order", "table", "math"]
+    _, results = score_prediction(out.response, out.response, out.unit_tests, "json_layout")  # as model.eval does
+    assert all(r["passed"] for r in results)
+    _, as_raw = score_prediction(out.response, out.response, out.unit_tests)  # the raw JSON: markup escaped
+    assert [r["type"] for r in as_raw if not r["passed"]] == ["table", "math"]
+
+
+def test_box_streams_keep_tests_that_read_across_their_boxes() -> None:
+    from model.eval import score_prediction
+
+    across = t("present", text="Annual Report Costs")  # two elements: a box's coordinates lie between
+    out = rewrite("nemotron_plain_bbox", RESPONSE, ELEMENTS, W, H).response
+    kept = kept_tests("nemotron_plain_bbox", [*TESTS, across], out)
+    assert across in kept
+    _, results = score_prediction(out, out, kept, "nemotron_plain_bbox")
+    assert all(r["passed"] for r in results)
+    _, as_raw = score_prediction(out, out, kept)
+    assert [r["passed"] for r in as_raw].count(False) == 1
+
+
+@pytest.mark.parametrize("completion", ['{"width": 10, "elements": [{"class": "text", "text": "Acme', "[1, 2]",
+                                        '{"elements": [{"text": 3}]}', '{"elements": 5}', "not json"])
+def test_checkable_reads_a_malformed_json_layout_completion_as_it_is(completion) -> None:
+    assert checkable("json_layout", completion) == completion  # a model's output: scored, never an error
 
 
 NESTED = ("Before\n\n<table><tr><td>x <table><tr><td>inner</td><td>a&lt;b</td></tr></table> y</td><td>outer B</td>"
