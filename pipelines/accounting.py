@@ -122,11 +122,26 @@ def _outcome(stage: str, source: str, source_id: str, outputs: list | None,
             yield Envelope(Kind.UNIT_DEAD, (unit, letter))
 
 
+def _repeated_page(row: Row, seen: set[tuple[str, int]]) -> RecordError | None:
+    """``duplicate_id`` when one of the row's pages has a (source id, page) already read in this unit:
+    both would get one page id (``schemas.page.page_id``), which the writer and dedup key records by."""
+    for page in row.pages:
+        key = (page.source_id, page.page_number)
+        if key in seen:
+            return RecordError("duplicate_id", f"{key[0]} page {key[1]} was read twice from this input "
+                                               "(a repeated row?): the later copy is dead-lettered")
+        seen.add(key)
+    return None
+
+
 def account_rows(stage: str, source: str, rows: Iterable[Row], unit: str = "") -> Iterator[Envelope]:
     """Envelopes for a source's rows; a crash of the reader itself is one dead letter for the unit.
-    ``unit``: the unit's refresh key, put on its count events and dead letters (``pipelines.refresh``)."""
+    ``unit``: the unit's refresh key, put on its count events and dead letters (``pipelines.refresh``).
+    A record whose page the unit already yielded is dead-lettered ``duplicate_id`` (the set of pages
+    seen is the unit's, so bounded by it; repeats across units are reported by the shard writer)."""
     started = time.perf_counter()
     iterator = iter(rows)
+    seen: set[tuple[str, int]] = set()
     while True:
         try:
             row = next(iterator)
@@ -136,12 +151,15 @@ def account_rows(stage: str, source: str, rows: Iterable[Row], unit: str = "") -
             yield from _outcome(stage, source, "<unit>", None, exc, unit)
             break
         if row.continues and row.error is None:  # more pages of a record counted in an earlier row
+            error = None
+            seen.update((page.source_id, page.page_number) for page in row.pages)
             yield Envelope(Kind.EVENT, CountEvent(stage, source, "emitted", "", len(row.pages), unit))
             yield from (Envelope(Kind.ITEM, page) for page in row.pages)
         else:
-            yield from _outcome(stage, source, row.source_id, row.pages, row.error, unit)
+            error = row.error or _repeated_page(row, seen)
+            yield from _outcome(stage, source, row.source_id, None if error else row.pages, error, unit)
         # a reader's counters (e.g. unit tests dropped for failing on their own reference) reach the manifest
-        for page in row.pages if row.error is None else ():
+        for page in row.pages if error is None else ():
             found = (getattr(page, "quality", None) or {}).get(stage)
             for name, value in (found.get("counters") or {}).items() if isinstance(found, dict) else ():
                 if value:

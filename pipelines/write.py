@@ -425,9 +425,27 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
         "bytes": sink.written,
         "sha256": digest.hexdigest(),
     }
+    # Page ids must be unique: dedup's exclusions and refresh key records by id. (Dead letters of one
+    # record may share an id.) The manifest lists repeats as an imbalance.
+    repeated = repeated_ids(rows.column("id").take(order)) if table.folder == PAGES.folder else []
+    if repeated:
+        result["repeated_ids"] = repeated
     if table.folder == PAGES.folder and len(excluded):  # (compared by name: Beam hands the plan a copy)
         result["losers_file"] = _write_losers(plan, output, cfg, excluded)
     return result
+
+
+def repeated_ids(sorted_ids: pa.ChunkedArray | pa.Array, limit: int = 10) -> list[str]:
+    """Up to ``limit`` ids that more than one row holds, from the shard's ids in sorted order. Readers
+    dead-letter a page read twice from one input unit (``pipelines.accounting.account_rows``); this
+    finds ids repeated across units (two input files naming one record)."""
+    if len(sorted_ids) < 2:
+        return []
+    ids = sorted_ids.combine_chunks() if isinstance(sorted_ids, pa.ChunkedArray) else sorted_ids
+    same = pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1))
+    if not pc.any(same).as_py():
+        return []
+    return sorted(set(ids.slice(1).filter(same).to_pylist()))[:limit]
 
 
 def _write_losers(plan: ShardPlan, output: str, cfg: WriteConfig, excluded: pa.Array) -> str:

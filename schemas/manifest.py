@@ -146,6 +146,10 @@ class RunManifest:
                 f"{units.get('finished')} of {units.get('planned')} planned input units were read or carried; "
                 f"never read: {', '.join(lost[:10])}{' ...' if len(lost) > 10 else ''} (lost by the runner: rerun)"
             )
+        repeated = [i for s in self.shards for i in s.get("repeated_ids") or ()]
+        if repeated:
+            problems.append(f"ids held by more than one written record (two inputs name one page): "
+                            f"{', '.join(repeated[:10])}{' ...' if len(repeated) > 10 else ''}")
         if self.stage_order:
             last = self.totals(self.stage_order[-1])
             if last.emitted != self.records_written:

@@ -81,3 +81,28 @@ def test_routing_groups_payloads_by_kind_in_order():
 def test_routing_refuses_a_kind_it_does_not_expect(kind):
     with pytest.raises(ValueError, match="unexpected envelope kind .*expected one of: count, shard"):
         by_kind([Envelope(Kind.COUNT, 1), (kind, 2)], Kind.COUNT, Kind.SHARD)
+
+
+def _page(source_id: str, page: int, counters: int = 0):
+    from pipelines.sources.base import SourcePage
+
+    quality = {"read": {"counters": {"tests_kept": counters}}} if counters else {}
+    return SourcePage(source="s", source_id=source_id, page_number=page, payload_kind="pdf", payload=b"%PDF",
+                      response="r", domain="d", language="en", license="cc0", instruction="i", quality=quality)
+
+
+def test_a_page_read_twice_from_one_unit_is_dead_lettered_once_and_named():
+    from pipelines.accounting import account_rows
+    from pipelines.sources.base import Row
+
+    rows = [Row("a", [_page("a", 1)]), Row("b", [_page("b", 1), _page("b", 2)]),
+            Row("b", [_page("b", 2, counters=3)]),  # a repeated input row
+            Row("b", [_page("b", 3)], continues=True),  # more pages of b: not a repeat
+            Row("c", [_page("c", 1), _page("c", 1)])]  # one record holding one page twice
+    out = list(account_rows("read", "s", rows, unit="u"))
+    letters = [p for k, p in out if k == Kind.DEAD]
+    assert [(d.source_id, d.reason) for d in letters] == [("b", "duplicate_id"), ("c", "duplicate_id")]
+    assert "b page 2 was read twice" in letters[0].message
+    assert [(p.source_id, p.page_number) for k, p in out if k == Kind.ITEM] == [("a", 1), ("b", 1), ("b", 2), ("b", 3)]
+    assert events(out, "counter") == []  # the dead-lettered copy's counters are not counted
+    assert sum(v for _, _, v in events(out, "in")) == 4 and sum(v for _, _, v in events(out, "dead")) == 2
