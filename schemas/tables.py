@@ -83,6 +83,8 @@ class _TableParser(HTMLParser):
         if not self._stack:
             return
         t = self._stack[-1]
+        if tag in ("tr", "td", "th"):  # the outer cell reads a nested table's cells as words
+            self._add_text(" ", outer_only=True)
         if tag == "thead":
             t["thead"] = True
         elif tag in ("tbody", "tfoot"):
@@ -98,8 +100,8 @@ class _TableParser(HTMLParser):
             a = dict(attrs)
             t["cell"] = {"text": [], "rowspan": _span(a.get("rowspan")), "colspan": _span(a.get("colspan")),
                          "header": tag == "th" or t["thead"]}
-        elif tag == "br" and t["cell"] is not None:
-            t["cell"]["text"].append(" ")
+        elif tag == "br":
+            self._add_text(" ")
 
     def handle_endtag(self, tag):
         tag = tag.lower()
@@ -116,8 +118,13 @@ class _TableParser(HTMLParser):
             self._finish()
 
     def handle_data(self, data):
-        if self._stack and self._stack[-1]["cell"] is not None:
-            self._stack[-1]["cell"]["text"].append(data)
+        self._add_text(data)
+
+    def _add_text(self, text: str, outer_only: bool = False) -> None:
+        """Text belongs to the open cell of every open table: a nested table's text is also its outer cell's."""
+        for t in self._stack[:-1] if outer_only else self._stack:
+            if t["cell"] is not None:
+                t["cell"]["text"].append(text)
 
     def _close_cell(self, t):
         cell = t["cell"]

@@ -33,7 +33,6 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from html import escape
 
 from schemas.layout import Element, grid_box, nemotron_class
 from schemas.tables import Table, parse_html_tables, place_cells
@@ -184,29 +183,20 @@ def table_plain(table: Table) -> str:
     return "\n".join("\t".join(_cell_text(c.text) for c in row) for row in table.rows)
 
 
-def _outer_table(html: str, flatten: bool) -> Table | None:
-    """The outermost table of one ``table_spans`` span. With ``flatten`` each table nested in it is
-    first replaced by its cells' text, which then stays in the outer cell (the parser drops it there)."""
-    if flatten:
-        body_start, body_end = _TABLE_TAG.match(html).end(), html.lower().rindex("</table")
-        body, parts, pos = html[body_start:body_end], [], 0
-        for start, end, _ in table_spans(body):
-            inner = _outer_table(body[start:end], True)
-            text = " ".join(c.text for row in inner.rows for c in row) if inner else ""
-            parts += [body[pos:start], f" {escape(text)} "]
-            pos = end
-        html = html[:body_start] + "".join(parts) + body[pos:] + html[body_end:]
+def _outer_table(html: str) -> Table | None:
+    """The outermost table of one ``table_spans`` span; a table nested in it is text of its outer
+    cell there (``schemas.tables``' standard reading)."""
     tables = parse_html_tables(html)
     return tables[-1] if tables else None  # the parser closes the outer table last
 
 
 def _tables_as(response: str, fn: Callable[[Table], str], flatten: bool = False) -> str:
     """``response`` with each outermost HTML table written by ``fn``. A table holding another table
-    has no pipe-table or ``tabular`` form: it stays HTML unless ``flatten`` (see ``_outer_table``)."""
+    has no pipe-table or ``tabular`` form: it stays HTML unless ``flatten`` (its text in the outer cell)."""
     out, pos = [], 0
     for start, end, nested in table_spans(response):
         html = response[start:end]
-        table = _outer_table(html, flatten) if flatten or not nested else None
+        table = _outer_table(html) if flatten or not nested else None
         out += [response[pos:start], fn(table) if table is not None else html]
         pos = end
     return "".join(out) + response[pos:]

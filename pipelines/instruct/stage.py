@@ -26,7 +26,8 @@ from schemas.config import option
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.prompts import convention_instruction
 
-VERSION = "3"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tests pass on the checkable text
+VERSION = "3"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tests pass on the checkable
+# text, a nested table's text is its outer cell's (schemas.tables)
 
 
 @dataclass(frozen=True)

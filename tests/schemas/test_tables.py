@@ -157,6 +157,15 @@ def test_html_nested_table_rows_belong_to_the_outer_table_too():
     assert passes(html, "z", up="in")
 
 
+def test_standard_reading_keeps_a_nested_tables_text_in_its_outer_cell():
+    html = ("<table><tr><td>x <table><tr><td>in</td><td>a&lt;b</td></tr><tr><td>r2<br>r3</td></tr></table> y</td>"
+            "<td>B</td></tr><tr><td>z</td></tr></table>")
+    inner, outer = parse_html_tables(html)  # the outer table closes last
+    assert [[c.text for c in r] for r in inner.rows] == [["in", "a<b"], ["r2 r3"]]
+    # the inner cells read as words of the outer cell; the inner rows are not rows of the outer table
+    assert [[c.text for c in r] for r in outer.rows] == [["x in a<b r2 r3 y", "B"], ["z"]]
+
+
 def test_html_headings_spans_and_line_breaks():
     html = ("<table><thead><tr><td>Region</td><td>Sales</td></tr></thead>"
             '<tr><td rowspan="0">North</td><td>*10<br>12*</td></tr><tr><td>13</td></tr><tr><td>14</td></tr></table>')
