@@ -266,9 +266,30 @@ _CLOSERS = {"}", ")", "]", "\\}", "\\rangle", "\\rbrace", "\\end"}
 def find_formulas(text: str) -> list[Formula]:
     """The formulas of ``text`` as ``rewrite`` decides what is math: code spans left out, escaped
     citation brackets (``\\[12\\]``) not math; each with its ``display`` flag."""
-    found: list[Formula] = []
-    _protect_math(_protect_code(text, []), found)
-    return found
+    return mask_code_and_math(text)[2]
+
+
+def mask_code_and_math(text: str) -> tuple[str, list[str], list[Formula]]:
+    """``(masked, code, formulas)``: ``text`` with its code (fences, ``<code>`` elements, inline spans)
+    replaced by ``\\x00C<i>\\x00`` and then every formula by ``\\x00M<i>\\x00``, so that a pass over
+    the prose (emphasis, tags) touches neither; ``unmask`` puts them back. ``text`` must hold no NUL
+    (``schemas.page.validate`` rejects it in a response)."""
+    code: list[str] = []
+    formulas: list[Formula] = []
+    return _protect_math(_protect_code(text, code), formulas), code, formulas
+
+
+def unmask(masked: str, code: list[str], formulas: list[str]) -> str:
+    """``masked`` (from ``mask_code_and_math``) with each code placeholder back as it was and each
+    formula placeholder replaced by ``formulas[i]`` (the formula as the caller writes it)."""
+    def restore(m: re.Match[str]) -> str:
+        return code[int(m.group(2))] if m.group(1) == "C" else formulas[int(m.group(2))]
+
+    # math bodies may hold code placeholders (`$a `b` c$`), so substitute until none is left
+    result = _PLACEHOLDER.sub(restore, masked)
+    while _PLACEHOLDER.search(result):
+        result = _PLACEHOLDER.sub(restore, result)
+    return result
 
 
 def split_points(body: str) -> list[int]:
@@ -403,22 +424,10 @@ def rewrite(text: str, cfg: ConventionsConfig = ConventionsConfig()) -> tuple[st
     counters = dict.fromkeys(COUNTERS, 0)
     if "\x00" in text:
         raise RecordError("nul_in_response", "response contains NUL characters")
-    code: list[str] = []
-    formulas: list[Formula] = []
-    masked = _protect_code(text, code)
-    masked = _protect_math(masked, formulas)
+    masked, code, formulas = mask_code_and_math(text)
     if cfg.markdown_emphasis:
         masked = _emphasis(masked, cfg, counters)
-    rendered = [_render_formula(f, cfg, counters) for f in formulas]
-
-    def restore(m: re.Match[str]) -> str:
-        return code[int(m.group(2))] if m.group(1) == "C" else rendered[int(m.group(2))]
-
-    # math bodies may hold code placeholders (`$a `b` c$`), so substitute until none is left
-    result = _PLACEHOLDER.sub(restore, masked)
-    while "\x00" in result:
-        result = _PLACEHOLDER.sub(restore, result)
-    return result, counters
+    return unmask(masked, code, [_render_formula(f, cfg, counters) for f in formulas]), counters
 
 
 FORMULA_COUNTERS = ("formula_delimiters", "formula_spacing")

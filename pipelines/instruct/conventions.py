@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from pipelines.clean.conventions import mask_code_and_math, unmask
 from schemas.layout import Element, grid_box, nemotron_class
 from schemas.tables import Table, parse_html_tables, place_cells
 from schemas.unit_tests import unit_test_from_json, unit_test_to_json
@@ -69,7 +70,6 @@ _TAG = re.compile(rf"</?(?:{_HTML_TAGS})(?:\s[^<>]*)?/?>", re.IGNORECASE)
 _HEADING = re.compile(r"^#{1,6}\s+", re.MULTILINE)
 _EMPH = re.compile(r"\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", re.DOTALL)
 _MARKER = re.compile(r"\[\^([^\]\s]+)\](:?)")
-_MATH = re.compile(r"\\\[\s*(.+?)\s*\\\]|\\\(\s*(.+?)\s*\\\)", re.DOTALL)
 _STREAM = re.compile(r"<x_(\d+)><y_(\d+)>(.*?)<x_(\d+)><y_(\d+)>(<class_[^>]+>)?", re.DOTALL)
 
 
@@ -140,16 +140,17 @@ def _latex_text(text: str) -> str:
     return _LATEX_SPECIAL.sub(lambda m: _LATEX_SPECIALS[m.group(0)], text)
 
 
+# CommonMark: a backslash before ASCII punctuation writes that character (\[12\] is "[12]", \* a star)
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
 def _latex_escape(text: str) -> str:
-    """Escape LaTeX specials outside math (``\\( \\)`` and ``\\[ \\]`` kept as inline math: a cell is
-    one line of a ``tabular``)."""
-    out, pos = [], 0
-    for m in _MATH.finditer(text):
-        out.append(_latex_text(text[pos:m.start()]))
-        out.append(f"${m.group(1) if m.group(1) is not None else m.group(2)}$")
-        pos = m.end()
-    out.append(_latex_text(text[pos:]))
-    return "".join(out)
+    """Escape LaTeX specials outside math; every formula becomes inline math (a cell is one line of a
+    ``tabular``). Formulas are found as the ``conventions`` stage finds them; code is text here, and a
+    Markdown escape the character it escapes."""
+    masked, code, formulas = mask_code_and_math(text.replace("\x00", ""))
+    prose = _latex_text(_ESCAPE.sub(r"\1", masked))
+    return unmask(prose, [_latex_text(c) for c in code], [f"${f.body.strip()}$" for f in formulas])
 
 
 def table_latex(table: Table) -> str:
@@ -202,31 +203,24 @@ def _tables_as(response: str, fn: Callable[[Table], str], flatten: bool = False)
     return "".join(out) + response[pos:]
 
 
-def _mask_math(text: str, saved: list[str]) -> str:
-    """Each formula replaced by ``\\x00<i>\\x00``, its bare LaTeX kept in ``saved``: the emphasis and
-    tag passes must not touch ``A^{*}`` or ``a < b`` inside it. A NUL never occurs in a valid response
-    (``schemas.page.validate``); any other is dropped, so that none poses as a placeholder."""
-
-    def keep(m: re.Match) -> str:
-        saved.append(m.group(1) if m.group(1) is not None else m.group(2))
-        return f"\x00{len(saved) - 1}\x00"
-
-    return _MATH.sub(keep, text.replace("\x00", ""))
-
-
 def plain_text(markdown: str) -> str:
     """Markdown -> plain text: tables as tab-separated rows (a nested table's cells as text of its
     outer cell), heading marks, emphasis, HTML tags and footnote markers removed (a footnote
-    definition keeps its marker as ``m``), formulas as bare LaTeX."""
-    formulas: list[str] = []
-    text = _mask_math(markdown, formulas)
+    definition keeps its marker as ``m``), Markdown escapes written as the character they escape,
+    formulas as bare LaTeX; code as it is. Code and formulas are found as the ``conventions`` stage
+    finds them (``pipelines.clean.conventions.mask_code_and_math``). A NUL never occurs in a valid
+    response (``schemas.page.validate``); any other is dropped, so that none poses as a placeholder."""
+    text, code, formulas = mask_code_and_math(markdown.replace("\x00", ""))
+    escaped: list[str] = []
+    text = _ESCAPE.sub(lambda m: escaped.append(m.group(1)) or f"\x00E{len(escaped) - 1}\x00", text)
     text = _tables_as(text, table_plain, flatten=True)
     text = _HEADING.sub("", text)
     for _ in range(2):  # nested emphasis
         text = _EMPH.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
     text = _MARKER.sub(lambda m: m.group(1) if m.group(2) else "", text)
     text = _TAG.sub("", text)
-    text = re.sub(r"\x00(\d+)\x00", lambda m: formulas[int(m.group(1))], text)
+    text = re.sub(r"\x00E(\d+)\x00", lambda m: escaped[int(m.group(1))], text)
+    text = unmask(text, code, [f.body.strip() for f in formulas])
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 

@@ -150,6 +150,20 @@ def test_plain_text_keeps_formulas_whole_and_strips_only_html_tags() -> None:
         "We need a < b and c > d for all inputs.\n\nIf x<y and y>z then done.\n\nLet A^{*}B^{*} be the adjoint.\n")
 
 
+def test_plain_text_finds_formulas_and_code_as_the_conventions_stage_does() -> None:
+    md = ("Dollar math $a_1 < b$ and a citation \\[12\\], an escaped \\*star\\* and *emphasis*.\n\n"
+          "Code `<b>x</b> *y*` stays as it is; \\(x\\) \\[ y \\]\n")
+    assert rewrite("plain", md, [], W, H).response == (
+        "Dollar math a_1 < b and a citation [12], an escaped *star* and emphasis.\n\n"
+        "Code `<b>x</b> *y*` stays as it is; x y\n")
+
+
+def test_latex_tables_write_every_formula_of_a_cell_as_inline_math() -> None:
+    html = "<table><tr><td>$a_1$ and \\(b^2\\) cost 5%</td><td>\\[12\\]</td></tr></table>"
+    out = rewrite("latex_tables", html, [], W, H).response
+    assert "$a_1$ and $b^2$ cost 5\\% & [12] \\\\" in out  # a Markdown-escaped citation is its brackets
+
+
 def test_json_layout_keeps_the_tests_that_pass_on_its_element_texts() -> None:
     from model.eval import score_prediction
     from pipelines.instruct.stage import InstructConfig, InstructStage
