@@ -4,7 +4,8 @@ Jina-OCR-v1 sections 5.1 (alignment SFT) and 5.2 (robustness SFT). The data flow
 `model.records` streams corpus rows and assigns the held-out split; `model.sampler` draws them
 domain-balanced and resumably; here ``SampleSource`` turns records into ``Sample``s (chat template,
 image patches, response target) and skips bad ones with a reason (``corrupt_image``,
-``image_too_large``, ``too_long``): counted in ``.skipped`` and logged once per record, never fatal.
+``image_too_large``, ``too_long``): counted in ``.skipped`` and logged once per record (the first
+``LOGGED_SKIPS`` per reason), never fatal.
 Robustness SFT degrades page images with ``synth.augment.degrade`` at ``degrade_prob``.
 `model.batches` packs samples into model batches and drives it all as a resumable ``BatchStream``.
 """
@@ -104,6 +105,9 @@ class Sample:
         return self.encoded.length
 
 
+LOGGED_SKIPS = 20  # skipped records logged by id per reason; the rest are only counted
+
+
 class SampleSource:
     """Records -> Samples for one split; bad records are skipped with a reason, never fatal.
 
@@ -116,13 +120,19 @@ class SampleSource:
         self.processor, self.cfg, self.split = processor, cfg, split
         self.records = records
         self.skipped: Counter = Counter()
-        self._logged: set[tuple[str, str]] = set()
+        self._logged: dict[str, set[str]] = {}  # reason -> the record ids logged, at most LOGGED_SKIPS each
 
     def _skip(self, record_id: str, reason: str, detail: str) -> None:
         self.skipped[reason] += 1
-        if (record_id, reason) not in self._logged:
-            self._logged.add((record_id, reason))
-            log.warning("data: skipping record %s: %s (%s)", record_id, reason, detail)
+        logged = self._logged.setdefault(reason, set())
+        if record_id in logged or len(logged) > LOGGED_SKIPS:
+            return
+        if len(logged) == LOGGED_SKIPS:  # a corpus of bad records must not grow the log (or this set)
+            logged.add("")
+            log.warning("data: more records skipped as %s; counted in .skipped, not logged", reason)
+            return
+        logged.add(record_id)
+        log.warning("data: skipping record %s: %s (%s)", record_id, reason, detail)
 
     def _degrade(self, record: dict, rng: np.random.Generator | None) -> bool:
         cfg = self.cfg

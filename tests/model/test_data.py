@@ -105,6 +105,22 @@ def test_corrupt_and_too_long_records_are_skipped_counted_and_logged_once(corpus
     assert all(s.length <= cfg.max_sample_tokens for s in samples)
 
 
+def test_skips_are_logged_for_the_first_records_per_reason_then_only_counted(corpus, tiny, caplog, monkeypatch) -> None:
+    import model.data
+
+    monkeypatch.setattr(model.data, "LOGGED_SKIPS", 1)
+    corrupt = [r for r in iter_records(corpus["path"]) if r["id"] in corpus["corrupt"]]
+    src = SampleSource(tiny.processor, cfg_for(corpus), records=corrupt)
+    with caplog.at_level(logging.WARNING, logger="model.data"):
+        for _ in range(3):
+            assert list(src) == []
+    assert src.skipped == {"corrupt_image": 3 * len(corrupt)} and len(corrupt) == 2
+    assert [m.split(":")[1].strip() for m in caplog.messages] == [
+        f"skipping record {corrupt[0]['id']}", "more records skipped as corrupt_image;"
+        " counted in .skipped, not logged"]
+    assert sum(len(ids) for ids in src._logged.values()) == 2  # bounded, whatever the corpus holds
+
+
 def test_batch_stream_runs_through_bad_records(corpus, tiny) -> None:
     stream = BatchStream(cfg_for(corpus, domain_rates={"news": 1.0, "formula": 1.0}), tiny.processor, tiny.model)
     seen = set()
