@@ -278,8 +278,10 @@ class _Unreadable:
 
 
 class TableSink:
-    """Streams rows into one Parquet file: buffered up to a row group, written under a temporary
-    name and renamed at ``close``, which returns the manifest's entry for the file."""
+    """Streams rows into one Parquet file: buffered up to a row group (``row_group_bytes`` by the rows'
+    estimated sizes, or ``row_group_rows``, whichever comes first: the estimates leave out a row's
+    Python overhead, ~3 KB for a small page), written under a temporary name and renamed at
+    ``close``, which returns the manifest's entry for the file."""
 
     def __init__(self, output: str, file: str, schema: pa.Schema, split: str | None = None):
         from pipelines import io
@@ -301,7 +303,7 @@ class TableSink:
         self.rows.append(row)
         self.buffered += size
         self.count += 1
-        if self.buffered >= self.cfg.row_group_bytes:
+        if self.buffered >= self.cfg.row_group_bytes or len(self.rows) >= self.cfg.row_group_rows:
             self._flush()
 
     def _flush(self) -> None:

@@ -311,3 +311,19 @@ def test_a_row_with_values_no_page_record_holds_is_dead_lettered_and_the_run_end
     assert not manifest.imbalances() and manifest.totals("validate").dead == {"unreadable_row": 1}
     (letter,) = pq.read_table(tmp_path / "out" / "dead_letter.parquet").to_pylist()
     assert "in.parquet row 1" in letter["message"] and why in letter["message"]
+
+
+def test_a_sink_writes_a_row_group_every_row_group_rows_whatever_the_rows_estimated_bytes(tmp_path):
+    """Small rows are estimated far below their memory (a dict each): the sink must not hold ~100k of them."""
+
+    from pipelines.stage import TableSink
+
+    schema = pa.schema([("id", pa.string())])
+    sink = TableSink(str(tmp_path), "t.parquet", schema)
+    for i in range(2_500):
+        sink.add({"id": f"{i:05d}"}, 1)
+    assert len(sink.rows) == 2_500 - 2 * sink.cfg.row_group_rows  # two row groups already written
+    entry = sink.close()
+    f = pq.ParquetFile(tmp_path / "t.parquet")
+    assert entry["rows"] == 2_500 and [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [
+        1000, 1000, 500]
