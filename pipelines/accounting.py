@@ -87,6 +87,9 @@ def by_kind(envelopes: Iterable[tuple[str, Any]], *kinds: Kind) -> dict[Kind, li
     return routed
 
 
+MAX_MESSAGE_CHARS = 2000  # of a dead letter's message: an error may quote a hostile input's value
+
+
 def _dead(stage: str, source: str, source_id: str, exc: BaseException) -> DeadLetter:
     if isinstance(exc, RecordError):
         reason = exc.reason
@@ -95,6 +98,8 @@ def _dead(stage: str, source: str, source_id: str, exc: BaseException) -> DeadLe
         reason = f"unexpected_{type(exc).__name__}"
         tb = traceback.format_exception(exc)
         message = f"{exc!r}; at {tb[-2].strip() if len(tb) > 1 else ''}"
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = f"{message[:MAX_MESSAGE_CHARS]}... ({len(message)} characters)"
     return DeadLetter(source, source_id, stage, reason, type(exc).__name__, message)
 
 
@@ -134,8 +139,9 @@ def _repeated_page(row: Row, seen: set[tuple[str, int]]) -> RecordError | None:
     return None
 
 
-def account_rows(stage: str, source: str, rows: Iterable[Row], unit: str = "") -> Iterator[Envelope]:
-    """Envelopes for a source's rows; a crash of the reader itself is one dead letter for the unit.
+def account_rows(stage: str, source: str, rows: Iterable[Row], unit: str = "", label: str = "") -> Iterator[Envelope]:
+    """Envelopes for a source's rows; a crash of the reader itself is one dead letter for the unit
+    (named by ``label``, the unit as the reader planned it: the rows after the crash are not read).
     ``unit``: the unit's refresh key, put on its count events and dead letters (``pipelines.refresh``).
     A record whose page the unit already yielded is dead-lettered ``duplicate_id`` (the set of pages
     seen is the unit's, so bounded by it; repeats across units are reported by the shard writer)."""
@@ -148,7 +154,7 @@ def account_rows(stage: str, source: str, rows: Iterable[Row], unit: str = "") -
         except StopIteration:
             break
         except Exception as exc:  # the reader failed outside any row: account for the unit
-            yield from _outcome(stage, source, "<unit>", None, exc, unit)
+            yield from _outcome(stage, source, f"<unit {label}>" if label else "<unit>", None, exc, unit)
             break
         if row.continues and row.error is None:  # more pages of a record counted in an earlier row
             error = None

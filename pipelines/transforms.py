@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import apache_beam as beam
 
 from pipelines.accounting import Envelope, Kind, SpillTotal, account_rows, apply_stage
 from pipelines.clean.dedup_stage import DUPLICATES, Loser, spill_loser
+from pipelines.sources.base import PlanFailure
 from pipelines.write import DEAD_LETTERS, SpillWriter, WriteConfig, add_spill_stat
 from schemas.deadletter import DeadLetter
 from schemas.manifest import CountEvent
@@ -35,11 +36,10 @@ class ReadUnits(beam.DoFn):
 
     def process(self, element) -> Iterator:
         settings, unit, *key = element
-        source = self._source(settings)
-        rows = source.read(unit)
+        rows = [unit.row()] if isinstance(unit, PlanFailure) else self._source(settings).read(unit)
         if key:
             rows = _stamped(rows, key[0])
-        yield from account_rows(self.stage, settings.name, rows, key[0] if key else "")
+        yield from account_rows(self.stage, settings.name, rows, key[0] if key else "", unit_label(unit))
 
     def _source(self, settings):
         from pipelines.sources import build_source
@@ -61,6 +61,12 @@ class ReadUnits(beam.DoFn):
                 close()
 
 
+def unit_label(unit: Any, limit: int = 300) -> str:
+    """A unit as a dead letter names it: its repr (a reader's dataclass or tuple of paths), capped."""
+    text = repr(unit)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
 def _stamped(rows, key: str) -> Iterator:
     for row in rows:
         for page in row.pages:
@@ -78,17 +84,30 @@ def input_parts(element) -> Iterator:
     if parts is None:
         yield element
         return
-    for part in parts(uri):
+    for part in _guarded(uri, lambda: parts(uri)):  # a PlanFailure is passed on by plan_units
         yield settings, part
 
 
 def plan_units(element) -> Iterator:
-    """``(settings, uri or part)`` -> ``(settings, unit)`` for each independently readable unit."""
+    """``(settings, uri or part)`` -> ``(settings, unit)`` for each independently readable unit. A
+    reader whose ``plan`` raises (a file it cannot make sense of) gives a ``PlanFailure`` unit for the
+    input instead, after the units it planned before the error: read as one dead letter naming it."""
     from pipelines.sources import build_source
 
     settings, uri = element
-    for unit in build_source(settings).plan(uri):
+    if isinstance(uri, PlanFailure):  # input_parts could not list the input's parts
+        yield element
+        return
+    for unit in _guarded(uri, lambda: build_source(settings).plan(uri)):
         yield settings, unit
+
+
+def _guarded(uri: Any, make: Callable[[], Iterable]) -> Iterator:
+    """What ``make()`` yields; if it raises, a ``PlanFailure`` for ``uri`` after what it yielded."""
+    try:
+        yield from make()
+    except Exception as exc:
+        yield PlanFailure.of(uri, exc)
 
 
 class ApplyStage(beam.DoFn):

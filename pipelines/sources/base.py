@@ -67,6 +67,28 @@ class Row:
 
 
 @dataclass(frozen=True)
+class PlanFailure:
+    """A unit standing for an input (or the rest of one) whose planning raised: read as one dead letter
+    naming the input (``pipelines.transforms.plan_units``), so one bad file does not stop the run."""
+
+    uri: str
+    reason: str
+    message: str
+
+    @classmethod
+    def of(cls, what: Any, exc: BaseException) -> PlanFailure:
+        """The failure to plan ``what`` (an input URI, or a part of one such as a folder's file)."""
+        uri = what if isinstance(what, str) else \
+            posixpath.join(what.root, what.rel) if hasattr(what, "root") and hasattr(what, "rel") else repr(what)[:300]
+        if isinstance(exc, RecordError):
+            return cls(uri, exc.reason, str(exc)[:1000])
+        return cls(uri, "unplannable_input", f"{uri}: planning failed: {type(exc).__name__}: {str(exc)[:1000]}")
+
+    def row(self) -> Row:
+        return Row(source_id=self.uri, error=RecordError(self.reason, self.message))
+
+
+@dataclass(frozen=True)
 class SourceSettings:
     """Per-source settings common to every reader (from the ``sources:`` list of the config).
 

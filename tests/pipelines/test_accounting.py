@@ -106,3 +106,19 @@ def test_a_page_read_twice_from_one_unit_is_dead_lettered_once_and_named():
     assert [(p.source_id, p.page_number) for k, p in out if k == Kind.ITEM] == [("a", 1), ("b", 1), ("b", 2), ("b", 3)]
     assert events(out, "counter") == []  # the dead-lettered copy's counters are not counted
     assert sum(v for _, _, v in events(out, "in")) == 4 and sum(v for _, _, v in events(out, "dead")) == 2
+
+
+def test_a_reader_that_stops_mid_unit_is_one_dead_letter_naming_the_unit_with_a_bounded_message():
+    from pipelines.accounting import MAX_MESSAGE_CHARS, account_rows
+    from pipelines.sources.base import Row
+    from pipelines.transforms import unit_label
+
+    def rows():
+        yield Row("a", [_page("a", 1)])
+        raise TypeError("x" * 100_000)  # a hostile value quoted in the error
+
+    out = list(account_rows("read", "s", rows(), unit="k", label=unit_label(("f.parquet", 3))))
+    [letter] = [p for k, p in out if k == Kind.DEAD]
+    assert letter.source_id == "<unit ('f.parquet', 3)>" and letter.reason == "unexpected_TypeError"
+    assert len(letter.message) < MAX_MESSAGE_CHARS + 40 and letter.message.endswith("characters)")
+    assert [p.source_id for k, p in out if k == Kind.ITEM] == ["a"]
