@@ -14,6 +14,12 @@ for them: nothing is ever extracted to disk, so member names such as ``../x`` or
 escape the run's folders (they are refused and the row is dead-lettered). One unit is one parquet
 file joined with one tarball, so work spreads across tarballs and memory holds only the id map of
 one tarball's rows plus one row group.
+
+Every parquet row gets exactly one outcome: a cell of the wrong type (id, page number, extras, text, url)
+dead-letters only its row, a tarball that breaks mid-stream dead-letters only the rows it had not yet
+delivered, and a file whose ``pdf_relpath`` column is missing or not strings is one ``bad_schema`` letter.
+Error messages quote input values through ``_short`` (at most ``MESSAGE_VALUE_CHARS``), and front matter
+may not use YAML aliases.
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ import hashlib
 import json
 import os
 import posixpath
+import reprlib
 import tarfile
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
@@ -37,7 +45,7 @@ from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
-VERSION = "1"
+VERSION = "2"  # 2: cells of the wrong type (page number, extras, text, url, id) are dead letters
 PAGE_RESPONSE_FIELDS = (
     "primary_language",
     "is_rotation_valid",
@@ -47,6 +55,99 @@ PAGE_RESPONSE_FIELDS = (
 )
 MIX_1025_COLUMNS = ("url", "page_number", "pdf_relpath", "natural_text", "extras") + PAGE_RESPONSE_FIELDS
 MAX_MEMBER_BYTES = 256 * 1024 * 1024
+# A tar member's long name or pax header is read whole into memory by ``tarfile``: real ones are a few hundred
+# bytes, a hostile one may claim gigabytes (and a gzip stream can supply them from a few megabytes).
+MAX_TAR_HEADER_BYTES = 1024 * 1024
+MAX_ID_CHARS = 1024  # a row id longer than this names no real page (olmOCR's are ~20-60 characters)
+MAX_FRONT_MATTER_CHARS = 64 * 1024  # six short fields; PyYAML is pure Python and slow on big documents
+MESSAGE_VALUE_CHARS = 200  # the most characters of one input value an error message quotes
+
+
+class _ShortRepr(reprlib.Repr):
+    """``repr`` that looks at a bounded part of a value, however big or deeply shared it is."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel = 3
+        self.maxtuple = self.maxlist = self.maxarray = self.maxdict = 6
+        self.maxset = self.maxfrozenset = self.maxdeque = 6
+        self.maxstring = self.maxother = 80
+        self.maxlong = 40
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        return repr(x[: self.maxstring]) + ("..." if len(x) > self.maxstring else "")
+
+    def repr_bytearray(self, x: bytearray, level: int) -> str:
+        return self.repr_bytes(bytes(x[: self.maxstring + 1]), level)
+
+
+_SHORT_REPR = _ShortRepr()
+
+
+def _short(value: Any) -> str:
+    """A ``repr`` of an input value for an error message: at most ``MESSAGE_VALUE_CHARS`` characters, computed
+    without expanding the whole value (a YAML alias bomb or a 100 MB cell must not become a huge message)."""
+    try:
+        text = _SHORT_REPR.repr(value)
+    except Exception:  # noqa: BLE001 - e.g. an int past Python's digit limit for str()
+        text = f"<{type(value).__name__}>"
+    return _cap(text)
+
+
+def _cap(text: str, limit: int = MESSAGE_VALUE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _doc_id(value: Any) -> str:
+    """A row's id as its ``source_id``; ``RecordError`` (``missing_id``/``bad_id``) when it cannot name it."""
+    if value is None or value == "":
+        raise RecordError("missing_id", "the row's id is empty")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise RecordError("bad_id", f"id {_short(value)} is of type {type(value).__name__}, not a string or integer")
+    doc_id = str(value)
+    if len(doc_id) > MAX_ID_CHARS:
+        raise RecordError("bad_id", f"id of {len(doc_id)} characters (over {MAX_ID_CHARS}): {_short(doc_id)}")
+    return doc_id
+
+
+def _page_number(value: Any, doc_id: str) -> int:
+    """The ``page_number`` cell as an int >= 1 (1 when null); ``RecordError('bad_page_number')`` otherwise."""
+    if value is None:
+        return 1
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value) <= 20:
+        number = int(value.strip())
+    if number is None:
+        raise RecordError("bad_page_number",
+                          f"{doc_id}: page_number {_short(value)} ({type(value).__name__}) is not an integer")
+    if number < 1:
+        raise RecordError("bad_page_number", f"{doc_id}: page_number {number} is not >= 1")
+    return number
+
+
+def _is_string_type(t: pa.DataType) -> bool:
+    """A column type whose cells read as ``str`` or None (what ``pdf_relpath`` must be)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    is_view = getattr(pa.types, "is_string_view", lambda _: False)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or is_view(t) or pa.types.is_null(t)
+
+
+class _CappedTarInfo(tarfile.TarInfo):
+    """``TarInfo`` refusing a long-name or pax header over ``MAX_TAR_HEADER_BYTES`` before ``tarfile`` reads
+    it into memory (a ``HeaderError``: the stream is reported ``corrupt_tarball``)."""
+
+    _EXTENDED = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                 tarfile.SOLARIS_XHDTYPE)
+
+    def _proc_member(self, tar):
+        if self.type in self._EXTENDED and self.size > MAX_TAR_HEADER_BYTES:
+            raise tarfile.HeaderError(f"extended header of {self.size} bytes (over {MAX_TAR_HEADER_BYTES})")
+        return super()._proc_member(tar)
 
 
 @dataclass(frozen=True)
@@ -75,10 +176,11 @@ def page_response(values: dict[str, Any], where: str) -> dict[str, Any]:
         language = None  # olmOCR's prepare script writes Python reprs: None became "None"
     rotation = values["rotation_correction"]
     if not isinstance(rotation, int) or rotation not in (0, 90, 180, 270):
-        raise RecordError("invalid_page_response", f"{where}: rotation_correction {rotation!r} not in 0/90/180/270")
+        raise RecordError("invalid_page_response",
+                          f"{where}: rotation_correction {_short(rotation)} not in 0/90/180/270")
     for flag in ("is_rotation_valid", "is_table", "is_diagram"):
         if not isinstance(values[flag], bool):
-            raise RecordError("invalid_page_response", f"{where}: {flag} must be a bool, got {values[flag]!r}")
+            raise RecordError("invalid_page_response", f"{where}: {flag} must be a bool, got {_short(values[flag])}")
     if language is not None and not isinstance(language, str):
         raise RecordError("invalid_page_response", f"{where}: primary_language must be a string")
     return {
@@ -136,12 +238,14 @@ class _MixBase:
     def _open(self, parquet_uri: str) -> pq.ParquetFile:
         return open_parquet(parquet_uri)
 
-    def _iter_rows(self, pf: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, int, dict]]:
-        """(row group, index in group, row) for every row, one row group in memory at a time."""
+    def _iter_rows(self, pf: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, int, int, dict]]:
+        """(row group, index in group, index in file, row) for every row, one row group in memory at a time."""
+        n = 0
         for rg in range(pf.num_row_groups):
             table = pf.read_row_group(rg, columns=columns)
             for i, row in enumerate(table.to_pylist()):
-                yield rg, i, row
+                yield rg, i, n, row
+                n += 1
 
     def _id_column(self, pf: pq.ParquetFile) -> str:
         names = pf.schema_arrow.names
@@ -151,6 +255,11 @@ class _MixBase:
             return "__index_level_0__"
         raise RecordError("bad_schema", "no 'id' column or index")
 
+    def _schema_problem(self, schema: pa.Schema) -> str:
+        """What is wrong with a parquet file's columns for this reader, or ``""``."""
+        missing = [c for c in self.required_columns if c not in schema.names]
+        return f"missing columns {missing}" if missing else ""
+
     def plan(self, uri: str) -> Iterator[JoinUnit]:
         raise NotImplementedError
 
@@ -158,9 +267,9 @@ class _MixBase:
         try:
             pf = self._open(unit.parquet)
             id_col = self._id_column(pf)
-            missing = [c for c in self.required_columns if c not in pf.schema_arrow.names]
-            if missing:
-                raise RecordError("bad_schema", f"{unit.parquet}: missing columns {missing}")
+            problem = self._schema_problem(pf.schema_arrow)
+            if problem:
+                raise RecordError("bad_schema", f"{unit.parquet}: {problem}")
         except RecordError as exc:
             if unit.tarballs is None:
                 yield Row(source_id=unit.parquet, error=exc)
@@ -176,16 +285,20 @@ class _MixBase:
         return {posixpath.basename(t) for t in unit.tarballs or ()}
 
     def _rows_without_tarball(self, unit: JoinUnit, pf: pq.ParquetFile, id_col: str) -> Iterator[Row]:
-        """Rows whose PDF is in no known tarball (bad or missing ``pdf_relpath``)."""
+        """Rows whose PDF is in no known tarball (bad or missing ``pdf_relpath``, or, for 0225, a bad id)."""
         try:
-            for _, _, row in self._iter_rows(pf, [id_col, *self.key_columns]):
-                doc_id = str(row[id_col])
+            for _, _, n, row in self._iter_rows(pf, [id_col, *self.key_columns]):
                 try:
                     self.member_key(row, set())
                 except RecordError as exc:
+                    try:
+                        doc_id = _doc_id(row[id_col])
+                    except RecordError:
+                        doc_id = f"{unit.parquet}#row{n}"  # no usable id: the row's place names it
                     yield Row(source_id=doc_id, error=exc)
         except Exception as exc:
-            yield Row(source_id=unit.parquet, error=RecordError("unreadable_parquet", f"{unit.parquet}: {exc}"))
+            yield Row(source_id=unit.parquet, error=RecordError(
+                "unreadable_parquet", f"{unit.parquet}: {type(exc).__name__}: {_cap(str(exc), 500)}"))
 
     def _all_tar_names(self, parquet_uri: str) -> set[str]:
         return {posixpath.basename(t) for t in self._tarball_uris(parquet_uri)}
@@ -195,30 +308,53 @@ class _MixBase:
 
     def _join(self, unit: JoinUnit, pf: pq.ParquetFile, id_col: str) -> Iterator[Row]:
         tar_names = self._tar_names(unit)
-        all_tars = self._all_tar_names(unit.parquet)
+        try:
+            all_tars = self._all_tar_names(unit.parquet)
+        except Exception:  # noqa: BLE001 - the hooks of both variants do not need it
+            all_tars = set()
         # (tarball or "*", member) -> [(row group, index, doc id)] for rows this unit must resolve
         wanted: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
+        bad_ids: list[Row] = []  # rows routed here whose id cannot name them: reported by their place
         try:
-            for rg, i, row in self._iter_rows(pf, [id_col, *self.key_columns]):
+            for rg, i, n, row in self._iter_rows(pf, [id_col, *self.key_columns]):
                 try:
                     key = self.member_key(row, all_tars)
                 except RecordError:
                     continue  # reported by the tarball-less unit
-                if key[0] in tar_names:
-                    wanted.setdefault(key, []).append((rg, i, str(row[id_col])))
+                if key[0] not in tar_names:
+                    continue
+                try:
+                    wanted.setdefault(key, []).append((rg, i, _doc_id(row[id_col])))
+                except RecordError as exc:
+                    bad_ids.append(Row(source_id=f"{unit.parquet}#row{n}", error=exc))
         except Exception:
             return  # reported by the tarball-less unit as unreadable_parquet
-        cache: dict[int, list[dict]] = {}
+        yield from bad_ids
+        cache: dict[int, list[dict] | Exception] = {}
 
         def row_at(rg: int, i: int) -> dict:
             if rg not in cache:
                 cache.clear()  # tarballs are written in row order: one row group is enough
-                cache[rg] = pf.read_row_group(rg).to_pylist()
-            return cache[rg][i]
+                try:
+                    cache[rg] = pf.read_row_group(rg).to_pylist()
+                except Exception as exc:  # noqa: BLE001 - kept, so a bad group is read once, not once a row
+                    cache[rg] = exc
+            group = cache[rg]
+            if isinstance(group, Exception):
+                raise RecordError("unreadable_parquet", f"{unit.parquet}: row group {rg} unreadable: "
+                                                        f"{type(group).__name__}: {_cap(str(group), 500)}")
+            return group[i]
 
-        failures: dict[str, str] = {}
+        failures: dict[str, tuple[str, str]] = {}
         for tar_uri in unit.tarballs or ():
-            yield from self._stream_tar(tar_uri, wanted, row_at, id_col, failures)
+            # Each row leaves ``wanted`` once, in _tar_members, and gets its one outcome here: processing a
+            # row (whatever it raises) stays outside the code that classifies tarball read errors.
+            for rows, found, member in self._tar_members(tar_uri, wanted, failures):
+                for rg, i, doc_id in rows:
+                    if isinstance(found, RecordError):
+                        yield Row(source_id=doc_id, error=found)
+                    else:
+                        yield self._row_result(unit, row_at, rg, i, doc_id, found, tar_uri, member)
         for (tar_name, member), rows in wanted.items():
             for _, _, doc_id in rows:
                 if tar_name in failures:
@@ -226,85 +362,102 @@ class _MixBase:
                     error = RecordError(reason, f"{doc_id}: {why}")
                 else:
                     error = RecordError(
-                        "missing_tar_member", f"{doc_id}: member {member!r} not found in {tar_name}")
+                        "missing_tar_member", f"{doc_id}: member {_short(member)} not found in {_cap(tar_name)}")
                 yield Row(source_id=doc_id, error=error)
 
-    def _stream_tar(self, tar_uri: str, wanted: dict, row_at: Callable[[int, int], dict],
-                    id_col: str, failures: dict) -> Iterator[Row]:
-        """Stream one tarball, resolving (and removing from ``wanted``) the rows whose member it has."""
+    def _tar_members(self, tar_uri: str, wanted: dict, failures: dict
+                     ) -> Iterator[tuple[list[tuple[int, int, str]], bytes | RecordError, str]]:
+        """Stream one tarball: (rows, PDF bytes or the refusal, member name) for each member some rows want,
+        those rows removed from ``wanted``. When the stream breaks, ``failures`` gets the tarball's reason and
+        the rows of a member being read go back to ``wanted``; rows already handed out are not touched."""
         tar_name = posixpath.basename(tar_uri)
         try:
             stream = io.open_read(tar_uri)
         except Exception as exc:
-            failures[tar_name] = ("missing_tarball", f"cannot open {tar_uri}: {exc}")
+            failures[tar_name] = ("missing_tarball", f"cannot open {tar_uri}: {_cap(str(exc), 500)}")
             return
-        current: list = []
-        key = ("", "")
+        reading: tuple[tuple[str, str], list] | None = None  # popped, not handed out yet
         with stream:
             try:
-                with tarfile.open(fileobj=stream, mode="r|*") as tar:
+                with tarfile.open(fileobj=stream, mode="r|*", tarinfo=_CappedTarInfo) as tar:
                     for member in tar:
                         key = (tar_name, member.name)
                         if key not in wanted:
                             key = ("*", member.name)
                             if key not in wanted:
                                 continue
-                        rows = current = wanted.pop(key)
+                        rows = wanted.pop(key)
                         if not member.isfile():
                             err = RecordError("unsafe_tar_member",
-                                              f"member {member.name!r} of {tar_uri} is not a regular file")
-                            yield from (Row(source_id=d, error=err) for _, _, d in rows)
+                                              f"member {_short(member.name)} of {tar_uri} is not a regular file")
+                            yield rows, err, member.name
                             continue
                         if member.size > MAX_MEMBER_BYTES:
-                            err = RecordError("tar_member_too_large", f"member {member.name!r} has {member.size} bytes")
-                            yield from (Row(source_id=d, error=err) for _, _, d in rows)
+                            err = RecordError("tar_member_too_large",
+                                              f"member {_short(member.name)} has {member.size} bytes")
+                            yield rows, err, member.name
                             continue
+                        reading = (key, rows)
                         data = tar.extractfile(member).read()
-                        current = []
-                        for rg, i, _ in rows:
-                            yield self._row_result(row_at(rg, i), id_col, data, tar_uri, member.name)
-            except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
-                failures[tar_name] = ("corrupt_tarball", f"{tar_uri} unreadable: {type(exc).__name__}: {exc}")
-                if current:  # the member being read when the stream broke
-                    wanted[key] = current
+                        reading = None
+                        yield rows, data, member.name
+            except Exception as exc:  # noqa: BLE001 - only tar reading is in this try, never a row's processing
+                failures[tar_name] = ("corrupt_tarball",
+                                      f"{tar_uri} unreadable: {type(exc).__name__}: {_cap(str(exc), 500)}")
+                if reading is not None:  # the member being read when the stream broke
+                    wanted[reading[0]] = reading[1]
 
-    def _row_result(self, row: dict, id_col: str, pdf: bytes, tar_uri: str, member: str) -> Row:
-        doc_id = str(row[id_col])
+    def _row_result(self, unit: JoinUnit, row_at: Callable[[int, int], dict], rg: int, i: int, doc_id: str,
+                    pdf: bytes, tar_uri: str, member: str) -> Row:
+        """The row's page, or its dead letter: whatever a malformed cell raises stays with this row."""
         try:
-            response, text = self.response_fields(row, doc_id)
-            subset, split = row.get("_subset_split") or ("", "train")
-            page = row.get("page_number")
-            page_number = int(page) if page is not None else 1
-            domains = self.options.domains
-            metadata = {"url": row.get("url"), "pdf": f"{posixpath.basename(tar_uri)}:{member}", "subset": subset}
-            extras = row.get("extras")
-            if extras:
-                try:
-                    metadata["extras"] = json.loads(extras)
-                except ValueError:
-                    raise RecordError("invalid_extras", f"{doc_id}: extras is not JSON") from None
-            page_obj = SourcePage(
-                source=self.settings.name,
-                source_id=doc_id,
-                page_number=page_number,
-                payload_kind="pdf",
-                payload=pdf,
-                response=text or "",
-                domain=domains.get(subset, self.settings.domain),
-                language=response["primary_language"] or self.settings.language,
-                license=self.settings.license,
-                instruction=self.settings.instruction,
-                task=self.settings.task,
-                split=split if self.options.split_from_filename else self.settings.split,
-                pdf_page_index=0,
-                rotation=response["rotation_correction"],
-                quality={"olmocr": response, "blank_page": not text},
-                metadata=metadata,
-                provenance=list(self.provenance),
-            )
-            return Row(source_id=doc_id, pages=[page_obj])
+            return Row(source_id=doc_id, pages=[self._page(unit, row_at(rg, i), doc_id, pdf, tar_uri, member)])
         except (RecordError, Dropped) as exc:
             return Row(source_id=doc_id, error=exc)
+        except Exception as exc:  # noqa: BLE001 - an unforeseen bad cell must not take other rows with it
+            return Row(source_id=doc_id, error=RecordError(
+                "bad_record", f"{doc_id}: {type(exc).__name__}: {_cap(str(exc), 500)}"))
+
+    def _page(self, unit: JoinUnit, row: dict, doc_id: str, pdf: bytes, tar_uri: str, member: str) -> SourcePage:
+        response, text = self.response_fields(row, doc_id)
+        if text is not None and not isinstance(text, str):
+            raise RecordError("bad_natural_text",
+                              f"{doc_id}: natural_text is of type {type(text).__name__}, not a string")
+        subset, split = _subset_split(unit.parquet)
+        page_number = _page_number(row.get("page_number"), doc_id)
+        url = row.get("url")
+        if url is not None and not isinstance(url, str):
+            raise RecordError("bad_url", f"{doc_id}: url {_short(url)} is of type {type(url).__name__}, not a string")
+        domains = self.options.domains
+        metadata = {"url": url, "pdf": f"{posixpath.basename(tar_uri)}:{member}", "subset": subset}
+        extras = row.get("extras")
+        if extras is not None and not isinstance(extras, (str, bytes, bytearray)):
+            raise RecordError("invalid_extras", f"{doc_id}: extras {_short(extras)} is of type "
+                                                f"{type(extras).__name__}, not a JSON string")
+        if extras:
+            try:
+                metadata["extras"] = json.loads(extras)
+            except (ValueError, RecursionError):
+                raise RecordError("invalid_extras", f"{doc_id}: extras is not JSON") from None
+        return SourcePage(
+            source=self.settings.name,
+            source_id=doc_id,
+            page_number=page_number,
+            payload_kind="pdf",
+            payload=pdf,
+            response=text or "",
+            domain=domains.get(subset, self.settings.domain),
+            language=response["primary_language"] or self.settings.language,
+            license=self.settings.license,
+            instruction=self.settings.instruction,
+            task=self.settings.task,
+            split=split if self.options.split_from_filename else self.settings.split,
+            pdf_page_index=0,
+            rotation=response["rotation_correction"],
+            quality={"olmocr": response, "blank_page": not text},
+            metadata=metadata,
+            provenance=list(self.provenance),
+        )
 
 
 class OlmOcrMixSource(_MixBase):
@@ -314,14 +467,32 @@ class OlmOcrMixSource(_MixBase):
     key_columns = ("pdf_relpath",)
     required_columns = MIX_1025_COLUMNS
 
+    def _schema_problem(self, schema: pa.Schema) -> str:
+        problem = super()._schema_problem(schema)
+        for column in self.key_columns:  # pdf_relpath (0225 has none)
+            if not problem and column in schema.names and not _is_string_type(schema.field(column).type):
+                problem = f"{column} is {schema.field(column).type}, not a string column"
+        return problem
+
     def _tarball_uris(self, parquet_uri: str) -> list[str]:
+        """The tarballs the file's rows point into; ``RecordError`` when the file or its ``pdf_relpath``
+        column cannot be read (its tarball-less unit reports that, as ``read`` finds the same)."""
         root = self._root(parquet_uri)
         pf = self._open(parquet_uri)
+        if "pdf_relpath" not in pf.schema_arrow.names:
+            raise RecordError("bad_schema", f"{parquet_uri}: no pdf_relpath column")
+        problem = self._schema_problem(pf.schema_arrow)
+        if problem:
+            raise RecordError("bad_schema", f"{parquet_uri}: {problem}")
         names = set()
-        for batch in pf.iter_batches(columns=["pdf_relpath"]):
-            for rel in batch.column(0).to_pylist():
-                if rel and ":" in rel:
-                    names.add(rel.split(":", 1)[0])
+        try:
+            for batch in pf.iter_batches(columns=["pdf_relpath"]):
+                for rel in batch.column(0).to_pylist():
+                    if isinstance(rel, str) and ":" in rel:
+                        names.add(rel.split(":", 1)[0])
+        except Exception as exc:  # a corrupt page of the column
+            raise RecordError("unreadable_parquet", f"{parquet_uri}: {type(exc).__name__}: {_cap(str(exc), 500)}"
+                              ) from exc
         return sorted(io.join(root, n) for n in names if safe_member_name(n))
 
     def plan(self, uri: str) -> Iterator[JoinUnit]:
@@ -329,7 +500,7 @@ class OlmOcrMixSource(_MixBase):
         try:
             tarballs = self._tarball_uris(uri)
         except RecordError:
-            return
+            return  # the None unit reads the same file and dead-letters it
         for tar in tarballs:
             yield JoinUnit(uri, (tar,))
 
@@ -349,23 +520,15 @@ class OlmOcrMixSource(_MixBase):
     def response_fields(self, row: dict[str, Any], where: str) -> tuple[dict[str, Any], str | None]:
         return page_response(row, where), row.get("natural_text")
 
-    def _row_result(self, row, id_col, pdf, tar_uri, member):
-        row["_subset_split"] = self._subset_split
-        return super()._row_result(row, id_col, pdf, tar_uri, member)
-
-    def read(self, unit: JoinUnit) -> Iterator[Row]:
-        self._subset_split = _subset_split(unit.parquet)
-        yield from super().read(unit)
-
 
 def _split_relpath(rel: Any) -> tuple[str, str]:
     """(tarball path, member) of a ``pdf_relpath``; ``RecordError`` when it names none or either part is
     unsafe. The one rule for which unit reports a row: the tarball's, or the no-tarball unit when this raises."""
-    if not rel or ":" not in rel:
-        raise RecordError("missing_pdf_relpath", f"pdf_relpath {rel!r} is not '<tarball>:<member>'")
+    if not isinstance(rel, str) or ":" not in rel:
+        raise RecordError("missing_pdf_relpath", f"pdf_relpath {_short(rel)} is not '<tarball>:<member>'")
     tar_path, member = rel.split(":", 1)
     if not safe_member_name(tar_path) or not safe_member_name(member):
-        raise RecordError("unsafe_tar_member", f"pdf_relpath {rel!r} points outside the archive")
+        raise RecordError("unsafe_tar_member", f"pdf_relpath {_short(rel)} points outside the archive")
     return tar_path, member
 
 
@@ -407,9 +570,9 @@ class OlmOcrMix0225Source(OlmOcrMixSource):
         yield JoinUnit(uri, tuple(self._tarball_uris(uri)))
 
     def member_key(self, row: dict[str, Any], tar_names: set[str]) -> tuple[str, str]:
-        doc_id = row.get("id", row.get("__index_level_0__"))
-        if not doc_id or not safe_member_name(f"{doc_id}.pdf"):
-            raise RecordError("unsafe_tar_member", f"id {doc_id!r} cannot name a tar member")
+        doc_id = _doc_id(row.get("id", row.get("__index_level_0__")))
+        if not safe_member_name(f"{doc_id}.pdf"):
+            raise RecordError("unsafe_tar_member", f"id {_short(doc_id)} cannot name a tar member")
         return "*", f"{doc_id}.pdf"  # any tarball may hold it
 
     def _tar_names(self, unit: JoinUnit) -> set[str]:
@@ -418,8 +581,9 @@ class OlmOcrMix0225Source(OlmOcrMixSource):
     def response_fields(self, row: dict[str, Any], where: str) -> tuple[dict[str, Any], str | None]:
         try:
             parsed = json.loads(row["response"])
-        except (TypeError, ValueError) as exc:
-            raise RecordError("bad_response_json", f"{where}: response is not JSON: {exc}") from None
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise RecordError("bad_response_json",
+                              f"{where}: response is not JSON: {_cap(str(exc))}") from None
         if not isinstance(parsed, dict):
             raise RecordError("bad_response_json", f"{where}: response is not a JSON object")
         return page_response(parsed, where), parsed.get("natural_text")
@@ -428,22 +592,42 @@ class OlmOcrMix0225Source(OlmOcrMixSource):
 FRONT_MATTER_FIELDS = set(PAGE_RESPONSE_FIELDS)
 
 
+class _FrontMatterLoader(yaml.SafeLoader):
+    """``SafeLoader`` refusing aliases (``*name``): olmOCR never writes them, and a few hundred bytes of nested
+    aliases ("billion laughs") stand for billions of values to anything that walks the result."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed in front matter",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
+
+
 def parse_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
-    """Split olmOCR's ``---`` YAML front matter from the Markdown body, strictly (no missing/extra keys)."""
+    """Split olmOCR's ``---`` YAML front matter from the Markdown body, strictly (no missing/extra keys,
+    no YAML aliases, at most ``MAX_FRONT_MATTER_CHARS``)."""
     if not text.startswith("---\n"):
         raise RecordError("invalid_front_matter", f"{where}: does not start with '---'")
     end = text.find("\n---", 4)
     if end < 0:
         raise RecordError("invalid_front_matter", f"{where}: front matter is not closed")
+    if end - 4 > MAX_FRONT_MATTER_CHARS:
+        raise RecordError("invalid_front_matter",
+                          f"{where}: front matter of {end - 4} characters (over {MAX_FRONT_MATTER_CHARS})")
     try:
-        values = yaml.safe_load(text[4:end])
+        values = yaml.load(text[4:end], Loader=_FrontMatterLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise RecordError("invalid_front_matter", f"{where}: YAML error: {exc}") from None
+        raise RecordError("invalid_front_matter", f"{where}: YAML error: {_cap(str(exc), 500)}") from None
+    except Exception as exc:  # noqa: BLE001 - e.g. an int past Python's digit limit, nesting past recursion's
+        raise RecordError("invalid_front_matter",
+                          f"{where}: YAML error: {type(exc).__name__}: {_cap(str(exc), 500)}") from None
     if not isinstance(values, dict):
         raise RecordError("invalid_front_matter", f"{where}: front matter is not a mapping")
-    extra = sorted(set(values) - FRONT_MATTER_FIELDS)
+    extra = sorted(_short(k) for k in set(values) - FRONT_MATTER_FIELDS)
     if extra:
-        raise RecordError("invalid_front_matter", f"{where}: unexpected fields {extra}")
+        shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+        raise RecordError("invalid_front_matter", f"{where}: unexpected fields [{shown}]")
     try:
         fields = page_response(values, where)
     except RecordError as exc:
@@ -477,6 +661,9 @@ class OlmOcrTrainDirSource:
             yield self._read_pair(root, md, source_id)
         except (RecordError, Dropped) as exc:
             yield Row(source_id=source_id, error=exc)
+        except Exception as exc:  # noqa: BLE001 - one bad pair must not stop the others
+            yield Row(source_id=source_id, error=RecordError(
+                "bad_record", f"{source_id}: {type(exc).__name__}: {_cap(str(exc), 500)}"))
 
     def _read_pair(self, root: str, md: str, source_id: str) -> Row:
         raw = io.read_bytes(md)
