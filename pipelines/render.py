@@ -18,12 +18,14 @@ from PIL import Image, ImageOps
 from pipelines.sources.base import SourcePage
 from schemas.config import option
 from schemas.deadletter import RecordError
-from schemas.images import encode_image, open_image, unfiltered_png
+from schemas.images import encode_image, open_image, to_8bit, unfiltered_png
 from schemas.layout import element, scale_elements
 from schemas.page import PageRecord, ProvenanceStep, image_sha256, page_id, params_hash
 from schemas.pdf_pages import render_pdf_page, render_pdf_png
 
-VERSION = "2"  # 2: pdfium's U+FFFE and private-use markers made text (schemas.pdf_pages.unmarked_text)
+# 2: pdfium's U+FFFE and private-use markers made text (schemas.pdf_pages.unmarked_text)
+# 3: 16-bit, 32-bit integer and float scans are scaled to 8 bits (to_8bit), no longer clipped to a white page
+VERSION = "3"
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,14 @@ class RenderConfig:
 
 
 def decode_image(data: bytes, cfg: RenderConfig, rotation: int = 0) -> Image.Image:
-    """Decode a scan: check the pixel cap before decoding, EXIF-orient, RGB, optional downscale."""
+    """Decode a scan: check the pixel cap before decoding, EXIF-orient, 8 bits (``to_8bit``), RGB, optional
+    downscale."""
     image = open_image(data, cfg.max_pixels)
     try:
         image = ImageOps.exif_transpose(image)
-        image = image.convert("RGB")
+        image = to_8bit(image).convert("RGB")
+    except RecordError:
+        raise
     except Exception as exc:
         raise RecordError("corrupt_image", f"cannot decode image: {exc}") from exc
     if rotation:

@@ -152,6 +152,53 @@ def decode_rgb(data: bytes) -> np.ndarray:
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
+_UNSIGNED_16 = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
+def _stretch(pixels: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """``pixels`` with ``lo..hi`` mapped linearly onto 0..255, as uint8."""
+    if hi <= lo:  # one value: keep it where it lies on the 8-bit scale
+        return np.full(pixels.shape, int(np.clip(round(float(lo)), 0, 255)), np.uint8)
+    out = (pixels.astype(np.float32) - np.float32(lo)) * np.float32(255.0 / (hi - lo)) + np.float32(0.5)
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+def to_8bit(image: Image.Image) -> Image.Image:
+    """A greyscale scan deeper than 8 bits (PIL modes ``I;16*``, ``I``, ``F``) as 8-bit grey (``L``), scaled;
+    other modes unchanged. Pillow's own ``convert`` clips such samples at 255, which turns a 16-bit page white.
+
+    * ``I;16*``: by the mode's range, ``v >> 8``: the exact inverse of the usual 8-to-16-bit widening
+      (``v * 257``), so a scan stored at 16 bits renders as its 8-bit copy does.
+    * ``I`` (32-bit signed): samples within 0..255 as 8 bits; Pillow decodes some 16-bit grey files as ``I``
+      (PPM/PGM), so samples within 0..65535 are read as 16 bits, like ``I;16``; otherwise (negative, or
+      wider than 16 bits) by the image's own min..max: 32-bit data has no page-like fixed range (2**31
+      would make any page black).
+    * ``F`` (32-bit float): samples within 0..1 by that range (the float convention for normalised pixels),
+      otherwise by the image's own min..max. NaN or infinite samples are ``corrupt_image``.
+    """
+    mode = image.mode
+    if mode in _UNSIGNED_16:
+        pixels = np.asarray(image)  # uint16 in the file's byte order
+        return Image.fromarray((pixels >> 8).astype(np.uint8), mode="L")
+    if mode == "I":
+        pixels = np.asarray(image)
+        lo, hi = int(pixels.min()), int(pixels.max())
+        if lo >= 0 and hi <= 0xFF:  # 8-bit samples in a 32-bit mode (some TIFFs): as they are
+            return Image.fromarray(pixels.astype(np.uint8), mode="L")
+        if lo >= 0 and hi <= 0xFFFF:
+            return Image.fromarray((pixels >> 8).astype(np.uint8), mode="L")
+        return Image.fromarray(_stretch(pixels, lo, hi), mode="L")
+    if mode == "F":
+        pixels = np.asarray(image)
+        if not np.isfinite(pixels).all():
+            raise RecordError("corrupt_image", "float image has NaN or infinite samples")
+        lo, hi = float(pixels.min()), float(pixels.max())
+        if lo >= 0.0 and hi <= 1.0:
+            lo, hi = 0.0, 1.0
+        return Image.fromarray(_stretch(pixels, lo, hi), mode="L")
+    return image
+
+
 def open_image(data: bytes, max_pixels: int) -> Image.Image:
     """Open untrusted image bytes lazily (header only) and refuse them past the pixel cap, before
     any pixel is decoded. ``RecordError``: ``corrupt_image``, ``image_too_large``."""

@@ -29,16 +29,17 @@ def open_page(data: bytes | Image.Image, max_pixels: int) -> Image.Image:
     (strips are converted while hashing; grey values of equal R, G, B are exact), and skipping
     the full-page conversion halves the time for the corpus's grey PNG pages.
     """
+    from schemas.images import open_image, to_8bit
+
     if isinstance(data, Image.Image):
         image = data
     else:
-        from schemas.images import open_image
-
         image = open_image(data, max_pixels)
     try:
         # exif_transpose copies the image even when there is nothing to do: check first.
         if image.getexif().get(_EXIF_ORIENTATION, 1) not in (1, None):
             image = ImageOps.exif_transpose(image)
+        image = to_8bit(image)  # 16-bit, 32-bit and float scans scaled, as the render stage does
         if image.mode == "1":
             image = image.convert("L")  # 0 / 255, as its RGB conversion
         elif image.mode not in ("L", "RGB"):

@@ -16,10 +16,13 @@ Source options:
   ``s3://commoncrawl``, ``gs://...``, ``hf://...`` or ``https://data.commoncrawl.org``).
 * ``batch_size`` (default 32): parquet rows per record batch.
 * ``http_timeout_s`` (default 60) and ``http_retries`` (default 3): for ``http(s)`` roots only.
+* ``max_pdf_bytes`` (default 256 MiB, as ``olmocr_mix.MAX_MEMBER_BYTES``): the largest PDF read from a
+  WARC record. A record is a gzip member, so a few MB on disk can inflate to GBs; the payload is read
+  only up to the cap, and a larger one is ``pdf_too_large``.
 
 Outcomes per row: pages, or ``RecordError`` (``missing_text``, ``bad_page_ends``,
 ``unknown_extractor``, ``missing_warc_pointer``, ``warc_unreadable``, ``warc_not_pdf``,
-``page_count_mismatch`` and the PDF reasons from ``schemas.pdf_pages``), or ``Dropped``
+``pdf_too_large``, ``page_count_mismatch`` and the PDF reasons from ``schemas.pdf_pages``), or ``Dropped``
 (``no_usable_pages``: every page is a rolmOCR failure marker; ``truncated_pdf``: an
 ``is_truncated`` row whose Common Crawl payload is not a complete PDF). A file that cannot be
 opened or read gives one ``Row(source_id=<file uri>)`` with ``unreadable_parquet``, or
@@ -44,7 +47,7 @@ from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 from schemas.pdf_pages import pdf_page_count
 
-VERSION = "2"  # 2: a file_path outside warc_root is unsafe_path
+VERSION = "3"  # 2: a file_path outside warc_root is unsafe_path; 3: a PDF over max_pdf_bytes is pdf_too_large
 
 COLUMNS: tuple[str, ...] = (
     "text", "id", "dump", "url", "date", "file_path", "offset", "token_count", "language",
@@ -60,6 +63,8 @@ _PDF_MAGIC = b"%PDF-"
 _PDF_MAGIC_WINDOW = 1024
 # Reasons from schemas.pdf_pages that, for an is_truncated row, mean "the CC copy is cut short".
 _TRUNCATION_REASONS = frozenset({"corrupt_pdf", "zero_page_pdf", "empty_pdf"})
+# The default cap on one record's PDF payload: the tarball member cap of olmocr_mix (MAX_MEMBER_BYTES).
+DEFAULT_MAX_PDF_BYTES = 256 * 1024 * 1024
 
 
 def _is_string(t: pa.DataType) -> bool:
@@ -151,10 +156,12 @@ class WarcFetcher:
     per record, closed as soon as the record is read so the rest of the (~1 GB) file is not fetched.
     """
 
-    def __init__(self, root: str, http_timeout_s: float = 60.0, http_retries: int = 3):
+    def __init__(self, root: str, http_timeout_s: float = 60.0, http_retries: int = 3,
+                 max_pdf_bytes: int = DEFAULT_MAX_PDF_BYTES):
         self.root = root.rstrip("/") if "://" in root else root
         self.http_timeout_s = http_timeout_s
         self.http_retries = http_retries
+        self.max_pdf_bytes = max_pdf_bytes
         self._handles: dict[str, IO[bytes] | RecordError] = {}
         self._session: Any = None
 
@@ -169,9 +176,12 @@ class WarcFetcher:
             raise RecordError("unsafe_path", f"file_path {file_path!r} is a URI outside warc_root {self.root}")
         return path_under(self.root, file_path, f"warc_root {self.root}")
 
-    def fetch(self, file_path: str, offset: int) -> bytes:
-        """The HTTP payload (or resource block) of the record; raises ``RecordError``."""
+    def fetch(self, file_path: str, offset: int, row: str | None = None) -> bytes:
+        """The HTTP payload (or resource block) of the record; raises ``RecordError`` (``row``: the
+        row's id, named in the messages)."""
         where = f"{file_path} at offset {offset}"
+        if row is not None:
+            where = f"row {row}: {where}"
         uri = self.uri(file_path)
         close: Callable[[], None] | None = None
         if uri.startswith(("http://", "https://")):
@@ -183,7 +193,7 @@ class WarcFetcher:
             except Exception as exc:  # object-store readers raise their own types
                 raise RecordError("warc_unreadable", f"cannot seek {where}: {exc}") from exc
         try:
-            return _read_one_record(stream, where)
+            return _read_one_record(stream, where, self.max_pdf_bytes)
         finally:
             if close is not None:
                 close()
@@ -241,7 +251,19 @@ class WarcFetcher:
             self._session = None
 
 
-def _read_one_record(stream: IO[bytes], where: str) -> bytes:
+def _read_capped(stream: IO[bytes], limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``stream`` (one more than the cap, to tell "too large" from "exactly
+    the cap"): a gzip-bomb record never inflates past the cap in memory."""
+    data = stream.read(limit + 1)
+    while len(data) <= limit:  # a short read is not necessarily the end
+        more = stream.read(limit + 1 - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def _read_one_record(stream: IO[bytes], where: str, max_bytes: int = DEFAULT_MAX_PDF_BYTES) -> bytes:
     from warcio.archiveiterator import ArchiveIterator
 
     records = ArchiveIterator(stream)
@@ -251,7 +273,7 @@ def _read_one_record(stream: IO[bytes], where: str) -> bytes:
             raise RecordError("warc_unreadable", f"no WARC record at {where}")
         if record.rec_type not in ("response", "resource"):
             raise RecordError("warc_not_pdf", f"{where} is a {record.rec_type!r} record, not a response")
-        payload = record.content_stream().read()
+        payload = _read_capped(record.content_stream(), max_bytes)
         content_type = (
             record.http_headers.get_header("Content-Type") if record.http_headers else None
         ) or record.rec_headers.get_header("Content-Type")
@@ -260,7 +282,12 @@ def _read_one_record(stream: IO[bytes], where: str) -> bytes:
     except Exception as exc:  # warcio raises many types on garbage bytes
         raise RecordError("warc_unreadable", f"cannot read the WARC record at {where}: {exc}") from exc
     finally:
-        records.close()
+        records.close()  # does not read (inflate) the rest of the record
+    if len(payload) > max_bytes:
+        raise RecordError(
+            "pdf_too_large",
+            f"{where}: the record's payload is larger than max_pdf_bytes={max_bytes}",
+        )
     if _PDF_MAGIC not in payload[:_PDF_MAGIC_WINDOW]:
         raise RecordError(
             "warc_not_pdf",
@@ -279,10 +306,14 @@ class FinePdfsSource:
         batch_size: int = option(32, help="parquet rows per record batch")
         http_timeout_s: float = option(60.0, help="seconds per WARC request (http(s) roots only)")
         http_retries: int = option(3, help="retries of a failed WARC request (http(s) roots only)")
+        max_pdf_bytes: int = option(DEFAULT_MAX_PDF_BYTES, help="largest PDF read from a WARC record, in bytes "
+                                                                "(inflated); a larger one is pdf_too_large")
 
         def __post_init__(self) -> None:
             if not self.warc_root:
                 raise ValueError("finepdfs needs options.warc_root")
+            if self.max_pdf_bytes <= 0:
+                raise ValueError(f"finepdfs options.max_pdf_bytes must be positive, got {self.max_pdf_bytes}")
 
     def __init__(self, settings: SourceSettings):
         self.settings = settings
@@ -291,13 +322,14 @@ class FinePdfsSource:
         self.batch_size = options.batch_size
         self.http_timeout_s = options.http_timeout_s
         self.http_retries = options.http_retries
+        self.max_pdf_bytes = options.max_pdf_bytes
         self._provenance = ProvenanceStep("read:finepdfs", VERSION, params_hash(dict(settings.options or {})))
 
     def plan(self, uri: str) -> Iterator[str]:
         yield uri
 
     def read(self, unit: str) -> Iterator[Row]:
-        warcs = WarcFetcher(self.warc_root, self.http_timeout_s, self.http_retries)
+        warcs = WarcFetcher(self.warc_root, self.http_timeout_s, self.http_retries, self.max_pdf_bytes)
         try:
             yield from self._read_file(unit, warcs)
         finally:
@@ -333,7 +365,7 @@ class FinePdfsSource:
         file_path, offset = record["file_path"], record["offset"]
         if not file_path or offset is None or offset < 0:
             raise RecordError("missing_warc_pointer", f"row {source_id}: file_path={file_path!r} offset={offset!r}")
-        pdf = warcs.fetch(file_path, offset)
+        pdf = warcs.fetch(file_path, offset, row=source_id)
         truncated = bool(record["is_truncated"])
         try:
             n_pdf = pdf_page_count(pdf)
