@@ -12,12 +12,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import sys
 import time
+from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from schemas.page import PageRecord, ProvenanceStep, page_id
-from synth.augment import OPS, AugmentConfig, AugmentStage, degrade
+# the repository first: benchmarks/synth.py would otherwise shadow the synth package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from schemas.page import PageRecord, ProvenanceStep, page_id  # noqa: E402
+from synth.augment import OPS, AugmentConfig, AugmentStage, degrade  # noqa: E402
 
 
 def page(width: int, height: int) -> Image.Image:

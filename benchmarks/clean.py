@@ -10,6 +10,7 @@ image dedup pages/s). Each script also runs alone and takes its own options.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
+    argparse.ArgumentParser(description="Runs benchmarks/clean_repeats.py and benchmarks/clean_dedup.py with their "
+                                        "default options (each also runs alone, with --help).").parse_args()
     status = 0
     for name in ("clean_repeats.py", "clean_dedup.py"):
         print(f"==> benchmarks/{name}", flush=True)

@@ -498,7 +498,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m model.rewards",
         description="Score completions against reference transcriptions with the GRPO reward terms of "
                     "Jina-OCR-v1 Table 4 (content, formula, table, structure, unit_tests, repetition, "
-                    "format; total = product with floors). Input: JSON lines with `completion`, "
+                    "format, kie; total = product with floors). Input: JSON lines with `completion`, "
                     "`reference`, optional `unit_tests` (olmOCR-Bench tests, JSON strings or objects) "
                     "`dataset` (key into terms_by_dataset) and `convention` (the response convention, "
                     "which says what text the unit tests read). Prints one row per line and the mean "

@@ -29,6 +29,8 @@ class FormulaRenderConfig:
 
 
 class FormulaRenderStage:
+    """Drops formula records whose LaTeX KaTeX cannot render (reason ``katex_error``)."""
+
     name = "formula_render"
 
     def __init__(self, cfg: FormulaRenderConfig = FormulaRenderConfig()):

@@ -68,6 +68,8 @@ def _count(record: PageRecord, convention: str | None, language: str | None, dyn
 
 
 class InstructStage:
+    """Each parse_page record's response convention and prompt, plus its crop, KIE and VQA records."""
+
     name = "instruct"
 
     def __init__(self, cfg: InstructConfig = InstructConfig()):
