@@ -142,7 +142,8 @@ def bench_rollouts(pages: list[dict], tokens: int) -> None:
         what = "blank 448x448 page"
     cfg = GRPOConfig(max_completion_tokens=tokens)
     # never stop early, so every rollout costs the full completion limit
-    loaded.model.generation_config.suppress_tokens = [loaded.processor.eos_token_id]
+    loaded.model.generation_config.suppress_tokens = [*loaded.model.generation_config.suppress_tokens,
+                                                      loaded.processor.eos_token_id]
     torch.manual_seed(0)
     rollout(loaded, encoded, 2, GRPOConfig(max_completion_tokens=2))  # warm-up
     t = time.perf_counter()

@@ -95,13 +95,20 @@ def generate(model: nn.Module, samples: list[Encoded], head: DraftHead | None = 
     t0 = time.perf_counter()
     device = next(model.parameters()).device
     B = len(samples)
+    # the tokens model.generate never picks (model.models.suppress_vision_tokens): the same here, so that
+    # the output stays the verifier's own greedy decoding
+    suppressed = torch.tensor(sorted(model.generation_config.suppress_tokens or ()), dtype=torch.long, device=device)
+
+    def pick(logits: torch.Tensor) -> torch.Tensor:
+        return (logits.index_fill(-1, suppressed, float("-inf")) if len(suppressed) else logits).argmax(-1)
+
     prompt = _left_pad(model, samples, pad_token_id, device)
     cache = DynamicCache(config=model.config)
     out = _verifier(model, cache, prompt.input_ids, prompt.positions, prompt.valid, hidden=k > 0,
                     mm_token_type_ids=prompt.mm_token_type_ids, **prompt.images)
     passes = 1
     valid = prompt.valid  # which verifier-cache slots are real
-    last = out.logits[:, -1].argmax(-1)  # last committed token, not yet in the verifier cache
+    last = pick(out.logits[:, -1])  # last committed token, not yet in the verifier cache
     pos_next = prompt.positions[0, :, -1] + 1  # its position (text positions continue +1)
     tokens = [[int(t)] for t in last]
     accepted: list[list[int]] = [[] for _ in range(B)]
@@ -116,10 +123,10 @@ def generate(model: nn.Module, samples: list[Encoded], head: DraftHead | None = 
 
     while not all(done):
         if k > 0:
-            drafts = [head.logits(u).argmax(-1)]
+            drafts = [pick(head.logits(u))]
             for depth in range(2, k + 1):
                 u = head(drafts[-1][:, None], u[:, None], (pos_next + depth - 2)[:, None], hcache)[:, 0]
-                drafts.append(head.logits(u).argmax(-1))
+                drafts.append(pick(head.logits(u)))
             D = torch.stack(drafts, dim=1)  # (B, k)
             block = torch.cat([last[:, None], D], dim=1)
         else:
@@ -128,7 +135,7 @@ def generate(model: nn.Module, samples: list[Encoded], head: DraftHead | None = 
         valid = torch.cat([valid, torch.ones(B, k + 1, dtype=torch.bool, device=device)], dim=1)
         out = _verifier(model, cache, block, bpos[None].expand(3, -1, -1), valid, hidden=k > 0)
         passes += 1
-        g = out.logits.argmax(-1)  # (B, k+1): g_j is the verifier's token after block[:j+1]
+        g = pick(out.logits)  # (B, k+1): g_j is the verifier's token after block[:j+1]
         if k > 0:
             n = (D == g[:, :k]).long().cumprod(dim=1).sum(dim=1)  # eq. 2
         else:

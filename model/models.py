@@ -122,11 +122,31 @@ def tiny_config(kind: str = "tiny", vocab_size: int | None = None, hidden: int =
     raise ModelLoadError(f"unknown tiny model kind {kind!r}; expected one of {TINY_KINDS}")
 
 
+VISION_TOKEN_FIELDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+                       "image_start_token_id", "image_end_token_id", "video_start_token_id", "video_end_token_id")
+
+
+def vision_token_ids(model: nn.Module) -> list[int]:
+    """The ids of the model's image and video placeholder and delimiter tokens (its config's)."""
+    found = {getattr(model.config, f, None) for f in VISION_TOKEN_FIELDS}
+    return sorted(i for i in found if isinstance(i, int))
+
+
+def suppress_vision_tokens(model: nn.Module) -> None:
+    """Never generate an image or video token: a completion is text, and a sampled ``<|image_pad|>`` makes
+    the teacher-forced pass over prompt + completion (GRPO's log-probabilities, MTP fitting) count one image
+    token more than there are image features. Set in the generation config, so every ``generate`` call (and
+    ``model.decode``, which reads it) leaves them out; saved with the checkpoint."""
+    suppressed = set(model.generation_config.suppress_tokens or ()) | set(vision_token_ids(model))
+    model.generation_config.suppress_tokens = sorted(suppressed)
+
+
 def build_tiny(kind: str = "tiny", seed: int = 0, white_zero: bool = False, **sizes) -> Loaded:
     from transformers import AutoModelForImageTextToText
 
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(tiny_config(kind, **sizes))
+    suppress_vision_tokens(model)
     return Loaded(model.float(), tiny_processor(white_zero=white_zero), kind)
 
 
@@ -144,6 +164,7 @@ def load(source: str, dtype: torch.dtype | None = None) -> Loaded:
     processor = PageProcessor.from_pretrained(path)
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype or torch.float32)
     check_tokenizer(model, processor, source)
+    suppress_vision_tokens(model)
     return Loaded(model, processor, str(path))
 
 

@@ -209,3 +209,30 @@ def test_bench_cli_on_a_checkpoint_and_head(setup, tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("no --head: fitted one") and "2 steps" in out[0]
     assert [line.split()[0] for line in out[2:]] == ["0", "1"]
+
+
+def _favour_image_pad(model) -> int:
+    """The verifier's LM head made to prefer ``<|image_pad|>`` above all (a barely trained model may)."""
+    image_id = model.config.image_token_id
+    head = model.lm_head
+    bias = torch.zeros(head.weight.shape[0])
+    bias[image_id] = 1e4
+    head.bias = torch.nn.Parameter(bias)
+    return image_id
+
+
+def test_no_vision_token_is_generated_and_decoding_stays_lossless():
+    """A completion is text: ``<|image_pad|>`` and its kin are suppressed (model.models.suppress_vision_tokens)
+    in generate and in the speculative decoder alike, so it still equals plain greedy decoding."""
+    loaded = build_tiny("tiny", seed=0)
+    model, proc = loaded.model.eval(), loaded.processor
+    image_id = _favour_image_pad(model)
+    eos = proc.eos_token_id
+    prompts = random_prompts(4, seed=3) + page_prompts(proc, 2, seed=4)
+    refs = [reference(model, p, eos) for p in prompts]
+    assert all(refs) and not any(set(r) & set(model.generation_config.suppress_tokens) for r in refs)
+    head = DraftHead.from_verifier(model)
+    for k in (0, 2):
+        assert generate(model, prompts, head, k, MAX_NEW, eos).tokens == refs
+    model.generation_config.suppress_tokens = []  # the bias does what it says: without suppression, image_pad
+    assert set(reference(model, prompts[0], eos)) == {image_id}

@@ -157,6 +157,28 @@ def test_completion_logprobs_match_a_plain_forward(kind):
             assert torch.allclose(got[i, :n], want, atol=1e-5)
 
 
+def test_rollouts_never_sample_an_image_token_so_their_logprobs_can_be_computed(tmp_path):
+    """A model that favours ``<|image_pad|>`` (as a barely trained one may) still samples text: one more image
+    token in the completion would not match the page's image features in the teacher-forced pass (make
+    train crashed so: "Image features and image tokens do not match"). Also after a save and load."""
+    from model.models import load as load_model
+    from model.models import save
+
+    loaded = build_tiny("tiny", seed=0)
+    bias = torch.zeros(loaded.model.lm_head.weight.shape[0])
+    bias[loaded.model.config.image_token_id] = 1e4
+    loaded.model.lm_head.bias = torch.nn.Parameter(bias)
+    enc = toy_sample(loaded.processor, 0, "x").encoded
+    torch.manual_seed(0)
+    r = rollout(loaded, enc, 3, GRPOConfig(max_completion_tokens=4, temperature=1.0))
+    assert not set(r.tokens.flatten().tolist()) & set(loaded.model.generation_config.suppress_tokens)
+    with torch.no_grad():
+        assert torch.isfinite(completion_logprobs(loaded.model, enc, r.tokens, r.mask)).all()
+    save(build_tiny("tiny", seed=0).model, loaded.processor, tmp_path / "ckpt")
+    assert load_model(str(tmp_path / "ckpt")).model.generation_config.suppress_tokens == \
+        loaded.model.generation_config.suppress_tokens
+
+
 # --------------------------------------------------------------------------- the loop
 
 REFERENCE = "The quick brown fox jumps over the lazy dog near the river."
