@@ -12,6 +12,7 @@ import functools
 import glob as _glob
 import hashlib
 import os
+import stat
 from typing import IO, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -97,12 +98,44 @@ def match(pattern: str) -> list[str]:
     return found
 
 
+class NotARegularFile(OSError):
+    """A local path that is a FIFO, socket, device or folder: never read (opening a FIFO blocks until a
+    writer comes, a device may never end). ``kind`` names what it is."""
+
+    def __init__(self, path: str, kind: str):
+        super().__init__(f"{path} is not a regular file (a {kind}): not read")
+        self.path, self.kind = path, kind
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "directory")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def _open_local(path: str) -> IO[bytes]:
+    """A local regular file opened for reading; ``NotARegularFile`` for anything else, without blocking: it
+    is checked before opening, opened non-blocking and checked again (in case it was swapped meanwhile)."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        handle = os.fdopen(fd, "rb")
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return handle
+        handle.close()
+    raise NotARegularFile(path, _file_kind(mode))
+
+
 def open_read(uri: str) -> IO[bytes]:
-    """A seekable binary stream; never decompresses (a ``.tar.gz`` stays gzip bytes)."""
+    """A seekable binary stream; never decompresses (a ``.tar.gz`` stays gzip bytes). A local path must be a
+    regular file (``NotARegularFile``, an ``OSError``, otherwise)."""
     if _is_hf(uri):
         return _hf_fs().open(uri[len("hf://"):], "rb")
     if "://" not in uri:
-        return open(uri, "rb")
+        return _open_local(uri)
     if _is_s3(uri):
         return _s3io().open(uri, "rb")
     return FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED)
@@ -225,6 +258,8 @@ def content_id(uri: str) -> str:
     Cached per process."""
     try:
         return _digest(uri)
+    except NotARegularFile as exc:  # never opened; the reader refuses it
+        return f"not a regular file: {exc.kind}"
     except (FileNotFoundError, IndexError, OSError):
         return "missing"
 
@@ -232,7 +267,7 @@ def content_id(uri: str) -> str:
 def _digest(uri: str) -> str:
     if "://" not in uri:
         digest = hashlib.sha256()
-        with open(uri, "rb") as f:
+        with _open_local(uri) as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
         return digest.hexdigest()

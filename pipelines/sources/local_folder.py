@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import stat
 from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
@@ -68,31 +67,6 @@ def _is_local(uri: str) -> bool:
 
 def _wanted(name: str) -> bool:
     return name.lower().endswith(PDF_EXTENSIONS + IMAGE_EXTENSIONS) and not name.startswith(".")
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "directory")):
-        if test(mode):
-            return kind
-    return "special file"
-
-
-def _read_regular(path: str, rel: str) -> bytes:
-    """A local file's bytes, refusing (``unsafe_path``) anything but a regular file before opening it: a
-    FIFO blocks ``open`` until a writer comes, a device may never end. The file is opened non-blocking and
-    checked again, in case it was swapped for one after the first check."""
-    try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISREG(mode):
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-            with os.fdopen(fd, "rb") as fh:
-                mode = os.fstat(fh.fileno()).st_mode
-                if stat.S_ISREG(mode):
-                    return fh.read()
-    except OSError as exc:
-        raise RecordError("unreadable_file", f"{rel}: {exc}") from exc
-    raise RecordError("unsafe_path", f"{rel} is not a regular file (a {_file_kind(mode)}): not read")
 
 
 def _walk_local(root: str) -> Iterator[str]:
@@ -157,19 +131,6 @@ class LocalFolderSource:
             if start == 0:  # a later range of the same file fails the same way: the first one reports it
                 yield Row(source_id=rel, error=exc)
 
-    def unit_digest(self, unit: FolderFile) -> str | None:
-        """What ``pipelines.refresh`` takes for the unit's content: None (it hashes the file and its
-        same-stem labels, as for any unit), except for a local file that is not a regular file, which
-        must not be opened (hashing a FIFO blocks forever): a fixed digest naming its kind (its row is
-        dead-lettered ``unsafe_path``, whatever it holds)."""
-        if not _is_local(unit.root):
-            return None
-        try:
-            mode = os.stat(io.join(unit.root, *unit.rel.split("/"))).st_mode
-        except OSError:  # missing: refresh hashes it as "missing", read reports it
-            return None
-        return None if stat.S_ISREG(mode) else f"not a regular file: {_file_kind(mode)}"
-
     # -- internals ---------------------------------------------------------------------------
 
     def _ranges(self, root: str, rel: str) -> Iterator[FolderFile]:
@@ -194,10 +155,10 @@ class LocalFolderSource:
 
     def _read(self, root: str, rel: str) -> bytes:
         path = self._path(root, rel)
-        if _is_local(root):
-            return _read_regular(path, rel)
         try:
             return io.read_bytes(path)
+        except io.NotARegularFile as exc:  # a FIFO named page.pdf: never opened (pipelines.io)
+            raise RecordError("unsafe_path", f"{rel} is not a regular file (a {exc.kind}): not read") from None
         except OSError as exc:
             raise RecordError("unreadable_file", f"{rel}: {exc}") from exc
 
