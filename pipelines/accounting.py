@@ -44,7 +44,6 @@ class Kind(str, enum.Enum):
     DEDUP_FILE = "dedup_file"  # write_shard's result for a shard of dropped/dedup-duplicates-*.parquet
     # incremental refresh (pipelines/refresh.py, the ReuseUnchanged step)
     UNIT = "unit"  # (settings, unit, UnitInfo): a planned input unit
-    UNIT_DEAD = "unit_dead"  # (unit key, DeadLetter): a dead letter of a known unit, for the units table
     UNIT_COUNT = "unit_count"  # (unit key, stage, kind, reason, value) summed over the run
     UNIT_INFO = "unit_info"  # a pipelines.refresh.UnitInfo of this run (processed or reused)
     CARRY = "carry"  # (table, path, stage, reason, reused keys file): a previous run's file to carry rows from
@@ -90,7 +89,7 @@ def by_kind(envelopes: Iterable[tuple[str, Any]], *kinds: Kind) -> dict[Kind, li
 MAX_MESSAGE_CHARS = 2000  # of a dead letter's message: an error may quote a hostile input's value
 
 
-def _dead(stage: str, source: str, source_id: str, exc: BaseException) -> DeadLetter:
+def _dead(stage: str, source: str, source_id: str, exc: BaseException, unit: str = "") -> DeadLetter:
     if isinstance(exc, RecordError):
         reason = exc.reason
         message = str(exc)
@@ -100,7 +99,7 @@ def _dead(stage: str, source: str, source_id: str, exc: BaseException) -> DeadLe
         message = f"{exc!r}; at {tb[-2].strip() if len(tb) > 1 else ''}"
     if len(message) > MAX_MESSAGE_CHARS:
         message = f"{message[:MAX_MESSAGE_CHARS]}... ({len(message)} characters)"
-    return DeadLetter(source, source_id, stage, reason, type(exc).__name__, message)
+    return DeadLetter(source, source_id, stage, reason, type(exc).__name__, message, unit)
 
 
 def unit_of(item: Any) -> str:
@@ -120,11 +119,11 @@ def _outcome(stage: str, source: str, source_id: str, outputs: list | None,
     elif isinstance(error, Dropped):
         yield Envelope(Kind.EVENT, CountEvent(stage, source, "dropped", error.reason, 1, unit))
     else:
-        letter = _dead(stage, source, source_id, error)
+        # the letter names its unit (a column of the dead-letter shards): a later refresh carries a reused
+        # unit's letters over from those shards, so no step gathers them per unit
+        letter = _dead(stage, source, source_id, error, unit)
         yield Envelope(Kind.EVENT, CountEvent(stage, source, "dead", letter.reason, 1, unit))
         yield Envelope(Kind.DEAD, letter)
-        if unit:
-            yield Envelope(Kind.UNIT_DEAD, (unit, letter))
 
 
 def _repeated_page(row: Row, seen: set[tuple[str, int]]) -> RecordError | None:

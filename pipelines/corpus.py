@@ -69,13 +69,14 @@ from pipelines.refresh import (
     READ_STAGE,
     UNITS_FILE,
     PreviousRun,
-    carried_dead_letters,
     carried_events,
+    carried_letters,
     carried_rows,
     carry_whole,
     check_previous,
     decide,
     describe_unit,
+    legacy_carried_letters,
     reused_keys,
     stage_fingerprints,
     units_table,
@@ -239,10 +240,11 @@ def described_units(element, fingerprints: dict[str, dict[str, str]]) -> Iterato
 
 def decide_reuse(planned: Iterable[tuple], previous_uri: str | None, spill_dir: str) -> Iterator[Envelope]:
     """The reuse decision over every planned unit: units to read (``UNIT``), the reused units'
-    counts and dead letters as their previous run recorded them, the previous files to carry pages
-    and dropped samples from (``CARRY``, each naming the file of reused keys written under
+    counts as their previous run recorded them, the previous files to carry pages, dead letters and
+    dropped samples from (``CARRY``, each naming the file of reused keys written under
     ``spill_dir``: a file, not a side input, which Beam's DaskRunner computes inside each task),
-    every unit's info and a summary."""
+    every unit's info and a summary. Nothing per record: the carried rows are read on the carry
+    branch, a row group at a time."""
     planned = list(planned)
     previous = PreviousRun.load(previous_uri)
     decision = decide([info for _, _, info in planned], previous)
@@ -254,15 +256,17 @@ def decide_reuse(planned: Iterable[tuple], previous_uri: str | None, spill_dir: 
     for key, row in sorted(decision.reused.items()):
         for event in carried_events(row):
             yield Envelope(Kind.EVENT, CountEvent(*event, key))
-        for letter in carried_dead_letters(row):
-            yield Envelope(Kind.DEAD, letter)
-            yield Envelope(Kind.UNIT_DEAD, (key, letter))
     yield Envelope(Kind.REFRESH, decision.summary(previous.folder if previous else None))
     if previous is not None and decision.reused:
         keys = io.join(spill_dir, "reused_units.json")
         io.write_bytes_atomic(keys, json.dumps(sorted(decision.reused)).encode())
         for path in previous.files("data/*.parquet") + previous.files("refresh/dedup_losers/*.parquet"):
             yield Envelope(Kind.CARRY, ("pages", path, "", "", keys))
+        if previous.legacy_letters:  # a run from before dead letters named their unit: its units table holds them
+            yield Envelope(Kind.CARRY, ("legacy_letters", io.join(previous.folder, UNITS_FILE), "", "", keys))
+        else:
+            for name in previous.manifest.dead_letter_files:
+                yield Envelope(Kind.CARRY, ("letters", io.join(previous.folder, name), "", "", keys))
         names = {"dropped/" + f"{stage}-{reason}.parquet".replace(":", "_").replace("/", "_"): (stage, reason)
                  for stage, per in _previous_drops(previous.manifest) for reason in per}
         for name in previous.manifest.dropped_sample_files:
@@ -276,8 +280,14 @@ def _previous_drops(manifest: RunManifest) -> Iterator[tuple[str, set[str]]]:
 
 
 def read_carried(task: tuple[str, str, str, str, str]) -> Iterator[Envelope]:
-    """A previous run's page file -> the reused units' pages (``ITEM``) or dropped samples (``SAMPLE``)."""
+    """A previous run's file -> the reused units' pages (``ITEM``), dropped samples (``SAMPLE``) or dead
+    letters (``DEAD``: from a dead-letter shard, or an older run's units table)."""
     table, path, stage, reason, keys = task
+    if table in ("letters", "legacy_letters"):
+        letters = carried_letters if table == "letters" else legacy_carried_letters
+        for letter in letters(path, reused_keys(keys)):
+            yield Envelope(Kind.DEAD, letter)
+        return
     for row in carried_rows(path, reused_keys(keys)):
         record = PageRecord.from_row(row)
         yield Envelope(Kind.ITEM, record) if table == "pages" else Envelope(Kind.SAMPLE,
@@ -290,7 +300,7 @@ def is_accounted(envelope: Envelope) -> bool:
 
 
 def is_unit_result(envelope: Envelope) -> bool:
-    return envelope.kind in (Kind.UNIT_INFO, Kind.UNIT_DEAD, Kind.REFRESH)
+    return envelope.kind in (Kind.UNIT_INFO, Kind.REFRESH)
 
 
 def keyed_unit_count(event: CountEvent) -> tuple[tuple[str, str, str, str], float]:
@@ -326,7 +336,7 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
     """The last step: manifest.json from the summed counts, shard and dead-letter results; the units
     table an incremental refresh reads (``refresh/units.parquet``)."""
     routed = by_kind(items, Kind.COUNT, Kind.SHARD, Kind.DEAD_FILE, Kind.SAMPLE_FILE, Kind.DEDUP_FILE,
-                     Kind.UNIT_INFO, Kind.UNIT_COUNT, Kind.UNIT_DEAD, Kind.REFRESH)
+                     Kind.UNIT_INFO, Kind.UNIT_COUNT, Kind.REFRESH)
     shards = sorted(routed[Kind.SHARD], key=lambda s: s["file"])
     dead_files = sorted(routed[Kind.DEAD_FILE], key=lambda d: d["file"])
     sample_files = routed[Kind.SAMPLE_FILE] + [d["file"] for d in routed[Kind.DEDUP_FILE]]
@@ -355,7 +365,7 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
     io.delete_tree(io.join(out, "_tmp"))
     if routed[Kind.UNIT_INFO]:
         io.write_bytes_atomic(io.join(out, UNITS_FILE),
-                              units_table(routed[Kind.UNIT_INFO], routed[Kind.UNIT_COUNT], routed[Kind.UNIT_DEAD]))
+                              units_table(routed[Kind.UNIT_INFO], routed[Kind.UNIT_COUNT]))
     io.write_bytes_atomic(io.join(out, "manifest.json"), manifest.to_json().encode("utf-8"))
 
 
@@ -388,9 +398,9 @@ class PlanUnits(beam.PTransform):
 
 class ReuseUnchanged(beam.PTransform):
     """Incremental refresh (``pipelines/refresh.py``): the planned units -> ``{"read": the units to
-    read as (settings, unit, key), "carried": the reused units' pages and dropped samples from the
-    files of ``previous``, "accounted": their counts (from its units table) and dead letters, every
-    unit's info and a summary for the manifest step}``. Without ``previous`` every unit is read and
+    read as (settings, unit, key), "carried": the reused units' pages, dead letters and dropped samples
+    from the files of ``previous``, "accounted": their counts (from its units table), every unit's
+    info and a summary for the manifest step}``. Without ``previous`` every unit is read and
     "carried" is None (no steps are built for it)."""
 
     def __init__(self, previous: str | None, spill_dir: str):
@@ -625,8 +635,9 @@ class WriteDroppedSamples(beam.PTransform):
 
 class UnitTable(beam.PTransform):
     """What the units table needs: each unit's counts before writing (summed per unit, stage, kind
-    and reason), its dead letters, every unit's info and the reuse summary: two collections (the summed
-    counts; the rest) for the manifest step's Flatten."""
+    and reason: its dead letters are counted there, and written with its name in the dead-letter
+    shards), every unit's info and the reuse summary: two collections (the summed counts; the rest)
+    for the manifest step's Flatten."""
 
     def __init__(self, stages: list[str]):
         super().__init__()

@@ -11,14 +11,20 @@ file, a local file or page range, a block of synthetic pages). Each unit gets a 
   before writing (the source's reader, render, validate, each clean stage in order);
 - ``key``: hash of the three; pages carry it in ``metadata["refresh_unit"]``.
 
-Given the previous run's ``refresh/units.parquet`` (one row per unit: its info, its per-stage
-counts and its dead letters), ``decide`` sorts the current units: same key -> *reused* (its pages,
-dead letters, counts and dropped samples are carried over from the previous run's files), else
+Given the previous run's ``refresh/units.parquet`` (one row per unit: its info and its per-stage
+counts), ``decide`` sorts the current units: same key -> *reused* (its pages, dead letters, counts
+and dropped samples are carried over from the previous run's files), else
 *processed* with a reason (``added``, ``content changed``, ``config changed: <stages>``, ``no
 previous run``), and previous units not planned now are *removed*. One more rule keeps dedup
 exact: a reused unit whose pages lost a dedup comparison to a page of a unit that is not reused
 is processed again (``kept duplicate gone``), since its losers may now be kept. Dedup, write and
 the manifest always run over everything, so the run's shards and counts equal a full run's.
+
+Nothing here gathers per-record data: dead letters name their unit in a column of the dead-letter
+shards and are carried by filtering those shards a row group at a time (``carried_letters``), like
+pages; the dedup check reads the duplicates shards' ``unit`` and ``kept_unit`` columns into a set of
+unit pairs (``_lost_to``). Runs written before those columns existed are read their old way
+(``legacy_carried_letters``, ``_legacy_lost_to``).
 
 Plain Python, no Beam import: ``pipelines/corpus.py`` wraps it in the ``ReuseUnchanged`` step.
 Path options that name folders (``mirror``, ``warc_root``, ``root``, ``cache_dir``) are taken
@@ -58,8 +64,11 @@ FORMAT = "1"  # of the unit table and the keys; a change reprocesses everything
 REPO = Path(__file__).resolve().parent.parent
 # extra code versions a source kind's pages depend on (its own module's VERSION is always taken)
 KIND_MODULES = {"jinaocrsynth": ("synth.pages", "synth.render_html", "synth.render_latex")}
+# One row per unit: its info and its per-stage counts (dead-letter counts by stage and reason among them).
+# The letters themselves are in the dead-letter shards, which name their unit.
 UNITS_SCHEMA = pa.schema([(n, pa.string()) for n in ("key", "name", "source", "content", "config", "stages",
-                                                     "counts", "dead_letters")])
+                                                     "counts")])
+LEGACY_LETTERS = "dead_letters"  # a units table written before dead letters named their unit held them here
 
 
 class UnitInfo(NamedTuple):
@@ -248,20 +257,30 @@ def check_previous(uri: str) -> str:
 
 @dataclass
 class PreviousRun:
-    """What ``decide`` needs of the previous run: its units table, its manifest and where its files are."""
+    """What ``decide`` needs of the previous run: its units table, its manifest and where its files are.
+    ``legacy_letters``: its units table holds every unit's dead letters (a run from before dead letters
+    named their unit, whose dead-letter shards have no ``unit`` column): they are carried from there."""
 
     folder: str
     units: dict[str, dict]  # key -> row of UNITS_SCHEMA
     manifest: RunManifest
+    legacy_letters: bool = False
 
     @classmethod
     def load(cls, uri: str | None) -> PreviousRun | None:
+        """The units table's columns of ``UNITS_SCHEMA`` only (one row per unit: metadata), a batch at a
+        time: an older table's ``dead_letters`` column, every dead letter of the run, is not read here."""
         if not uri:
             return None
         folder = check_previous(uri)
+        units: dict[str, dict] = {}
         with io.open_read(io.join(folder, UNITS_FILE)) as f:
-            rows = pq.read_table(f).to_pylist()
-        return cls(folder, {r["key"]: r for r in rows}, io.read_run_manifest(folder))
+            pf = pq.ParquetFile(f)
+            names = pf.schema_arrow.names
+            columns = [c for c in UNITS_SCHEMA.names if c in names]
+            for batch in pf.iter_batches(batch_size=1024, columns=columns):
+                units.update((row["key"], row) for row in batch.to_pylist())
+        return cls(folder, units, io.read_run_manifest(folder), LEGACY_LETTERS in names)
 
     def files(self, pattern: str) -> list[str]:
         return io.match(io.join(self.folder, pattern))
@@ -288,8 +307,36 @@ def _id_units(paths: Iterable[str], wanted: set[str] | None = None) -> dict[str,
     return out
 
 
+DUPLICATE_UNITS = ("unit", "kept_unit")  # columns of dropped/dedup-duplicates-*: the loser's unit, the kept page's
+
+
 def _lost_to(previous: PreviousRun) -> dict[str, set[str]]:
-    """unit key -> the unit keys of the pages its dedup losers lost to."""
+    """unit key -> the unit keys of the pages its dedup losers lost to.
+
+    Read from the ``unit`` and ``kept_unit`` columns of the duplicates shards, a row group at a time,
+    each folded to its distinct pairs: memory is one row group plus the (loser unit, kept unit) pairs,
+    however many pages dedup dropped. A previous run whose shards lack those columns (written before
+    they existed) gets the old answer by joining ids (``_legacy_lost_to``), once: the run it feeds
+    writes the columns."""
+    paths = previous.files("dropped/dedup-duplicates-*.parquet")
+    out: dict[str, set[str]] = {}
+    for path in paths:
+        with io.open_read(path) as f:
+            pf = pq.ParquetFile(f)
+            if not set(DUPLICATE_UNITS) <= set(pf.schema_arrow.names):
+                return _legacy_lost_to(previous)
+            for group in range(pf.num_row_groups):
+                pairs = pf.read_row_group(group, columns=list(DUPLICATE_UNITS)).group_by(list(DUPLICATE_UNITS))
+                found = pairs.aggregate([])
+                for unit, kept in zip(found.column("unit").to_pylist(), found.column("kept_unit").to_pylist()):
+                    out.setdefault(unit, set()).add(kept)
+    return out
+
+
+def _legacy_lost_to(previous: PreviousRun) -> dict[str, set[str]]:
+    """``_lost_to`` for duplicates shards without unit columns: every dropped page's id and the id it kept,
+    joined with the units of the pages in ``refresh/dedup_losers/`` and ``data/`` (memory grows with the
+    drops: ~0.8 KB each)."""
     loser_units = _id_units(previous.files(f"{LOSER_PAGES_FOLDER}/*.parquet"))
     if not loser_units:
         return {}
@@ -397,24 +444,42 @@ def carried_events(row: dict) -> list[tuple[str, str, str, str, float]]:
     return [(stage, row["source"], kind, reason, value) for stage, kind, reason, value in counts]
 
 
-def carried_dead_letters(row: dict) -> list[DeadLetter]:
-    return [DeadLetter(**d) for d in json.loads(row["dead_letters"])]
+def carried_letters(path: str, reused: frozenset[str] | set[str]) -> Iterator[DeadLetter]:
+    """The dead letters of a previous run's dead-letter shard whose unit is reused, a row group at a time
+    (only the ``unit`` column of a row group none of whose letters is carried is read)."""
+    wanted = pa.array(sorted(reused), pa.string())
+    fields = [f.name for f in dataclasses.fields(DeadLetter)]
+    with io.open_read(path) as f:
+        pf = pq.ParquetFile(f)
+        if "unit" not in pf.schema_arrow.names:
+            raise ValueError(f"{path}: a dead-letter shard without a unit column, beside a units table without "
+                             f"dead letters: not one run's files")
+        for group in range(pf.num_row_groups):
+            keep = pc.is_in(pf.read_row_group(group, columns=["unit"]).column("unit"), value_set=wanted)
+            if not pc.any(keep).as_py():
+                continue
+            for row in pf.read_row_group(group, columns=fields).filter(keep).to_pylist():
+                yield DeadLetter(**row)
 
 
-def units_table(infos: Iterable[UnitInfo], counts: Iterable[tuple], letters: Iterable[tuple[str, DeadLetter]]) -> bytes:
+def legacy_carried_letters(path: str, reused: frozenset[str] | set[str]) -> Iterator[DeadLetter]:
+    """The reused units' dead letters from an older units table's ``dead_letters`` column (``path``), a few
+    units at a time; each letter gets its unit, so the run writes them in the new form."""
+    with io.open_read(path) as f:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=16, columns=["key", LEGACY_LETTERS]):
+            for key, letters in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                if key in reused:
+                    yield from (DeadLetter(**{**d, "unit": key}) for d in json.loads(letters or "[]"))
+
+
+def units_table(infos: Iterable[UnitInfo], counts: Iterable[tuple]) -> bytes:
     """``refresh/units.parquet``: one row per unit of this run (processed or reused), with its counts
-    (``counts``: (unit, stage, kind, reason, value)) and dead letters, sorted by key."""
+    (``counts``: (unit, stage, kind, reason, value)), sorted by key. Its dead letters are not here: the
+    dead-letter shards name their unit."""
     per_counts: dict[str, list] = {}
     for unit, stage, kind, reason, value in counts:
         per_counts.setdefault(unit, []).append([stage, kind, reason, value])
-    per_letters: dict[str, list] = {}
-    for unit, letter in letters:
-        per_letters.setdefault(unit, []).append(dataclasses.asdict(letter))
-    def letters_of(key):
-        return json.dumps(sorted(per_letters.get(key, []), key=lambda d: json.dumps(d, sort_keys=True)))
-
-    rows = [{**u._asdict(), "counts": json.dumps(sorted(per_counts.get(u.key, []))), "dead_letters": letters_of(u.key)}
-            for u in sorted(set(infos))]
+    rows = [{**u._asdict(), "counts": json.dumps(sorted(per_counts.get(u.key, [])))} for u in sorted(set(infos))]
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(rows, schema=UNITS_SCHEMA), sink, compression="zstd")
     return sink.getvalue().to_pybytes()

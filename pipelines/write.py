@@ -69,8 +69,10 @@ class ShardedTable:
 
 
 PAGES = ShardedTable("data", PAGE_SCHEMA, ("id", "image_sha256"))
-# Dead letters are sharded like pages (a run may dead-letter millions); one "split" per stage.
-DEAD_LETTERS = ShardedTable("dead_letter", DEAD_LETTER_SCHEMA, ("id", "source", "source_id", "reason", "message"))
+# Dead letters are sharded like pages (a run may dead-letter millions); one "split" per stage. Each names
+# its input unit (``unit``), by which an incremental refresh carries a reused unit's letters over.
+DEAD_LETTERS = ShardedTable("dead_letter", DEAD_LETTER_SCHEMA,
+                            ("id", "source", "source_id", "reason", "message", "unit"))
 # The full records dedup dropped, one file per page shard that lost any (named like it): what an
 # incremental refresh carries over with the kept pages (pipelines/refresh.py).
 LOSER_PAGES = ShardedTable("refresh/dedup_losers", PAGE_SCHEMA, ("id", "image_sha256"))

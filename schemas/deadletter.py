@@ -17,13 +17,17 @@ DEAD_LETTER_SCHEMA = pa.schema(
         ("reason", pa.string()),
         ("error_class", pa.string()),
         ("message", pa.string()),
+        # the refresh key of the input unit the record came from ("" when none): an incremental refresh
+        # carries a reused unit's dead letters over by this column (pipelines/refresh.py)
+        ("unit", pa.string()),
     ]
 )
 
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A record that failed a stage. ``reason`` is a short slug (manifest key); ``message`` the detail."""
+    """A record that failed a stage. ``reason`` is a short slug (manifest key); ``message`` the detail;
+    ``unit`` the refresh key of the record's input unit (``pipelines.refresh``), "" when it has none."""
 
     source: str
     source_id: str
@@ -31,6 +35,7 @@ class DeadLetter:
     reason: str
     error_class: str
     message: str
+    unit: str = ""
 
     @property
     def id(self) -> str:

@@ -99,9 +99,11 @@ class Member:
     phash: int | None = field(default=None, compare=False)
     sketch: bytes | None = field(default=None, compare=False, repr=False)
     # Where the record was written, for the writer that drops it (``pipelines.clean.dedup_stage``):
-    # its split and spilled bytes. Not used by any decision.
+    # its split and spilled bytes, and its input unit (the refresh key, "" when none) for the
+    # duplicates table. Not used by any decision.
     split: str = field(default="train", compare=False)
     size: int = field(default=0, compare=False)
+    unit: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.rank):
@@ -109,7 +111,7 @@ class Member:
 
     def __reduce__(self) -> tuple:
         # positional state: no field names in every shuffled pair
-        return (Member, (self.id, self.source, self.rank, self.phash, self.sketch, self.split, self.size))
+        return (Member, (self.id, self.source, self.rank, self.phash, self.sketch, self.split, self.size, self.unit))
 
 
 Edge = tuple[Member, Member]
@@ -125,9 +127,9 @@ class DedupKeys(NamedTuple):
         """``(key, member)`` per key; each kind's member carries only what its groups verify."""
         m = self.member
         slim = {
-            "px": Member(m.id, m.source, m.rank, split=m.split, size=m.size),
-            "ph": Member(m.id, m.source, m.rank, phash=m.phash, split=m.split, size=m.size),
-            "mh": Member(m.id, m.source, m.rank, sketch=m.sketch, split=m.split, size=m.size),
+            "px": Member(m.id, m.source, m.rank, split=m.split, size=m.size, unit=m.unit),
+            "ph": Member(m.id, m.source, m.rank, phash=m.phash, split=m.split, size=m.size, unit=m.unit),
+            "mh": Member(m.id, m.source, m.rank, sketch=m.sketch, split=m.split, size=m.size, unit=m.unit),
         }
         return [(key, slim[key_kind(key)]) for key in self.keys]
 

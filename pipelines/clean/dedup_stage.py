@@ -13,6 +13,11 @@ summed into its page's (split, plan bucket) (``excluded_stat``): the shard plann
 sums and the spill files' names, each page shard reads the loser ids of its own id range from the
 spill files, and ``dropped/dedup-duplicates-NNNNN-of-MMMMM.parquet`` is written from the same
 spill files by the sharded writer (``pipelines.write``).
+
+Each member carries its record's input unit (``Member.unit``: the page's
+``metadata["refresh_unit"]``), so each duplicates row names the loser's unit and the kept page's
+(``unit``, ``kept_unit``): an incremental refresh decides which reused units lost a page to a unit
+that is gone from those two columns alone (``pipelines.refresh._lost_to``), never by joining ids.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 import pyarrow as pa
 
+from pipelines.accounting import unit_of
 from pipelines.clean.dedup import (
     Edge,
     Member,
@@ -38,7 +44,8 @@ from pipelines.write import ShardedTable, Spilled, SpillStat, SpillWriter, bucke
 from schemas.config import load
 from schemas.page import PageRecord
 
-DUPLICATES_SCHEMA = pa.schema([(n, pa.string()) for n in ("id", "source", "reason", "kept")])
+# ``unit``/``kept_unit``: the refresh keys of the dropped page's input unit and of the kept page's
+DUPLICATES_SCHEMA = pa.schema([(n, pa.string()) for n in ("id", "source", "reason", "kept", "unit", "kept_unit")])
 # Every dropped duplicate with the record it duplicates, sharded by id under dropped/.
 DUPLICATES = ShardedTable("dropped", DUPLICATES_SCHEMA, ("id",))
 DUPLICATES_SPLIT = "dedup-duplicates"  # the table's one "split": its shards' file-name prefix
@@ -52,7 +59,7 @@ def dedup_config(options: DedupConfig | Mapping[str, Any]) -> DedupConfig:
 class Loser(NamedTuple):
     """A record dedup drops: why, the id its component keeps, and where the record was written
     (its split and spilled bytes, ``pipelines.write.record_bytes``), so the planner can take it out
-    of its shard's size."""
+    of its shard's size; ``unit`` and ``kept_unit``: the input units of the dropped and the kept record."""
 
     id: str
     source: str
@@ -60,12 +67,15 @@ class Loser(NamedTuple):
     kept: str  # the id of the record its component keeps
     split: str = "train"
     size: int = 0
+    unit: str = ""
+    kept_unit: str = ""
 
 
 def dedup_key_members(cfg: DedupConfig, record: PageRecord) -> list[tuple[str, Member]]:
-    """The record's grouping keys, each paired with its (small) member; fills ``quality["dedup"]``."""
+    """The record's grouping keys, each paired with its (small) member, which names the record's input
+    unit; fills ``quality["dedup"]``."""
     keys = extract_keys(record, cfg)
-    member = dataclasses.replace(keys.member, split=record.split, size=record_bytes(record))
+    member = dataclasses.replace(keys.member, split=record.split, size=record_bytes(record), unit=unit_of(record))
     return keys._replace(member=member).pairs()
 
 
@@ -77,8 +87,9 @@ def dedup_edges(cfg: DedupConfig, key: str, members: list[Member]) -> list[tuple
 
 def dedup_losers(cfg: DedupConfig, kind: str, edges: Iterable[Edge]) -> list[Loser]:
     components = connected_components(edges)
-    kept = {m.id: min(c, key=lambda x: (-x.rank, x.id)).id for c in components for m in c}
-    return [Loser(m.id, m.source, reason, kept[m.id], m.split, m.size) for m, reason in resolve(components, kind)]
+    kept = {m.id: min(c, key=lambda x: (-x.rank, x.id)) for c in components for m in c}
+    return [Loser(m.id, m.source, reason, kept[m.id].id, m.split, m.size, m.unit, kept[m.id].unit)
+            for m, reason in resolve(components, kind)]
 
 
 def _stronger(a: Loser, b: Loser) -> Loser:
@@ -104,7 +115,8 @@ def merge_losers(losers: Iterable[Loser]) -> dict[str, Loser]:
 
 def spill_loser(writer: SpillWriter, loser: Loser) -> Spilled:
     """Buffer one loser's ``DUPLICATES`` row (``writer.table`` is ``DUPLICATES``)."""
-    row = {"id": loser.id, "source": loser.source, "reason": loser.reason, "kept": loser.kept}
+    row = {"id": loser.id, "source": loser.source, "reason": loser.reason, "kept": loser.kept, "unit": loser.unit,
+           "kept_unit": loser.kept_unit}
     return writer.add_row(DUPLICATES_SPLIT, loser.id, row, sum(map(len, row.values())) + 64, loser.source)
 
 
