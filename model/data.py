@@ -4,7 +4,8 @@ Jina-OCR-v1 sections 5.1 (alignment SFT) and 5.2 (robustness SFT). The data flow
 `model.records` streams corpus rows and assigns the held-out split; `model.sampler` draws them
 domain-balanced and resumably; here ``SampleSource`` turns records into ``Sample``s (chat template,
 image patches, response target) and skips bad ones with a reason (``corrupt_image``,
-``image_too_large``, ``too_long``): counted in ``.skipped`` and logged once per record (the first
+``image_too_large``, ``too_long``, ``missing_response``, ``missing_instruction``, ``bad_unit_tests``,
+``bad_metadata``): counted in ``.skipped`` and logged once per record (the first
 ``LOGGED_SKIPS`` per reason), never fatal.
 Robustness SFT degrades page images with ``synth.augment.degrade`` at ``degrade_prob``.
 `model.batches` packs samples into model batches and drives it all as a resumable ``BatchStream``.
@@ -99,6 +100,7 @@ class Sample:
     unit_tests: list[str]
     instruction: str
     convention: str = "markdown"  # the response convention (metadata["instruct"]): what its unit tests read
+    task: str = "parse_page"  # the record's task (model.eval and model.errors report by it)
 
     @property
     def length(self) -> int:
@@ -106,6 +108,27 @@ class Sample:
 
 
 LOGGED_SKIPS = 20  # skipped records logged by id per reason; the rest are only counted
+
+
+def _label_problem(record: dict) -> tuple[str, str] | None:
+    """``(reason, detail)`` when a record cannot be trained or scored on: no response or instruction text
+    (a null response would train on nothing and score as a perfect page), unit tests that do not parse
+    (they would stop model.eval and the GRPO rewards), metadata that is not a JSON object."""
+    from schemas.unit_tests import unit_test_from_json
+
+    for field in ("response", "instruction"):
+        if not isinstance(record.get(field), str) or not record[field].strip():
+            return f"missing_{field}", f"{field} is {type(record.get(field)).__name__}, not text"
+    for i, line in enumerate(record.get("unit_tests") or []):
+        try:
+            unit_test_from_json(line, f"unit_tests[{i}]")
+        except (ValueError, TypeError) as exc:
+            return "bad_unit_tests", str(exc)[:300]
+    try:
+        record_convention(record.get("metadata"))
+    except (ValueError, TypeError, AttributeError) as exc:
+        return "bad_metadata", f"metadata: {exc}"[:300]
+    return None
 
 
 class SampleSource:
@@ -147,6 +170,10 @@ class SampleSource:
         from schemas.images import open_image  # the project's one guarded image opener
 
         rid = str(record.get("id"))
+        problem = _label_problem(record)
+        if problem is not None:
+            self._skip(rid, *problem)
+            return None
         try:
             image = open_image(record.get("image") or b"", self.cfg.max_pixels)
             try:
@@ -168,7 +195,7 @@ class SampleSource:
             return None
         return Sample(encoded, rid, record.get("source", ""), record.get("domain", ""), record["response"],
                       list(record.get("unit_tests") or []), record["instruction"],
-                      record_convention(record.get("metadata")))
+                      record_convention(record.get("metadata")), record.get("task") or "parse_page")
 
     def __iter__(self) -> Iterator[Sample]:
         records = self.records if self.records is not None else \

@@ -175,7 +175,7 @@ def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progr
         for s, ids in zip(chunk, greedy_batch(loaded, [s.encoded for s in chunk], max_new_tokens)):
             prediction = loaded.processor.decode(ids)
             ed, tests = score_prediction(prediction, s.response, s.unit_tests or [], s.convention)
-            rows.append(EvalRow(s.id, s.source, s.domain, getattr(s, "task", "") or "", prediction, s.response,
+            rows.append(EvalRow(s.id, s.source, s.domain, s.task, prediction, s.response,
                                 ed, tests, response_nll(loaded, s.encoded)))
         bar.update(len(chunk))
     bar.close()

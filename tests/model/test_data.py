@@ -105,6 +105,23 @@ def test_corrupt_and_too_long_records_are_skipped_counted_and_logged_once(corpus
     assert all(s.length <= cfg.max_sample_tokens for s in samples)
 
 
+def test_records_without_a_usable_label_are_skipped_with_a_reason(corpus, tiny) -> None:
+    """A null response would train on nothing and score as a perfect page; a unit test that does not parse
+    would stop model.eval and the GRPO rewards: each is skipped and counted instead."""
+    good = next(r for r in iter_records(corpus["path"], "train", eval_fraction=0.2) if r["id"] not in corpus["corrupt"])
+    test = '{"pdf": "p.pdf", "page": 1, "id": "t", "type": "present", "text": "x"}'
+    bad = {"missing_response": {"response": None}, "missing_instruction": {"instruction": "  "},
+           "bad_unit_tests": {"unit_tests": [test, "{not json"]}, "bad_metadata": {"metadata": '["a list"]'}}
+    src = SampleSource(tiny.processor, cfg_for(corpus))
+    for reason, change in bad.items():
+        assert src.encode({**good, **change}) is None, reason
+    assert src.skipped == dict.fromkeys(bad, 1)
+    assert src.encode({**good, "unit_tests": [test]}).unit_tests == [test]
+    unknown = {**good, "unit_tests": ['{"pdf": "p.pdf", "page": 1, "id": "t", "type": "nope"}']}
+    assert src.encode(unknown) is None and src.skipped["bad_unit_tests"] == 2
+    assert src.encode(good).task == good["task"]
+
+
 def test_skips_are_logged_for_the_first_records_per_reason_then_only_counted(corpus, tiny, caplog, monkeypatch) -> None:
     import model.data
 
