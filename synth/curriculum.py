@@ -196,6 +196,9 @@ def make_record(level: int, seed: int, index: int, split: str = "train") -> Page
                    metadata={**record.metadata, "level": level}, quality=quality)
 
 
+ROW_GROUP_ROWS = 64
+
+
 def build(out: str | Path, levels: tuple[int, ...] = tuple(LEVELS), train_per_level: int | None = None,
           eval_per_level: int = 40, seed: int = 0, eval_seed: int = 1) -> dict:
     """Write ``out/data/{train,eval}-00000-of-00001.parquet`` and ``out/manifest.json``; returns the manifest.
@@ -210,17 +213,22 @@ def build(out: str | Path, levels: tuple[int, ...] = tuple(LEVELS), train_per_le
     tests: dict[str, int] = {}
     for split, s in (("train", seed), ("eval", eval_seed)):
         n = {lv: eval_per_level if split == "eval" else train_per_level or LEVELS[lv].train_pages for lv in levels}
-        rows = []
-        for i in range(max(n.values())):  # levels interleaved, so the first k eval pages cover every level
-            for level in (lv for lv in levels if i < n[lv]):
-                record = make_record(level, s, i, split)
-                rows.append(record.to_row())
-                for t in record.unit_tests:
-                    kind = json.loads(t)["type"]
-                    tests[kind] = tests.get(kind, 0) + 1
+        rows: list[dict] = []
+        # a row group at a time, as it is made: memory does not grow with the page count
+        with pq.ParquetWriter(out / "data" / f"{split}-00000-of-00001.parquet", PAGE_SCHEMA) as writer:
+            for i in range(max(n.values())):  # levels interleaved, so the first k eval pages cover every level
+                for level in (lv for lv in levels if i < n[lv]):
+                    record = make_record(level, s, i, split)
+                    rows.append(record.to_row())
+                    for t in record.unit_tests:
+                        kind = json.loads(t)["type"]
+                        tests[kind] = tests.get(kind, 0) + 1
+                    if len(rows) == ROW_GROUP_ROWS:
+                        writer.write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA))
+                        rows = []
+            if rows:
+                writer.write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA))
         counts[split] = {f"curriculum-l{level}": n[level] for level in levels}
-        pq.write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA), out / "data" / f"{split}-00000-of-00001.parquet",
-                       row_group_size=64)
     manifest = {"source": SOURCE, "levels": list(levels), "seed": seed, "eval_seed": eval_seed, "pages": counts,
                 "unit_tests": tests}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")

@@ -88,6 +88,26 @@ def test_eval_pages_come_from_another_seed_and_are_written_as_the_eval_split(tmp
     assert make_record(1, 0, 3).response == make_record(1, 0, 3).response != make_record(1, 1, 3).response
 
 
+def test_pages_reach_the_parquet_file_a_row_group_at_a_time(tmp_path, monkeypatch):
+    """Memory does not grow with the page count: no write holds more than one row group's rows."""
+    import pyarrow.parquet as pq
+
+    import synth.curriculum as curriculum
+
+    writes: list[int] = []
+    real = pq.ParquetWriter.write_table
+
+    def spy(self, table, *args, **kwargs):
+        writes.append(table.num_rows)
+        return real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", spy)
+    monkeypatch.setattr(curriculum, "ROW_GROUP_ROWS", 4)
+    build(tmp_path, levels=(0,), train_per_level=10, eval_per_level=3)
+    assert writes == [4, 4, 2, 3]
+    assert pq.ParquetFile(tmp_path / "data" / "train-00000-of-00001.parquet").metadata.num_row_groups == 3
+
+
 def test_batched_greedy_equals_greedy_page_by_page(tmp_path):
     build(tmp_path, levels=(1, 3), train_per_level=0, eval_per_level=3)
     torch.manual_seed(0)
