@@ -276,8 +276,9 @@ def test_missing_and_mistyped_columns_are_bad_schema(built: pathlib.Path, tmp_pa
 # --- bad rows crafted against their own WARC --------------------------------------------------------
 
 
-def _craft(tmp_path: pathlib.Path, payloads: list[tuple[bytes, list[str], dict]]) -> list[Row]:
-    """One WARC record and one parquet row per (pdf bytes, page labels, row overrides)."""
+def _craft(tmp_path: pathlib.Path, payloads: list[tuple[bytes, list[str], dict]], **options) -> list[Row]:
+    """One WARC record and one parquet row per (pdf bytes, page labels, row overrides), read with the
+    reader's ``options`` (besides ``warc_root``)."""
     warc_root = tmp_path / "warc"
     warc_file = warc_root / sample.WARC_FILE_PATH
     warc_file.parent.mkdir(parents=True)
@@ -293,7 +294,7 @@ def _craft(tmp_path: pathlib.Path, payloads: list[tuple[bytes, list[str], dict]]
             rows.append(row)
     parquet = tmp_path / "data" / "eng_Latn" / "train" / "000_00000.parquet"
     sample.write_parquet(parquet, rows)
-    return list(FinePdfsSource(_settings(warc_root)).read(str(parquet)))
+    return list(FinePdfsSource(_settings(warc_root, **options)).read(str(parquet)))
 
 
 def test_corrupt_and_encrypted_pdfs(tmp_path: pathlib.Path) -> None:

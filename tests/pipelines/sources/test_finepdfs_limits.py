@@ -8,38 +8,18 @@ import zlib
 
 import pytest
 
-from pipelines.sources.base import Row, SourceSettings
+from pipelines.sources.base import Row
 from pipelines.sources.finepdfs import DEFAULT_MAX_PDF_BYTES, FinePdfsSource, _read_one_record
-from samples.make import finepdfs as sample
 from samples.make.pdfs import text_pdf
 from schemas.config import ConfigError
 from schemas.deadletter import RecordError
-
-
-def _settings(warc_root: pathlib.Path, **options) -> SourceSettings:
-    return SourceSettings(
-        name="finepdfs", kind="finepdfs", paths=(), instruction="Transcribe the page.",
-        domain="web_pdf", license="odc-by", language="und",
-        options={"warc_root": str(warc_root), **options},
-    )
+from tests.pipelines.sources.test_finepdfs import _craft as craft
+from tests.pipelines.sources.test_finepdfs import _settings
 
 
 def _craft(tmp_path: pathlib.Path, payloads: list[tuple[bytes, list[str]]], **options) -> list[Row]:
     """One WARC record and one parquet row per (payload, page labels), read with ``options``."""
-    warc_root = tmp_path / "warc"
-    warc_file = warc_root / sample.WARC_FILE_PATH
-    warc_file.parent.mkdir(parents=True)
-    rows = []
-    with open(warc_file, "wb") as fh:
-        warc = sample.WarcBuilder(fh, seed=7)
-        warc.warcinfo(warc_file.name)
-        for n, (payload, labels) in enumerate(payloads):
-            offset, record_id = warc.response(f"https://www.example.com/{n}.pdf", payload)
-            rows.append(sample.finepdfs_row(doc_id=record_id, pages=labels, extractor="docling",
-                                            url=f"https://www.example.com/{n}.pdf", offset=offset))
-    parquet = tmp_path / "data" / "eng_Latn" / "train" / "000_00000.parquet"
-    sample.write_parquet(parquet, rows)
-    return list(FinePdfsSource(_settings(warc_root, **options)).read(str(parquet)))
+    return craft(tmp_path, [(payload, labels, {}) for payload, labels in payloads], **options)
 
 
 def test_default_cap_matches_the_tarball_member_cap() -> None:
