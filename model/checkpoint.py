@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,10 @@ from safetensors.torch import load_file, save_file
 
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"
+# Bookkeeping keys transformers writes into config and tokenizer files that say nothing about the model:
+# `resume_mismatches` ignores them (a model built from a config and the same model loaded back differ in them).
+BOOKKEEPING_KEYS = frozenset({"_name_or_path", "name_or_path", "transformers_version", "dtype", "torch_dtype",
+                              "architectures", "is_local", "local_files_only", "_commit_hash"})
 
 
 def rng_state() -> dict[str, Any]:
@@ -71,6 +76,11 @@ def load_checkpoint(path: str | Path, model, optimizer=None, scheduler=None,
                     restore_rng: bool = True) -> dict[str, Any]:
     """Load weights into ``model`` (and optimizer/scheduler when given); return the saved state."""
     path = Path(path)
+    if optimizer is not None and not (path / OPTIM_FILE).exists():
+        from model.models import ModelLoadError
+
+        raise ModelLoadError(f"{path} has no {OPTIM_FILE}: not a training checkpoint to resume from "
+                             "(start a new run from its weights instead)")
     # transformers renames keys on save (e.g. Qwen2.5-VL's "model.visual." -> "visual."), so read the
     # weights back through from_pretrained rather than the raw safetensors names.
     saved = type(model).from_pretrained(path, dtype=next(model.parameters()).dtype)
@@ -85,6 +95,67 @@ def load_checkpoint(path: str | Path, model, optimizer=None, scheduler=None,
     if restore_rng and "rng" in doc:
         set_rng_state(doc["rng"])
     return doc.get("state", {})
+
+
+def resume_mismatches(path: str | Path, model, processor, limit: int = 4) -> list[str]:
+    """How the checkpoint folder ``path`` differs from ``model``'s config and ``processor``'s files, as
+    lines naming the file, the key and both values (empty: the same model and processor).
+
+    Resuming copies only the weights (and optimizer) into ``model``: a model of another config (e.g.
+    ``rope_theta``) or a processor of another image normalisation would silently train something
+    else. Each side is written the way a checkpoint writes it and compared key by key, ignoring
+    `BOOKKEEPING_KEYS`; at most ``limit`` differences are listed per file."""
+    path = Path(path)
+    out: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        given = Path(tmp)
+        model.config.save_pretrained(given)
+        processor.save_pretrained(given)
+        for f in sorted(given.iterdir()):
+            theirs = path / f.name
+            if not theirs.exists():
+                out.append(f"{f.name}: missing in {path}")
+                continue
+            if f.suffix != ".json":
+                if f.read_bytes() != theirs.read_bytes():
+                    out.append(f"{f.name}: differs")
+                continue
+            diffs = _json_diff(_plain(json.loads(f.read_text())), _plain(json.loads(theirs.read_text())))
+            out += [f"{f.name} {d}" for d in diffs[:limit]]
+            if len(diffs) > limit:
+                out.append(f"{f.name}: {len(diffs) - limit} more differences")
+    return out
+
+
+def _plain(obj):
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items() if k not in BOOKKEEPING_KEYS}
+    if isinstance(obj, list):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _json_diff(given, saved, key: str = "") -> list[str]:
+    """'key: given X, checkpoint Y' for every leaf where two parsed JSON documents differ."""
+    if isinstance(given, dict) and isinstance(saved, dict):
+        out = []
+        for k in sorted(set(given) | set(saved), key=str):
+            sub = f"{key}.{k}" if key else str(k)
+            if k not in saved:
+                out.append(f"{sub}: given {_short(given[k])}, not in the checkpoint")
+            elif k not in given:
+                out.append(f"{sub}: not given, checkpoint {_short(saved[k])}")
+            else:
+                out += _json_diff(given[k], saved[k], sub)
+        return out
+    if given != saved:
+        return [f"{key or '(document)'}: given {_short(given)}, checkpoint {_short(saved)}"]
+    return []
+
+
+def _short(value, width: int = 60) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _flatten_optimizer(sd: dict) -> tuple[dict[str, torch.Tensor], dict]:

@@ -281,7 +281,9 @@ def format_table(rows: list[BenchRow]) -> str:
 
 def bench_on_corpus(loaded, head: DraftHead, corpus: str = "out/corpus", limit: int | None = None,
                     max_new_tokens: int = 128, ks=(0, 1, 2, 3), eval_fraction: float = 0.1) -> list[BenchRow]:
-    """`bench_table` on the corpus's eval split (model.data's held-out pages)."""
+    """`bench_table` on the corpus's eval split at ``eval_fraction`` (`model.records.assigned_split`); the
+    command lines pass `model.records.cli_eval_fraction`, 0 for a corpus with its own eval split, so its
+    train rows stay out of the table."""
     prompts = [s.encoded for s in eval_samples(DataConfig(path=corpus, eval_fraction=eval_fraction),
                                                loaded.processor, limit=limit)]
     if not prompts:

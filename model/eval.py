@@ -256,18 +256,22 @@ def _rate(a: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     from model.data import DataConfig, eval_samples
+    from model.records import EVAL_FRACTION_HELP, cli_eval_fraction, fraction_arg
 
-    ap = argparse.ArgumentParser(description="Greedy-decode the eval split and score it with schemas tests.")
+    ap = argparse.ArgumentParser(prog="python -m model.eval",
+                                 description="Greedy-decode the eval split and score it with schemas tests.")
     ap.add_argument("--model", required=True, help="'tiny', 'tiny-moe' or a local checkpoint folder")
     ap.add_argument("--corpus", default="out/corpus", help="corpus folder with data/*.parquet")
+    ap.add_argument("--eval-fraction", type=fraction_arg, help=EVAL_FRACTION_HELP)
     ap.add_argument("--limit", type=int, default=None, help="at most this many eval pages")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--out", help="write the report JSON here")
     args = ap.parse_args(argv)
     loaded = load(args.model)
-    samples = eval_samples(DataConfig(path=args.corpus), loaded.processor, limit=args.limit)
+    fraction = cli_eval_fraction(args.corpus, args.eval_fraction)
+    samples = eval_samples(DataConfig(path=args.corpus, eval_fraction=fraction), loaded.processor, limit=args.limit)
     report = evaluate(loaded, samples, args.max_new_tokens)
-    print(format_report(report, f"eval {args.model}"))
+    print(format_report(report, f"eval {args.model} (eval_fraction {fraction:g})"))
     if args.out:
         Path(args.out).write_text(json.dumps(report.to_json(), indent=2))
 

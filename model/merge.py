@@ -51,6 +51,13 @@ class MergeConfig:
     max_pages: int | None = option(None, help="score candidates on the first this many eval pages (unset: "
                                    "the run's eval_limit)")
 
+    def __post_init__(self) -> None:
+        for name in ("budget", "workers", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_pages is not None and self.max_pages < 1:
+            raise ValueError(f"max_pages must be >= 1 or unset, got {self.max_pages}")
+
 
 class MergeError(ValueError):
     """State dicts that cannot be merged, or a candidate with bad parameters."""

@@ -30,6 +30,7 @@ from model.models import load, rope_index
 from model.mtp_head import DraftHead, HeadCache, save_head
 from model.optim import lr_factor
 from model.processing import Encoded, image_kwargs
+from model.records import EVAL_FRACTION_HELP, cli_eval_fraction, fraction_arg
 from schemas.config import option
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,13 @@ class LossWeights:
     kl: float = option(0.45, help="weight of KL(Q || P) to the verifier's next-token distribution")
     mse: float = option(0.45, help="weight of ||u - b_{p+1}||^2, the state regression")
     beta: float = option(0.6, help="depth decay: alpha_k = beta^(k-1), normalised over the depths")
+
+    def __post_init__(self) -> None:
+        for name in ("ce", "kl", "mse"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.beta > 0:
+            raise ValueError(f"beta must be > 0, got {self.beta}")
 
 
 def depth_weights(depths: int, beta: float = 0.6) -> list[float]:
@@ -221,6 +229,21 @@ class MTPConfig:
     bench_pages: int | None = option(None, help="make train: eval pages in the decoding table (unset: eval_limit)")
     bench_max_new_tokens: int = option(128, help="make train: tokens per page in the speculative decoding table")
 
+    def __post_init__(self) -> None:
+        for name in ("depths", "steps", "batch_size", "max_new_tokens", "bench_max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "log_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("max_samples", "bench_pages"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or unset, got {getattr(self, name)}")
+        if not (self.lr > 0 and self.max_grad_norm > 0):
+            raise ValueError(f"lr and max_grad_norm must be > 0, got {self.lr}, {self.max_grad_norm}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+
 
 @dataclass
 class FitResult:
@@ -305,6 +328,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--checkpoint", required=True, help="verifier: local checkpoint folder, 'tiny' or 'tiny-moe'")
     ap.add_argument("--out", required=True, help="folder for the head")
     ap.add_argument("--corpus", default="out/corpus", help="corpus folder (train split is used)")
+    ap.add_argument("--eval-fraction", type=fraction_arg,
+                    help=EVAL_FRACTION_HELP + "; the head fits on the rest of the train rows, --bench decodes the "
+                                              "eval pages")
     ap.add_argument("--limit", type=int, help="at most this many training pages")
     ap.add_argument("--steps", type=int, default=MTPConfig.steps)
     ap.add_argument("--depths", type=int, default=MTPConfig.depths, help="K recursive steps")
@@ -319,12 +345,13 @@ def main(argv: list[str] | None = None) -> None:
     loaded = load(args.checkpoint)
     cfg = MTPConfig(depths=args.depths, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
                     max_new_tokens=args.max_new_tokens, self_distill=not args.no_self_distill)
-    result = fit_for_checkpoint(loaded, args.corpus, cfg, args.limit, args.out)
+    fraction = cli_eval_fraction(args.corpus, args.eval_fraction)
+    result = fit_for_checkpoint(loaded, args.corpus, cfg, args.limit, args.out, eval_fraction=fraction)
     last = result.history[-1]
     print(f"head: {result.trainable} trainable parameters, {cfg.steps} steps in {result.seconds:.0f}s, "
           f"loss {result.history[0]['loss']:.3f} -> {last['loss']:.3f}; saved to {args.out}")
     if args.bench:
-        print(format_table(bench_on_corpus(loaded, result.head, args.corpus)))
+        print(format_table(bench_on_corpus(loaded, result.head, args.corpus, eval_fraction=fraction)))
 
 
 if __name__ == "__main__":

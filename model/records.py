@@ -4,7 +4,9 @@
 corpus is never held in memory), and assigns the held-out split: a "train" row becomes "eval" when
 a hash of its id falls under ``eval_fraction`` (``assigned_split``), so every run, worker and shard
 layout agrees on it. Local folders, single files, globs and ``gs://``/``s3://``/``hf://`` URIs (through
-the pipelines' URI layer) all work.
+the pipelines' URI layer) all work. The command lines that read a corpus's eval split (``model.eval``,
+``model.speculate``, ``model.mtp --bench``) hold out train rows only when the corpus has no rows written as
+"eval" (``cli_eval_fraction``), unless ``--eval-fraction`` says otherwise.
 """
 
 from __future__ import annotations
@@ -30,6 +32,54 @@ def assigned_split(record_id: str, split: str, eval_fraction: float) -> str:
         return split
     digest = hashlib.sha256(f"{SPLIT_SALT}\x1f{record_id}".encode()).digest()
     return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction else "train"
+
+
+# The command lines' hold-out on a corpus that has only "train" rows (DataConfig.eval_fraction's default).
+HOLDOUT_FRACTION = 0.1
+
+
+def has_eval_rows(path: str | Path) -> bool:
+    """Whether any row of the corpus was written with split "eval" (reads only the ``split`` column)."""
+    import pyarrow.compute as pc
+
+    for uri in shard_files(path):
+        pf = open_parquet(uri)
+        if "split" not in pf.schema_arrow.names:
+            continue
+        for g in range(pf.metadata.num_row_groups):
+            column = pf.read_row_group(g, columns=["split"], use_threads=False).column("split")
+            if pc.any(pc.equal(column, "eval")).as_py():
+                return True
+    return False
+
+
+def cli_eval_fraction(path: str | Path, given: float | None = None) -> float:
+    """The ``eval_fraction`` a command line (``model.eval``, ``model.speculate``, ``model.mtp``) reads ``path``
+    with: ``given`` when set; else 0 when the corpus has its own eval split (rows written as "eval": its
+    train rows stay train), and `HOLDOUT_FRACTION` of the train rows when it has only train."""
+    if given is not None:
+        if not 0.0 <= given <= 1.0:
+            raise ValueError(f"eval_fraction must be in [0, 1], got {given}")
+        return given
+    return 0.0 if has_eval_rows(path) else HOLDOUT_FRACTION
+
+
+EVAL_FRACTION_HELP = ("share of the corpus's 'train' rows held out as eval by id hash (default: 0 when the corpus "
+                      "has rows written as split 'eval', else 0.1; pass a make train run's eval_fraction to read "
+                      "the eval pages it did)")
+
+
+def fraction_arg(text: str) -> float:
+    """argparse ``type`` of ``--eval-fraction``: a float in [0, 1]."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
+    return value
 
 
 def shard_files(path: str | Path) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -24,13 +25,13 @@ from tqdm import tqdm
 
 from model.attention import use_segment_attention
 from model.batches import BatchStream
-from model.checkpoint import load_checkpoint, save_checkpoint
+from model.checkpoint import STATE_FILE, load_checkpoint, resume_mismatches, save_checkpoint
 from model.data import DataConfig
-from model.models import Loaded, load
+from model.models import Loaded, ModelLoadError, load
 from model.optim import OptimConfig, make_optimizer, trainable
 from model.regularizers import RegularizerConfig, regularizer_loss
+from schemas.config import ConfigError, option
 from schemas.config import load as load_config
-from schemas.config import option
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,16 @@ class SFTConfig:
     optim: OptimConfig = option(default_factory=OptimConfig, help="AdamW and its schedule")
     data: DataConfig = option(default_factory=DataConfig, help="sampling, packing and degradation")
     regularizers: RegularizerConfig = option(default_factory=RegularizerConfig, help="5.4 regularizer coefficients")
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("log_every", "save_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
+        if not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm}")
 
 
 @dataclass
@@ -128,9 +139,13 @@ def train_sft(loaded: Loaded, cfg: SFTConfig, out_dir: str | Path, resume_from: 
     """Run ``cfg.steps`` optimizer steps and write the final checkpoint to ``out_dir``.
 
     ``stop_after`` ends the run early at that step (checkpoint written there, schedule unchanged),
-    as a preempted job would; resuming from it continues as if never stopped.
+    as a preempted job would; resuming from it continues as if never stopped. ``resume_from`` must
+    hold a checkpoint of this phase written by the same model config and processor as ``loaded``
+    (only weights and optimizer state are read from it): `ModelLoadError` otherwise.
     """
     model, processor = loaded.model, loaded.processor
+    if resume_from is not None:
+        check_resumable(resume_from, loaded, cfg.phase)
     device = next(model.parameters()).device
     torch.manual_seed(cfg.seed)
     model.train()
@@ -199,6 +214,24 @@ def train_sft(loaded: Loaded, cfg: SFTConfig, out_dir: str | Path, resume_from: 
     return history
 
 
+def check_resumable(path: str | Path, loaded: Loaded, phase: str) -> None:
+    """`ModelLoadError` unless ``path`` is a training checkpoint of ``phase`` whose model config and
+    processor files are ``loaded``'s."""
+    path = Path(path)
+    if not (path / STATE_FILE).exists():
+        raise ModelLoadError(f"cannot resume from {path}: no {STATE_FILE} there (not a training checkpoint)")
+    saved_phase = json.loads((path / STATE_FILE).read_text()).get("state", {}).get("phase")
+    if saved_phase is not None and saved_phase != phase:
+        raise ModelLoadError(f"cannot resume from {path}: it is a {saved_phase} SFT checkpoint, the config's "
+                             f"phase is {phase}")
+    diffs = resume_mismatches(path, loaded.model, loaded.processor)
+    if diffs:
+        raise ModelLoadError(f"cannot resume from {path}: the model given differs from the one that wrote it "
+                             f"(resuming copies only its weights): " + "; ".join(diffs)
+                             + ". Load the model from the checkpoint folder itself (python -m model.sft "
+                             "--resume DIR without --model)")
+
+
 def _save(out_dir, loaded: Loaded, optimizer, scheduler, stream, step: int, cfg: SFTConfig) -> None:
     save_checkpoint(out_dir, loaded.model, loaded.processor, optimizer, scheduler,
                     {"step": step, "stream": stream.state_dict(), "phase": cfg.phase})
@@ -214,19 +247,30 @@ def _write_history(out_dir: Path, history: list[StepLog], stream) -> None:
 def main(argv: list[str] | None = None) -> None:
     import yaml
 
-    ap = argparse.ArgumentParser(description="Run one SFT phase (alignment or robustness) on corpus shards.")
-    ap.add_argument("--model", default="tiny", help="'tiny', 'tiny-moe' or a local checkpoint folder")
+    ap = argparse.ArgumentParser(prog="python -m model.sft",
+                                 description="Run one SFT phase (alignment or robustness) on corpus shards.")
+    ap.add_argument("--model", help="'tiny', 'tiny-moe' or a local checkpoint folder (default: the --resume "
+                                    "folder's own model and processor, else tiny); with --resume it must be the "
+                                    "model that wrote that folder")
     ap.add_argument("--config", help="YAML with SFTConfig keys (phase, steps, optim, data, regularizers)")
-    ap.add_argument("--out", required=True, help="checkpoint folder to write")
-    ap.add_argument("--resume", help="checkpoint folder to resume from (same config)")
+    ap.add_argument("--out", help="checkpoint folder to write (required without --resume; with it, default: the "
+                                  "--resume folder, which the run then continues in place)")
+    ap.add_argument("--resume", help="training checkpoint folder to resume from (the config of the run that wrote it)")
     ap.add_argument("--steps", type=int, help="override steps")
     args = ap.parse_args(argv)
+    if args.out is None and args.resume is None:
+        ap.error("--out is required unless --resume is given")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    raw: dict[str, Any] = (yaml.safe_load(Path(args.config).read_text()) or {}) if args.config else {}
-    if args.steps:
-        raw["steps"] = args.steps
-    cfg = load_config(SFTConfig, raw, "sft")
-    train_sft(load(args.model), cfg, args.out, resume_from=args.resume)
+    try:
+        raw: dict[str, Any] = (yaml.safe_load(Path(args.config).read_text()) or {}) if args.config else {}
+        if args.steps:
+            raw["steps"] = args.steps
+        cfg = load_config(SFTConfig, raw, "sft")
+        loaded = load(args.model or args.resume or "tiny")
+        train_sft(loaded, cfg, args.out or args.resume, resume_from=args.resume)
+    except (ConfigError, ModelLoadError, FileNotFoundError) as exc:  # a bad key, value, config file or checkpoint
+        print(f"model.sft: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ Phases, each writing a checkpoint folder under ``out`` (default ``out/model/``):
 2. ``sft-alignment``: packed SFT with position shift, vision tower frozen (5.1).
 3. ``sft-robustness``: unpacked SFT, vision tower unfrozen, degraded pages, hard domains upweighted (5.2).
 4. ``grpo``: a short GRPO phase on synthetic pages with unit tests, ReMax baseline (5.3).
-5. ``merged``: merge search over the SFT and GRPO checkpoints under an evaluation budget (5.5),
-   then error analysis of the selected verifier (``errors.json``).
+5. ``merged``: merge search over the SFT and GRPO checkpoints under an evaluation budget (5.5), with this
+   run's ``sft-alignment`` (``untrained`` when alignment does not run) as the base; then error analysis of
+   the selected verifier (``errors.json``).
 6. ``mtp-head``: FastMTP draft head fitted on the selected verifier (5.6), with the Table 8
    speculative-decoding table.
 
@@ -38,7 +39,7 @@ from model.errors import analyze, write_report
 from model.eval import compare, evaluate, format_report
 from model.grpo import GRPOConfig, load_prompts, train_grpo
 from model.merge import MergeConfig, make_evaluator, merge_search, write_merged
-from model.models import build_tiny, load
+from model.models import ModelLoadError, build_tiny, load
 from model.mtp import MTPConfig, fit_for_checkpoint
 from model.records import shard_files
 from model.sft import SFTConfig, train_sft
@@ -90,6 +91,22 @@ class TrainRunConfig:
             if getattr(self, name).phase != name:
                 raise ValueError(f"{name}.phase: must be {name!r} (the block's phase), got "
                                  f"{getattr(self, name).phase!r}")
+        for name in ("eval_max_new_tokens", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            raise ValueError(f"eval_limit: must be >= 1 or unset (every eval page), got {self.eval_limit}")
+        for name in ("eval_fraction", "eval_corpus_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
+        if "grpo" in self.phases and self.grpo.steps < 1:  # its reward curve reads the first and last step
+            raise ValueError(f"grpo.steps: must be >= 1, got {self.grpo.steps}")
+        if "merge" in self.phases:
+            candidates = merge_candidates(self.phases)
+            if len(candidates) < 2:
+                raise ValueError(f"phases: merge needs at least two candidates, and phases {list(self.phases)} "
+                                 f"give only {candidates} (base {merge_base(self.phases)}): add grpo to phases "
+                                 "or drop merge")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], path: str = "train") -> "TrainRunConfig":
@@ -103,6 +120,23 @@ class TrainRunConfig:
         raw = merge_overrides(raw, parse_sets(sets))
         raw.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_mapping(raw)
+
+
+def sft_result(phases: Sequence[str]) -> str:
+    """The checkpoint folder (under ``out``) the SFT phases of ``phases`` end in: untrained without SFT."""
+    return next((f"sft-{p}" for p in ("robustness", "alignment") if p in phases), "untrained")
+
+
+def merge_candidates(phases: Sequence[str]) -> list[str]:
+    """The checkpoint folders the merge search combines: the SFT result and, when it runs, GRPO's."""
+    return [sft_result(phases)] + (["grpo"] if "grpo" in phases else [])
+
+
+def merge_base(phases: Sequence[str]) -> str:
+    """theta_0 of the merge: the checkpoint every candidate of this run started from, this run's
+    ``sft-alignment`` when alignment runs, else ``untrained`` (the run's initial model; an
+    ``sft-alignment`` left in ``out`` by an earlier run is not this run's)."""
+    return "sft-alignment" if "alignment" in phases else "untrained"
 
 
 def with_run_defaults(values: Mapping[str, Any], path: str = "train") -> Mapping[str, Any]:
@@ -184,7 +218,8 @@ def _state(path: Path) -> dict:
 
 
 def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[Path]) -> dict[str, Any]:
-    """5.5: merge search over the candidate checkpoints, scored on the eval split."""
+    """5.5: merge search over the candidate checkpoints (task vectors against ``base``), scored on the
+    eval split."""
     mcfg = cfg.merge
     base_state = _state(base)
     states = [_state(c) for c in candidates]
@@ -211,7 +246,8 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
 
     write_merged(result.best, base_state, states, out / "merged", save_fn)
     best = result.best
-    print(f"merge search: {len(result.log)} evaluations over {[c.name for c in candidates]}:", flush=True)
+    print(f"merge search: {len(result.log)} evaluations over {[c.name for c in candidates]}, base {base.name}:",
+          flush=True)
     for ev in result.log:
         sc = ev.scores or {}
         print(f"  {ev.candidate.method:<16} weights {[round(w, 2) for w in ev.candidate.weights]} "
@@ -219,7 +255,8 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
               f"edit {sc.get('edit_distance', float('nan')):.3f} objective {ev.objective:.3f}", flush=True)
     print(f"  best {best.candidate.method} {best.candidate.params} weights {best.candidate.weights}: {best.scores}",
           flush=True)
-    return {"evaluations": len(result.log), "best": best.to_json(), "candidates": [ev.to_json() for ev in result.log]}
+    return {"evaluations": len(result.log), "base": str(base), "checkpoints": [str(c) for c in candidates],
+            "best": best.to_json(), "candidates": [ev.to_json() for ev in result.log]}
 
 
 def _errors(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
@@ -250,20 +287,26 @@ def _mtp(cfg: TrainRunConfig, verifier: Path, target: Path) -> dict[str, Any]:
     return {"table": [asdict(r) for r in rows]}
 
 
+def _build_model(cfg: TrainRunConfig):
+    if cfg.model not in ("tiny", "tiny-moe"):
+        return load(cfg.model)
+    try:
+        return build_tiny(cfg.model, seed=cfg.seed, white_zero=cfg.white_zero, **cfg.tiny_sizes)
+    except (TypeError, ValueError) as exc:  # an unknown size key, a width the heads do not divide, ...
+        raise ModelLoadError(f"tiny_sizes {cfg.tiny_sizes}: {exc}") from exc
+
+
 def run(cfg: TrainRunConfig) -> dict[str, Any]:
     shard_files(cfg.corpus)  # FileNotFoundError naming it, before the output folder is made
     if cfg.eval_corpus:
         shard_files(cfg.eval_corpus)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     results: dict[str, Any] = {}
 
     t = time.perf_counter()
-    if cfg.model in ("tiny", "tiny-moe"):
-        loaded = build_tiny(cfg.model, seed=cfg.seed, white_zero=cfg.white_zero, **cfg.tiny_sizes)
-    else:
-        loaded = load(cfg.model)
+    loaded = _build_model(cfg)  # ModelLoadError, before the output folder is made
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
     loaded.model.save_pretrained(out / "untrained")
     loaded.processor.save_pretrained(out / "untrained")
     before = _eval(loaded, cfg, f"untrained {loaded.source}", out / "untrained")
@@ -295,9 +338,9 @@ def run(cfg: TrainRunConfig) -> dict[str, Any]:
         candidates.append(out / "grpo")
         timings["grpo"] = time.perf_counter() - t
     verifier = current
-    if "merge" in cfg.phases and len(candidates) > 1:
+    if "merge" in cfg.phases:  # TrainRunConfig checked that it has two candidates
         t = time.perf_counter()
-        results["merge"] = _merge(loaded, cfg, out, base=out / "sft-alignment", candidates=candidates)
+        results["merge"] = _merge(loaded, cfg, out, base=out / merge_base(cfg.phases), candidates=candidates)
         verifier = out / "merged"
         timings["merge search"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -331,7 +374,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = TrainRunConfig.from_yaml(args.config, args.set, corpus=args.corpus, out=args.out, model=args.model)
         run(cfg)
-    except (ConfigError, FileNotFoundError) as exc:  # a bad key or value, a missing config, corpus or checkpoint
+    except (ConfigError, ModelLoadError, FileNotFoundError) as exc:  # a bad key or value, a missing config,
+        # corpus or checkpoint, a model that cannot be built or loaded
         print(f"model.train: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
