@@ -151,6 +151,10 @@ class GRPOConfig:
             raise ValueError("grpo: temperature > 0, max_completion_tokens >= 1, prompts_per_step >= 1")
         if not 0 <= self.eps_low < 1 or self.eps_high < 0 or self.beta_kl < 0 or self.updates_per_batch < 1:
             raise ValueError("grpo: need 0 <= eps_low < 1, eps_high >= 0, beta_kl >= 0, updates_per_batch >= 1")
+        if not 0 < self.top_p <= 1 or self.lr <= 0 or self.max_grad_norm <= 0:
+            raise ValueError("grpo: need 0 < top_p <= 1, lr > 0, max_grad_norm > 0")
+        if self.warmup_steps < 0 or self.log_every < 0 or (self.max_prompts is not None and self.max_prompts < 1):
+            raise ValueError("grpo: need warmup_steps >= 0, log_every >= 0, max_prompts unset or >= 1")
         object.__setattr__(self, "sources", tuple(self.sources))
 
 

@@ -33,6 +33,12 @@ class OptimConfig:
     train_vision: bool | None = option(None, help="train the vision tower at vision_lr (unset: robustness SFT "
                                        "only, Table 3; a from-scratch tiny model needs it from the start)")
 
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.vision_lr <= 0 or self.weight_decay < 0 or self.warmup_steps < 0:
+            raise ValueError("optim: need lr > 0, vision_lr > 0, weight_decay >= 0, warmup_steps >= 0")
+        if not 0 <= self.min_lr_ratio <= 1 or len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError("optim: need 0 <= min_lr_ratio <= 1 and two betas in [0, 1)")
+
 
 def param_groups(model: nn.Module, phase: str, cfg: OptimConfig) -> list[dict]:
     """Freeze what the phase keeps fixed and return AdamW groups for the rest.

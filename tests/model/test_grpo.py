@@ -101,6 +101,17 @@ def test_config_validation():
         load(GRPOConfig, {"rollouts": 4}, "grpo")
     cfg = load(GRPOConfig, {"num_rollouts": 4, "reward": {"terms": ["content"], "floors": {}}}, "grpo")
     assert cfg.num_rollouts == 4 and cfg.reward.terms == ("content",) and cfg.baseline == "remax"
+    for bad in ({"top_p": 0}, {"lr": 0}, {"max_grad_norm": -1}, {"max_prompts": 0}, {"warmup_steps": -1}):
+        with pytest.raises(ValueError, match="grpo: need"):
+            GRPOConfig(**bad)
+
+
+def test_optim_config_validation():
+    from model.optim import OptimConfig
+
+    for bad in ({"lr": -1}, {"vision_lr": 0}, {"min_lr_ratio": 1.5}, {"betas": (0.9, 1.0)}, {"warmup_steps": -1}):
+        with pytest.raises(ValueError, match="optim: need"):
+            OptimConfig(**bad)
 
 
 # --------------------------------------------------------------------------- rollouts
