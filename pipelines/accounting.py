@@ -12,6 +12,7 @@ told to expect. The Beam layer only routes envelopes; tests call these directly.
 from __future__ import annotations
 
 import enum
+import re
 import time
 import traceback
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
@@ -87,6 +88,7 @@ def by_kind(envelopes: Iterable[tuple[str, Any]], *kinds: Kind) -> dict[Kind, li
 
 
 MAX_MESSAGE_CHARS = 2000  # of a dead letter's message: an error may quote a hostile input's value
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _dead(stage: str, source: str, source_id: str, exc: BaseException, unit: str = "") -> DeadLetter:
@@ -97,6 +99,7 @@ def _dead(stage: str, source: str, source_id: str, exc: BaseException, unit: str
         reason = f"unexpected_{type(exc).__name__}"
         tb = traceback.format_exception(exc)
         message = f"{exc!r}; at {tb[-2].strip() if len(tb) > 1 else ''}"
+    message = _ADDRESS.sub("", message)  # "<_io.BytesIO object at 0x7f..>": a run's letters must not vary
     if len(message) > MAX_MESSAGE_CHARS:
         message = f"{message[:MAX_MESSAGE_CHARS]}... ({len(message)} characters)"
     return DeadLetter(source, source_id, stage, reason, type(exc).__name__, message, unit)

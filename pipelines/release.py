@@ -311,8 +311,12 @@ def pipeline_version() -> str:
 
 
 def manifest_config_hash(manifest: RunManifest) -> str:
-    """sha256 (16 hex digits) of the run's config as its manifest records it, keys sorted."""
-    text = json.dumps(manifest.run.get("config", {}), sort_keys=True, default=str)
+    """sha256 (16 hex digits) of the run's config as its manifest records it, keys sorted, without
+    ``run.output``: where a run wrote is not what it made (each scheduled refresh writes a new folder)."""
+    config = json.loads(json.dumps(manifest.run.get("config", {}), default=str))
+    if isinstance(config.get("run"), dict):
+        config["run"].pop("output", None)
+    text = json.dumps(config, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 

@@ -27,6 +27,10 @@ class CountEvent(NamedTuple):
     unit: str = ""  # the input unit the record came from (pipelines/refresh.py), when known
 
 
+def _sorted_counts(counts: dict) -> dict:
+    return {k: dict(sorted(v.items())) if isinstance(v, dict) else v for k, v in counts.items()}
+
+
 @dataclass
 class StageCounts:
     inputs: int = 0
@@ -180,9 +184,12 @@ class RunManifest:
                 "dropped": self.records_dropped,
                 "dead_lettered": self.records_dead,
             },
+            # in stage order, reasons and counters sorted: the events arrive in whatever order the runner
+            # delivers them, and the same run on another runner must write the same file
             "stages": {
-                stage: {src: asdict(c) for src, c in sorted(per.items())}
-                for stage, per in self.stages.items()
+                stage: {src: _sorted_counts(asdict(c)) for src, c in sorted(self.stages[stage].items())}
+                for stage in [*[s for s in self.stage_order if s in self.stages],
+                              *sorted(s for s in self.stages if s not in self.stage_order)]
             },
             "shards": self.shards,
             "dead_letter_files": self.dead_letter_files,

@@ -122,3 +122,12 @@ def test_a_reader_that_stops_mid_unit_is_one_dead_letter_naming_the_unit_with_a_
     assert letter.source_id == "<unit ('f.parquet', 3)>" and letter.reason == "unexpected_TypeError"
     assert len(letter.message) < MAX_MESSAGE_CHARS + 40 and letter.message.endswith("characters)")
     assert [p.source_id for k, p in out if k == Kind.ITEM] == ["a"]
+
+
+def test_a_dead_letters_message_holds_no_memory_address():
+    """PIL names the stream it could not read ("<_io.BytesIO object at 0x7f..>"): every run's letter differed."""
+    def broken(record):
+        raise ValueError("cannot identify image file <_io.BytesIO object at 0x7f9c14d18ae0>")
+
+    letter = next(p for k, p in apply_stage("x", broken, page_record()) if k == Kind.DEAD)
+    assert "0x" not in letter.message and "<_io.BytesIO object>" in letter.message

@@ -378,3 +378,15 @@ def test_credentials_and_storage_limits_abort_with_a_clear_message(release, tmp_
         with pytest.raises(PushRefused, match=r"storage limit.*\(403\)"):
             push_release(str(release), REPO_ID, endpoint=endpoint)
     assert commits(log) == []
+
+
+def test_the_config_hash_leaves_out_where_the_run_wrote():
+    """Each scheduled refresh writes a new folder: the same config and inputs give the same card."""
+    from pipelines.release import manifest_config_hash
+
+    def manifest(output: str, short: int) -> RunManifest:
+        config = {"run": {"output": output}, "clean": {"stages": [{"name": "short", "min_tokens": short}]}}
+        return RunManifest(run={"config": config}, stage_order=[], stages={})
+
+    assert manifest_config_hash(manifest("out/a", 64)) == manifest_config_hash(manifest("releases/v2", 64))
+    assert manifest_config_hash(manifest("out/a", 64)) != manifest_config_hash(manifest("out/a", 32))

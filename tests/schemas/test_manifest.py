@@ -1,3 +1,5 @@
+import json
+
 from schemas.manifest import CountEvent, RunManifest
 
 STAGES = ["read", "render"]
@@ -65,3 +67,14 @@ def test_a_file_that_is_not_a_run_manifest_is_an_error_naming_it():
         RunManifest.from_json("{}", where="out/x/manifest.json")
     with pytest.raises(ManifestError, match="is not a pagemill run manifest"):
         RunManifest.from_json('{"stages": {"read": {"a": {"bogus": 1}}}}')
+
+
+def test_the_json_does_not_depend_on_the_order_events_arrive_in():
+    """Runners deliver count events in any order (in-memory, multi-process, Dask): the file is the same."""
+    more = [CountEvent("read", "s", "dead", "bad_schema", 1), CountEvent("read", "s", "in", "", 1),
+            CountEvent("render", "s", "counter", "zeta", 2), CountEvent("render", "s", "counter", "alpha", 1)]
+    a = RunManifest.from_events(events() + more, STAGES, shards=[{"file": "data/x", "rows": 2}])
+    b = RunManifest.from_events(list(reversed(events() + more)), STAGES, shards=[{"file": "data/x", "rows": 2}])
+    assert a.to_json() == b.to_json()
+    body = json.loads(a.to_json())
+    assert list(body["stages"]) == STAGES and list(body["stages"]["read"]["s"]["dead"]) == ["bad_schema", "corrupt_pdf"]
