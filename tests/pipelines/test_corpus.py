@@ -25,7 +25,18 @@ from tests.helpers import IN_MEMORY, sample_config
 
 
 def shard_digests(out: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / "data").glob("*.parquet"))}
+    """Every output file's sha256 (pages, dead letters, dropped samples and duplicates, dedup losers) and the
+    manifest without what a run's timing and arguments make differ: what must not depend on the runner."""
+    digests = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+               for folder in ("data", "dead_letter", "dropped", "refresh/dedup_losers")
+               for p in sorted((out / folder).glob("*.parquet"))}
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["run"]
+    for per in manifest["stages"].values():
+        for counts in per.values():
+            del counts["seconds"]
+    digests["manifest.json"] = json.dumps(manifest)  # its key order included
+    return digests
 
 
 @pytest.fixture(scope="module")
