@@ -26,7 +26,7 @@ from torch import nn
 
 from model.data import DataConfig, SampleSource
 from model.decode import bench_on_corpus, format_table, generate
-from model.models import load, rope_index
+from model.models import ModelLoadError, load, rope_index
 from model.mtp_head import DraftHead, HeadCache, save_head
 from model.optim import lr_factor
 from model.processing import Encoded, image_kwargs
@@ -323,7 +323,8 @@ def fit_for_checkpoint(loaded, corpus: str, cfg: MTPConfig = MTPConfig(), limit:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Fit a FastMTP draft head (Jina-OCR-v1 3.1, 5.6) on a frozen "
+    ap = argparse.ArgumentParser(prog="python -m model.mtp",
+                                 description="Fit a FastMTP draft head (Jina-OCR-v1 3.1, 5.6) on a frozen "
                                              "verifier checkpoint and save it as safetensors + mtp_config.json.")
     ap.add_argument("--checkpoint", required=True, help="verifier: local checkpoint folder, 'tiny' or 'tiny-moe'")
     ap.add_argument("--out", required=True, help="folder for the head")
@@ -342,10 +343,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bench", action="store_true", help="print the Table 8 decoding table on eval pages")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    loaded = load(args.checkpoint)
-    cfg = MTPConfig(depths=args.depths, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
-                    max_new_tokens=args.max_new_tokens, self_distill=not args.no_self_distill)
-    fraction = cli_eval_fraction(args.corpus, args.eval_fraction)
+    try:  # a value that can never run, a checkpoint that cannot load: one line, exit 2, before any work
+        cfg = MTPConfig(depths=args.depths, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
+                        max_new_tokens=args.max_new_tokens, self_distill=not args.no_self_distill)
+        fraction = cli_eval_fraction(args.corpus, args.eval_fraction)
+        loaded = load(args.checkpoint)
+    except (ValueError, ModelLoadError) as exc:
+        ap.exit(2, f"{ap.prog}: {exc}\n")
     result = fit_for_checkpoint(loaded, args.corpus, cfg, args.limit, args.out, eval_fraction=fraction)
     last = result.history[-1]
     print(f"head: {result.trainable} trainable parameters, {cfg.steps} steps in {result.seconds:.0f}s, "

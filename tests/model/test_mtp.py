@@ -258,3 +258,10 @@ def test_cli_fits_and_saves_a_head_for_a_checkpoint(tmp_path, capsys):
     doc = json.loads((tmp_path / "head" / "mtp_config.json").read_text())
     assert doc["fit"]["steps"] == 3 and doc["head"]["depths"] == 3
     assert (tmp_path / "head" / "model.safetensors").stat().st_size > 0
+
+
+def test_cli_refuses_a_value_that_can_never_run_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--checkpoint", "tiny", "--corpus", "/nonexistent", "--out", "/tmp/unused", "--steps", "0"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip() == "python -m model.mtp: steps must be >= 1, got 0"
