@@ -61,16 +61,16 @@ class DataConfig:
         for name in ("eval_fraction", "degrade_prob", "shift_prob"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"data: {name} must be in [0, 1], got {value}")
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
         if not 0 < self.max_sample_tokens <= self.max_length:
-            raise ValueError(f"data: need 0 < max_sample_tokens ({self.max_sample_tokens}) <= "
+            raise ValueError(f"need 0 < max_sample_tokens ({self.max_sample_tokens}) <= "
                              f"max_length ({self.max_length}), or no sample could fit a row")
         if self.position_cap <= 0:
-            raise ValueError(f"data: position_cap must be positive, got {self.position_cap}")
+            raise ValueError(f"position_cap must be positive, got {self.position_cap}")
         for name in ("domain_rates", "upweight", "task_rates", "convention_rates", "pages"):
             bad = {k: v for k, v in getattr(self, name).items() if not float(v) >= 0}
             if bad:
-                raise ValueError(f"data: {name} must be >= 0, got {bad}")
+                raise ValueError(f"{name} must be >= 0, got {bad}")
         object.__setattr__(self, "degrade_domains", tuple(self.degrade_domains))
 
 

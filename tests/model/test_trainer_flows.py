@@ -206,6 +206,7 @@ def test_merge_without_two_candidates_fails_at_config_load(phases):
     ("eval_batch_size=0", "train: eval_batch_size: must be >= 1, got 0"),
     ("eval_limit=0", "train: eval_limit: must be >= 1 or unset"),
     ("eval_corpus_fraction=1.5", "train: eval_corpus_fraction: must be in [0, 1]"),
+    ("alignment.data.eval_fraction=2", "train.alignment.data: eval_fraction must be in [0, 1], got 2"),
     ("grpo.steps=0", "train: grpo.steps: must be >= 1, got 0"),
 ])
 def test_values_that_can_never_run_fail_at_config_load(override, message):
