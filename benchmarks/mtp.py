@@ -35,6 +35,7 @@ from model.data import DataConfig, eval_samples  # noqa: E402
 from model.decode import bench_table, format_table, generate  # noqa: E402
 from model.models import load  # noqa: E402
 from model.mtp import MTPConfig, fit_for_checkpoint  # noqa: E402
+from model.records import cli_eval_fraction  # noqa: E402
 
 TRAINED = ("merged", "grpo", "sft-robustness", "sft-alignment")
 
@@ -82,12 +83,14 @@ def main() -> int:
     loaded.model.eval()
     cfg = MTPConfig(steps=args.steps, max_new_tokens=args.distill_tokens)
     t = time.perf_counter()
-    fit = fit_for_checkpoint(loaded, args.corpus, cfg)
+    fraction = cli_eval_fraction(args.corpus)  # the corpus's own eval split when it has one, as the CLIs
+    fit = fit_for_checkpoint(loaded, args.corpus, cfg, eval_fraction=fraction)
     print(f"verifier {source}\nhead: {fit.trainable} trainable parameters, fitted in "
           f"{time.perf_counter() - t:.0f}s (self-distill + {cfg.steps} steps), loss "
           f"{fit.history[0]['loss']:.3f} -> {fit.history[-1]['loss']:.3f}", flush=True)
     torch.set_num_threads(args.threads)
-    prompts = [s.encoded for s in eval_samples(DataConfig(path=args.corpus), loaded.processor, limit=args.limit)]
+    prompts = [s.encoded for s in eval_samples(DataConfig(path=args.corpus, eval_fraction=fraction), loaded.processor,
+                                               limit=args.limit)]
     eos = loaded.processor.eos_token_id
     outputs = [generate(loaded.model, [p], None, 0, args.max_new_tokens, eos).tokens[0] for p in prompts]
     n_tokens = sum(len(o) for o in outputs)
