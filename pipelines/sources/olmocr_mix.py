@@ -175,7 +175,7 @@ def page_response(values: dict[str, Any], where: str) -> dict[str, Any]:
     if language in ("None", "null", ""):
         language = None  # olmOCR's prepare script writes Python reprs: None became "None"
     rotation = values["rotation_correction"]
-    if not isinstance(rotation, int) or rotation not in (0, 90, 180, 270):
+    if isinstance(rotation, bool) or not isinstance(rotation, int) or rotation not in (0, 90, 180, 270):
         raise RecordError("invalid_page_response",
                           f"{where}: rotation_correction {_short(rotation)} not in 0/90/180/270")
     for flag in ("is_rotation_valid", "is_table", "is_diagram"):

@@ -300,3 +300,12 @@ def test_long_relpath_is_quoted_briefly(tmp_path):
     rows = read_all(source("olmocr_mix"), path)
     assert outcomes(rows) == {"doc0": "text 0", "doc1": "missing_pdf_relpath"}
     assert all(len(str(r.error)) < 1000 for r in rows if r.error)
+
+
+def test_a_boolean_rotation_is_not_a_rotation():
+    """YAML's ``false`` is a bool, which Python counts as the int 0: it used to pass as no rotation."""
+    text = ("---\nprimary_language: en\nis_rotation_valid: true\nrotation_correction: false\n"
+            "is_table: false\nis_diagram: false\n---\nHello\n")
+    with pytest.raises(RecordError) as info:
+        parse_front_matter(text, "x.md")
+    assert info.value.reason == "invalid_front_matter" and "rotation_correction False" in str(info.value)
