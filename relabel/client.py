@@ -11,8 +11,11 @@ retried blindly:
 - other 5xx, 408, timeouts, dropped connections, bodies that are not a chat completion (a message whose
   content is neither text nor a list of text parts included): back off and retry;
 - 400, 401/403/404, 422: fail at once with the server's message (``request_rejected``);
-- ``timeout_s`` bounds the whole request once connected, not just each read: a server that trickles its
-  answer a byte at a time is a timeout too;
+- ``timeout_s`` bounds the whole answer, not just each read: a server that trickles its answer a byte at
+  a time is a timeout too (one attempt, connecting included, is bounded by ``timeout_s +
+  connect_timeout_s``);
+- an answer whose text is not valid Unicode (a lone surrogate) or is longer than ``max_tokens`` could
+  give (``MAX_CHARS_PER_TOKEN`` a token) is not a chat completion: retried, never cached;
 - the same failure ``max_attempts`` times in a row: fail (``server_error``, ``rate_limited``,
   ``timeout``, ``connection_failed``, ``bad_response``) with the last message: a dead letter, never an
   endless loop.
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
+import email.utils
 import io
 import json
 import os
@@ -171,11 +176,22 @@ def message_text(content: Any) -> str:
     request's own format, which some servers answer in). Anything else is not a chat answer: TypeError,
     which ``_failure`` counts as ``bad_response``."""
     if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text"
-                                         and isinstance(part.get("text"), str) for part in content):
-        return "".join(part["text"] for part in content)
-    raise TypeError(f"message content is a {type(content).__name__}, not text: {str(content)[:120]}")
+        text = content or ""
+    elif isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text"
+                                           and isinstance(part.get("text"), str) for part in content):
+        text = "".join(part["text"] for part in content)
+    else:
+        raise TypeError(f"message content is a {type(content).__name__}, not text: {str(content)[:120]}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # JSON's "\ud800": no file or shard could hold it
+        raise ValueError(f"answer text is not valid Unicode ({exc.reason} at {exc.start})") from None
+    return text
+
+
+# A token is a few characters; an answer far longer than ``max_tokens`` could give is not one (a misbehaving
+# server): refused before it is cached or used.
+MAX_CHARS_PER_TOKEN = 32
 
 
 def _failure(exc: BaseException) -> tuple[str, bool, float | None, str]:
@@ -201,7 +217,7 @@ def _failure(exc: BaseException) -> tuple[str, bool, float | None, str]:
             return "server_error", True, _retry_after(exc) if status == 503 else None, message
         return "request_rejected", False, None, message
     if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError, ValueError, KeyError,
-                        TypeError, AttributeError, IndexError)):
+                        TypeError, AttributeError, IndexError, RecursionError)):
         return "bad_response", True, None, f"{type(exc).__name__}: {exc}"
     raise exc
 
@@ -223,7 +239,14 @@ def _retry_after(exc: Any) -> float | None:
             try:
                 return max(0.0, float(value) * scale)
             except ValueError:
+                pass
+            try:  # RFC 9110 also allows an HTTP-date
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
                 return None
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=datetime.timezone.utc)
+            return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
     return None
 
 
@@ -300,6 +323,10 @@ class ChatClient:
                     answer = Answer(message_text(choice.message.content), str(choice.finish_reason or ""),
                                     int(getattr(usage, "prompt_tokens", 0) or 0),
                                     int(getattr(usage, "completion_tokens", 0) or 0), attempts=attempt)
+                    limit = (payload.get("max_tokens") or 0) * MAX_CHARS_PER_TOKEN
+                    if limit and len(answer.text) > limit:
+                        raise ValueError(f"answer of {len(answer.text)} characters for max_tokens "
+                                         f"{payload['max_tokens']}: not an answer to this request")
                     self.stats.answered += 1
                     return answer
                 except asyncio.CancelledError:

@@ -109,11 +109,15 @@ class PreferenceConfig:
 
 
 def rejection(answer: Answer, loop_detector: LoopDetector | None) -> str | None:
-    """Why a model answer cannot be a label (``empty``, ``truncated``, ``loop_<kind>``), or None."""
+    """Why a model answer cannot be a label (``empty``, ``truncated``, ``finish_<reason>``, ``loop_<kind>``), or
+    None. Only an answer that stopped by itself is whole: ``length`` is ``truncated``, any other reason but
+    ``stop`` (``content_filter``: content left out) is ``finish_<reason>``; a server that sends none is believed."""
     if not answer.text.strip():
         return "empty"
     if answer.finish_reason == "length":
         return "truncated"
+    if answer.finish_reason not in ("", "stop", "None"):
+        return f"finish_{answer.finish_reason}"
     if loop_detector is not None:
         kind = loop_detector(answer.text)
         if kind:

@@ -9,6 +9,7 @@ is how tests get labels and judge verdicts a random-weight model never writes.
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import json
 import socket
@@ -94,6 +95,9 @@ class FaultProxy:
                 fault = proxy._next_fault()
                 if fault == "429":
                     return self._reply(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "1"})
+                if fault == "429date":  # Retry-After as an HTTP-date (RFC 9110), 2 s ahead
+                    when = email.utils.formatdate(time.time() + 2, usegmt=True)
+                    return self._reply(429, b'{"error": {"message": "slow down"}}', {"Retry-After": when})
                 if fault == "500":
                     return self._reply(500, b'{"error": {"message": "injected failure"}}')
                 if fault == "drop":

@@ -102,6 +102,38 @@ def test_text_parts_are_joined_and_other_content_is_a_bad_response(proxy):
         assert err.value.reason == "bad_response" and "not text" in str(err.value) and proxy.chat_requests == 2
 
 
+def test_answers_no_file_could_hold_or_no_request_could_get_are_bad_responses(proxy):
+    """A lone surrogate (valid JSON, no valid UTF-8) and an answer far longer than max_tokens allows: retried
+    like any body that is not a chat completion, so never cached as an answer."""
+    for content, why in (("A label \ud800 here", "not valid Unicode"), ("word " * 200, "not an answer to this")):
+        proxy.rewrite, proxy.chat_requests = (lambda request, c=content: c), 0
+        with pytest.raises(RequestFailed) as err:
+            ask(client_for(proxy.base_url, max_attempts=2), REQUEST)
+        assert err.value.reason == "bad_response" and why in str(err.value) and proxy.chat_requests == 2
+
+
+def test_retry_after_as_an_http_date_is_honoured(proxy, monkeypatch):
+    import relabel.client
+
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recorded(seconds, *args):  # the real wait, recorded: what the client chose to wait
+        waits.append(seconds)
+        return await real_sleep(seconds, *args)
+
+    monkeypatch.setattr(relabel.client.asyncio, "sleep", recorded)
+    proxy.faults = ["429date"]
+    answer = ask(client_for(proxy.base_url, max_attempts=2), REQUEST)
+    assert answer.attempts == 2 and len(waits) == 1 and 0.5 < waits[0] <= 2.0  # its own backoff is 0.05 s
+
+
+def test_a_body_nested_past_the_parsers_depth_is_a_bad_response():
+    from relabel.client import _failure
+
+    assert _failure(RecursionError("maximum recursion depth exceeded"))[:2] == ("bad_response", True)
+
+
 def test_garbage_bodies_every_time_become_bad_response(proxy):
     proxy.faults = ["garbage"] * 5
     with pytest.raises(RequestFailed) as err:

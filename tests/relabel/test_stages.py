@@ -204,3 +204,12 @@ _GOT: list = []
 
 def _collect(element):  # module-level: Beam pickles it by reference, the in-process runner appends here
     _GOT.append(element)
+
+
+def test_only_an_answer_that_stopped_by_itself_can_be_a_label():
+    """olmOCR takes a page only when finish_reason is "stop": "content_filter" means content was left out."""
+    from relabel.client import Answer
+    from relabel.stages import rejection
+
+    assert [rejection(Answer("A label.", reason), None) for reason in ("stop", "", "length", "content_filter")] == [
+        None, None, "truncated", "finish_content_filter"]
