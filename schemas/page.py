@@ -233,6 +233,13 @@ def validate(record: PageRecord) -> list[str]:
         problems.append("response must be a string")
     if isinstance(record.response, str) and "\x00" in record.response:
         problems.append("response contains NUL characters")
+    for name in ("response", "instruction", "text_layer"):
+        value = getattr(record, name)
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate from JSON's "\ud800": no shard can hold it
+                problems.append(f"{name} is not valid Unicode ({exc.reason} at {exc.start})")
     if not isinstance(record.page_number, int) or record.page_number < 0:
         problems.append(f"page_number must be a non-negative int, got {record.page_number!r}")
     if not isinstance(record.language, str) or not _LANGUAGE.match(record.language):

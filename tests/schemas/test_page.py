@@ -32,6 +32,13 @@ def test_validate_reports_every_violation():
     assert len(problems) == 9
 
 
+def test_validate_rejects_text_no_shard_can_hold():
+    """A lone surrogate (from JSON's "\\ud800") passes as a str but fails when the shard is written."""
+    problems = validate(page_record(response="Some text \ud800 more", text_layer="layer \udfff"))
+    assert [p.split(" (")[0] for p in problems] == ["response is not valid Unicode", "text_layer is not valid Unicode"]
+    assert validate(page_record(response="Grüße, 世界 ✓")) == []
+
+
 def test_validate_rejects_non_image_bytes():
     data = b"GIF89a not allowed"
     problems = validate(page_record(image=data, image_sha256=hashlib.sha256(data).hexdigest()))
