@@ -30,6 +30,7 @@ from typing import Iterable
 import faiss
 import numpy as np
 
+from classifiers.errors import InputError
 from schemas.config import option
 
 INDEX_KINDS = ("auto", "flat", "ivf", "ivfpq")
@@ -87,7 +88,7 @@ def empty_index(kind: str, dim: int, cfg: IndexConfig, sample: np.ndarray | None
         index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
     else:
         if dim % cfg.pq_m:
-            raise ValueError(f"pq_m {cfg.pq_m} must divide the dimension {dim}")
+            raise InputError(f"index.pq_m {cfg.pq_m} must divide the embeddings' dimension {dim}")
         index = faiss.IndexIVFPQ(quantizer, dim, nlist, cfg.pq_m, 8, faiss.METRIC_INNER_PRODUCT)
     index.train(np.ascontiguousarray(sample, np.float32))
     index.nprobe = cfg.nprobe

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from classifiers import index as ix
 from classifiers.embed import load_embedder, read_embeddings, write_embeddings
+from classifiers.errors import InputError
 from classifiers.extract import INPUT_FEATURES, extract_shard, matrix, read_feature_rows
 from pipelines.local_runner import new_pipeline
 from pipelines.quiet import QUIET_BEAM_ARGS
@@ -175,7 +176,7 @@ def run_pool_job(shards: list[str], out: str, kind: str, embedder_path: str | No
         totals["out"] += side["out"]
         totals["dead"] += side["dead"]
     if totals["out"] == 0:
-        raise ValueError(f"the pool ({len(shards)} shards) has no readable pages")
+        raise InputError(f"the pool ({len(shards)} shards) has no readable pages")
     dim = next(chunk.shape[1] for _, chunk in read_embeddings(emb_paths) if len(chunk))
     index_kind = ix.resolve_kind(index_cfg, totals["out"])
     sample = sample_embeddings(emb_paths, index_cfg.train_size) if index_kind != "flat" else None

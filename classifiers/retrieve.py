@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from classifiers import index as ix
 from classifiers.embed import read_embeddings
+from classifiers.errors import InputError
 from classifiers.extract import matrix, read_feature_rows
 from classifiers.features import INPUT_FEATURES
 from classifiers.job import run_pool_job
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = load(RetrieveConfig, raw, "retrieve")
         summary = retrieve(cfg, beam_args or None)
-    except (ConfigError, FileNotFoundError) as exc:  # a bad key, a missing pool or classifiers folder
+    except (ConfigError, FileNotFoundError, InputError) as exc:  # a bad key, a missing or unusable input
         print(f"classifiers.retrieve: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"{len(summary['modes'])} modes, {summary['indexed']} pool pages indexed ({summary['index_kind']}) "

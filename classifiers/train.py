@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from classifiers.embed import FeatureEmbedder, LayoutEmbedder, VisionEmbedder, write_embeddings
+from classifiers.errors import InputError
 from classifiers.extract import ALL_FEATURES, extract_row, iter_rows
 from classifiers.features import INPUT_FEATURES, LABEL_FEATURES, WEAK_LABELS, weak_labels
 from classifiers.store import save_model
@@ -147,7 +148,7 @@ def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = froze
         log.warning("train: %d failing pages are in neither %s nor failing_corpus %s", len(missing), cfg.corpus,
                     cfg.failing_corpus)
     if not ids:
-        raise ValueError(f"train: no readable pages in {cfg.corpus}")
+        raise InputError(f"no readable pages in {cfg.corpus}")
     pages = CorpusPages(ids, domains, np.array(feats, np.float32), np.array(thumbs, np.float32), texts,
                         np.array(vis, np.float32) if vis else None)
     mix = pa.table({"id": mix_ids, "image_sha256": mix_sha})
@@ -171,7 +172,15 @@ def modes_from_errors(path: str | None) -> list[dict]:
     if path and not Path(path).exists():
         log.warning("train: no errors report at %s; training the weak labels as modes", path)
     elif path:
-        modes = json.loads(Path(path).read_text()).get("failure_modes") or []
+        try:
+            report = json.loads(Path(path).read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path} is not JSON: {exc}") from None
+        modes = report.get("failure_modes") if isinstance(report, dict) else None
+        if not isinstance(report, dict) or not isinstance(modes or [], list) or \
+                not all(isinstance(m, dict) and isinstance(m.get("name"), str) for m in modes or []):
+            raise InputError(f"{path}: failure_modes must be a list of objects with a name "
+                             "(python -m model.errors writes it)")
         if modes:
             return [{"name": m["name"], "test_type": m.get("test_type", ""), "domain": m.get("domain", ""),
                      "failing_ids": list(m.get("example_ids") or []) + list(m.get("failing_ids") or [])}
@@ -331,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = load(TrainConfig, raw, "train")
         manifest = train(cfg)
-    except (ConfigError, FileNotFoundError) as exc:  # a bad key, a missing corpus or errors report
+    except (ConfigError, FileNotFoundError, InputError) as exc:  # a bad key, a missing or unusable input
         print(f"classifiers.train: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"{sum('skipped' not in m for m in manifest['modes'])} classifiers -> {cfg.out}")

@@ -264,6 +264,8 @@ def build_release(corpus: str, out: str, cfg: ReleaseConfig = ReleaseConfig(), r
     manifest = io.read_run_manifest(corpus)
     if manifest.imbalances():
         raise ReleaseError(f"{corpus}/manifest.json does not balance: {manifest.imbalances()[:3]}")
+    if manifest.records_written == 0:  # checked before out is touched: an earlier release there stays whole
+        raise ReleaseError(f"{corpus} holds no pages: nothing to release")
     mix = Mix()
     shards: list[dict] = []
     for split, files in sorted(corpus_files(manifest).items()):
@@ -492,6 +494,15 @@ def check_release(folder: str, load: bool = True) -> dict[str, Any]:
     declared = {f.get("name"): f for f in meta["dataset_info"].get("features", [])}
     if declared.get("image", {}).get("dtype") != "image":
         raise ReleaseError("README.md's dataset_info.features does not declare image as an image")
+    if not [f for c in meta["configs"] for f in c.get("data_files") or []]:
+        raise ReleaseError("README.md's configs name no data files: nothing to publish")
+    summary = io.join(folder, "release.json")
+    if io.exists(summary):  # its shards must all be there: a push deletes the Hub's data/ first
+        shards = json.loads(io.read_bytes(summary)).get("shards") or []
+        missing = [s["file"] for s in shards if not io.exists(io.join(folder, s["file"]))]
+        if not shards or missing:
+            raise ReleaseError(f"release.json lists {len(shards)} shards, {len(missing)} of them missing "
+                               f"({', '.join(missing[:3])}): rebuild the release")
     if load:
         import datasets
 
@@ -593,6 +604,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if args.push and not args.repo_id:
         parser.error("--push needs --repo-id ORG/NAME")
+    if args.repo_id:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(args.repo_id)
+        except HFValidationError as exc:
+            parser.error(f"--repo-id {args.repo_id!r}: {str(exc).splitlines()[0]}")
     if not args.skip_build:
         try:
             release = build_release(args.corpus, args.out, cfg, args.repo_id)

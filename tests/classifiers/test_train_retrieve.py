@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import zipfile
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -79,6 +80,28 @@ def test_clis_with_missing_inputs_exit_2_naming_them_and_write_nothing(trained, 
             main([*args, "--out", str(tmp_path / "out")])
         assert exited.value.code == 2 and message in capsys.readouterr().err
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("report,message", [
+    ("{not json", "is not JSON"), ("[1, 2]", "failure_modes must be a list of objects with a name"),
+    ('{"failure_modes": [{"test_type": "order"}]}', "failure_modes must be a list of objects with a name")])
+def test_train_on_an_errors_report_it_cannot_read_exits_2_in_one_line(small_world, tmp_path, capsys, report, message):
+    from classifiers import train as train_cli
+
+    (tmp_path / "errors.json").write_text(report)
+    with pytest.raises(SystemExit) as exited:
+        train_cli.main(["--corpus", str(small_world["root"] / "corpus"), "--errors", str(tmp_path / "errors.json"),
+                        "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and message in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_an_ivfpq_setting_the_embeddings_cannot_take_is_an_input_error():
+    from classifiers import index as ix
+    from classifiers.errors import InputError
+
+    with pytest.raises(InputError, match="index.pq_m 16 must divide the embeddings' dimension 44"):
+        ix.empty_index("ivfpq", 44, ix.IndexConfig(), np.zeros((300, 44), np.float32), 300)
 
 
 def test_tampered_model_is_refused(trained, tmp_path):

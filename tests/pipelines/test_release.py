@@ -167,6 +167,35 @@ def test_cli_without_a_corpus_run_or_with_one_that_does_not_balance_says_so(corp
     assert f"no release at {tmp_path / 'none'} (no README.md)" in capsys.readouterr().err
 
 
+def test_an_empty_corpus_or_a_broken_release_folder_is_never_published(corpus, tmp_path, capsys):
+    """A build that fails must not leave a folder --skip-build --push would publish: a push replaces the Hub's
+    data/ (it deleted every shard there), and --skip-build checked only the card."""
+    from pipelines.release import main
+
+    out = tmp_path / "rel"
+    assert main(["--corpus", str(corpus), "--out", str(out)]) == 0
+    empty = tmp_path / "empty"
+    (empty / "data").mkdir(parents=True)
+    (empty / "manifest.json").write_text(RunManifest.from_events([], ["write"], run={"config": {}}).to_json())
+    before = sorted(p.name for p in (out / "data").iterdir())
+    assert main(["--corpus", str(empty), "--out", str(out)]) == 2
+    assert "holds no pages: nothing to release" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "data").iterdir()) == before  # the earlier release stays whole
+    next((out / "data").iterdir()).unlink()
+    assert main(["--out", str(out), "--skip-build", "--repo-id", REPO_ID, "--push"]) == 2
+    err = capsys.readouterr().err
+    assert "1 of them missing" in err and "rebuild the release" in err
+
+
+def test_a_malformed_repo_id_is_refused_before_any_work(corpus, tmp_path, capsys):
+    from pipelines.release import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--corpus", str(corpus), "--out", str(tmp_path / "rel"), "--repo-id", "bad/repo/id", "--push"])
+    assert exited.value.code == 2 and "Repo id must be in the form" in capsys.readouterr().err
+    assert not (tmp_path / "rel").exists()
+
+
 def test_cli_names_an_unreadable_shard_and_leaves_other_errors_their_traceback(corpus, tmp_path, capsys,
                                                                               monkeypatch):
     """A damaged corpus is the user's to mend (one line, exit 2, naming the shard); a ValueError that is
