@@ -229,9 +229,11 @@ Chunks = dict[tuple[int, int], int]  # (file, row group) -> rows
 
 
 def index_streams(files: list[str], split: str, eval_fraction: float,
-                  languages: dict[StreamKey, dict[str, int]] | None = None) -> dict[StreamKey, Chunks]:
+                  languages: dict[StreamKey, dict[str, int]] | None = None,
+                  listed: set[str] | None = None) -> dict[StreamKey, Chunks]:
     """Rows per (file, row group) of each stream in ``split``, from the light ``MIX_COLUMNS`` only;
-    with ``languages``, also the rows per language of each stream (the mixture report)."""
+    with ``languages``, also the rows per language of each stream (the mixture report); with ``listed``
+    (ids), the ids of it found in the split are removed from it (what remains is never sampled)."""
     found: dict[StreamKey, dict[tuple[int, int], int]] = {}
     for f_idx, uri in enumerate(files):
         pf = open_parquet(uri)
@@ -239,6 +241,8 @@ def index_streams(files: list[str], split: str, eval_fraction: float,
         for rg in range(pf.metadata.num_row_groups):
             for r in pf.read_row_group(rg, columns=columns).to_pylist():
                 if assigned_split(r["id"], r["split"] or "train", eval_fraction) == split:
+                    if listed:
+                        listed.discard(r["id"])
                     chunks = found.setdefault(stream_key(r), {})
                     chunks[(f_idx, rg)] = chunks.get((f_idx, rg), 0) + 1
                     if languages is not None:

@@ -124,9 +124,14 @@ class DomainSampler:
                  convention_rates: dict[str, float] | None = None, page_factors: dict[str, int] | None = None):
         self.split, self.seed = split, seed
         files = shard_files(path)
-        found = index_streams(files, split, eval_fraction)
+        absent = set(page_factors or ())
+        found = index_streams(files, split, eval_fraction, listed=absent)
         if not found:
             raise ValueError(f"data: split {split!r} of {path} has no rows")
+        if absent:  # e.g. classifiers.retrieve kept a held-out eval page of the training corpus
+            log.warning("data: %d of the %d pages listed in `pages` are not in the %s split of %s (held out as "
+                        "eval, or not in the corpus): they are never sampled, e.g. %s", len(absent),
+                        len(page_factors or ()), split, path, sorted(absent)[:3])
         self.streams = {key: _Stream(key, sorted(chunks), sum(chunks.values()), files, split,
                                      eval_fraction, seed, list(columns), page_factors)
                         for key, chunks in sorted(found.items())}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import zipfile
 
 import numpy as np
@@ -120,7 +121,7 @@ def test_tampered_model_is_refused(trained, tmp_path):
         load_model(bad)
 
 
-def test_retrieval_on_a_small_pool(trained, small_world):
+def test_retrieval_on_a_small_pool(trained, small_world, caplog):
     root = small_world["root"]
     out = root / "retrieval"
     # 5 seeds x 30 neighbours reach most of this 60-page pool: the test checks the mechanics and the re-ranking;
@@ -147,6 +148,11 @@ def test_retrieval_on_a_small_pool(trained, small_world):
     sampler = DomainSampler.from_config(data)
     draws = [sampler.next_record()["id"] for _ in range(360)]
     assert sum(d in listed for d in draws) / len(draws) == pytest.approx(20 / 70, abs=0.04)  # 10/60 unweighted
+    # listed pages the sampler never sees (held out as eval here) are named, not silently ignored
+    held_out = load(DataConfig, {**block, "path": str(root / "pool"), "eval_fraction": 0.5}, "data")
+    with caplog.at_level(logging.WARNING, logger="model.sampler"):
+        DomainSampler.from_config(held_out)
+    assert any("pages listed in `pages` are not in the train split" in m for m in caplog.messages)
     # the Beam job accounted for every pool page and wrote one feature and embedding shard per input shard
     assert len(list((out / "pool" / "features").glob("*.parquet"))) == 2
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in (out / "pool" / "embeddings").glob("*.parquet")) == 60
