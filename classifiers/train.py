@@ -268,9 +268,9 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     modes = modes_from_errors(cfg.errors)
     shard_files(cfg.corpus)  # inputs checked before the output folder is made
+    pages, mix = read_corpus(cfg, {i for m in modes for i in m["failing_ids"]})
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    pages, mix = read_corpus(cfg, {i for m in modes for i in m["failing_ids"]})
     pq.write_table(mix, out / "training_mix.parquet")
     embedder, emb = fit_embedder(cfg, pages)
     if embedder is not None:

@@ -7,6 +7,7 @@ import logging
 import zipfile
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from classifiers.train import TrainConfig, read_corpus, train
 from model.data import DataConfig
 from model.sampler import DomainSampler
 from schemas.config import load
+from schemas.page import PAGE_SCHEMA
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +97,21 @@ def test_train_on_an_errors_report_it_cannot_read_exits_2_in_one_line(small_worl
                         "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert exited.value.code == 2 and message in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_on_a_corpus_without_readable_pages_writes_nothing(tmp_path, capsys):
+    from classifiers import train as train_cli
+    from tests.helpers import corpus_record
+
+    (tmp_path / "corpus" / "data").mkdir(parents=True)
+    row = corpus_record("s", "documents", 0).to_row()
+    table = pa.Table.from_pylist([row], schema=PAGE_SCHEMA).slice(0, 0)  # the schema, no rows
+    pq.write_table(table, tmp_path / "corpus" / "data" / "train-00000-of-00001.parquet")
+    with pytest.raises(SystemExit) as exited:
+        train_cli.main(["--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "out")])
+    assert exited.value.code == 2 and "no readable pages" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_ivfpq_setting_the_embeddings_cannot_take_is_an_input_error():
