@@ -15,7 +15,8 @@ retried blindly:
   a time is a timeout too (one attempt, connecting included, is bounded by ``timeout_s +
   connect_timeout_s``);
 - an answer whose text is not valid Unicode (a lone surrogate) or is longer than ``max_tokens`` could
-  give (``MAX_CHARS_PER_TOKEN`` a token) is not a chat completion: retried, never cached;
+  give (``MAX_CHARS_PER_TOKEN`` a token, at least ``MIN_ANSWER_CHARS``) is not a chat completion: retried,
+  never cached;
 - the same failure ``max_attempts`` times in a row: fail (``server_error``, ``rate_limited``,
   ``timeout``, ``connection_failed``, ``bad_response``) with the last message: a dead letter, never an
   endless loop.
@@ -190,8 +191,10 @@ def message_text(content: Any) -> str:
 
 
 # A token is a few characters; an answer far longer than ``max_tokens`` could give is not one (a misbehaving
-# server): refused before it is cached or used.
+# server): refused before it is cached or used. Never below MIN_ANSWER_CHARS, so a short request is not
+# held to a few characters.
 MAX_CHARS_PER_TOKEN = 32
+MIN_ANSWER_CHARS = 65_536
 
 
 def _failure(exc: BaseException) -> tuple[str, bool, float | None, str]:
@@ -323,8 +326,8 @@ class ChatClient:
                     answer = Answer(message_text(choice.message.content), str(choice.finish_reason or ""),
                                     int(getattr(usage, "prompt_tokens", 0) or 0),
                                     int(getattr(usage, "completion_tokens", 0) or 0), attempts=attempt)
-                    limit = (payload.get("max_tokens") or 0) * MAX_CHARS_PER_TOKEN
-                    if limit and len(answer.text) > limit:
+                    limit = max((payload.get("max_tokens") or 0) * MAX_CHARS_PER_TOKEN, MIN_ANSWER_CHARS)
+                    if payload.get("max_tokens") and len(answer.text) > limit:
                         raise ValueError(f"answer of {len(answer.text)} characters for max_tokens "
                                          f"{payload['max_tokens']}: not an answer to this request")
                     self.stats.answered += 1

@@ -105,7 +105,7 @@ def test_text_parts_are_joined_and_other_content_is_a_bad_response(proxy):
 def test_answers_no_file_could_hold_or_no_request_could_get_are_bad_responses(proxy):
     """A lone surrogate (valid JSON, no valid UTF-8) and an answer far longer than max_tokens allows: retried
     like any body that is not a chat completion, so never cached as an answer."""
-    for content, why in (("A label \ud800 here", "not valid Unicode"), ("word " * 200, "not an answer to this")):
+    for content, why in (("A label \ud800 here", "not valid Unicode"), ("word " * 20_000, "not an answer to this")):
         proxy.rewrite, proxy.chat_requests = (lambda request, c=content: c), 0
         with pytest.raises(RequestFailed) as err:
             ask(client_for(proxy.base_url, max_attempts=2), REQUEST)
