@@ -18,7 +18,7 @@ import apache_beam as beam
 
 from pipelines.accounting import Envelope, Kind, SpillTotal, account_rows, apply_stage
 from pipelines.clean.dedup_stage import DUPLICATES, Loser, spill_loser
-from pipelines.sources.base import PlanFailure
+from pipelines.sources.base import PlanFailure, unit_label
 from pipelines.write import DEAD_LETTERS, SpillWriter, WriteConfig, add_spill_stat
 from schemas.deadletter import DeadLetter
 from schemas.manifest import CountEvent
@@ -59,12 +59,6 @@ class ReadUnits(beam.DoFn):
             close = getattr(source, "close", None)
             if close is not None:
                 close()
-
-
-def unit_label(unit: Any, limit: int = 300) -> str:
-    """A unit as a dead letter names it: its repr (a reader's dataclass or tuple of paths), capped."""
-    text = repr(unit)
-    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _stamped(rows, key: str) -> Iterator:

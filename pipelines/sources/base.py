@@ -66,6 +66,12 @@ class Row:
     continues: bool = False
 
 
+def unit_label(unit: Any, limit: int = 300) -> str:
+    """A unit as a dead letter names it: its repr (a reader's dataclass or tuple of paths), capped."""
+    text = repr(unit)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
 @dataclass(frozen=True)
 class PlanFailure:
     """A unit standing for an input (or the rest of one) whose planning raised: read as one dead letter
@@ -79,7 +85,7 @@ class PlanFailure:
     def of(cls, what: Any, exc: BaseException) -> PlanFailure:
         """The failure to plan ``what`` (an input URI, or a part of one such as a folder's file)."""
         uri = what if isinstance(what, str) else \
-            posixpath.join(what.root, what.rel) if hasattr(what, "root") and hasattr(what, "rel") else repr(what)[:300]
+            posixpath.join(what.root, what.rel) if hasattr(what, "root") and hasattr(what, "rel") else unit_label(what)
         if isinstance(exc, RecordError):
             return cls(uri, exc.reason, str(exc)[:1000])
         return cls(uri, "unplannable_input", f"{uri}: planning failed: {type(exc).__name__}: {str(exc)[:1000]}")
