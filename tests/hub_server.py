@@ -17,7 +17,8 @@ Reads:
   ``expand_info``; ``pipelines.io``'s calls are answered from tree listings).
 - ``GET /datasets/<repo>/resolve/<rev>/<path>``: the file, with ``Accept-Ranges``, single
   ``Range`` requests (206 with ``Content-Range``; 416 past the end), ``ETag`` (the git blob id) and
-  ``X-Repo-Commit``.
+  ``X-Repo-Commit``; ``HEAD`` answers the same headers with no body (``hf_hub_download``, which
+  ``datasets.load_dataset`` uses, asks it first; ``<rev>`` may be a commit id).
 
 Writes (what ``create_repo`` and ``upload_folder`` call; with ``hf_xet`` installed, the pipelined
 multi-commit upload of huggingface_hub 2.x):
@@ -155,6 +156,7 @@ def is_true(value: str | None) -> bool:
 class HubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as huggingface_hub's HTTP client pools connections
     server: HubServer
+    head_only = False  # a HEAD request: the GET's status and headers, no body
 
     # -- routing -----------------------------------------------------------------------------
 
@@ -173,6 +175,13 @@ class HubHandler(BaseHTTPRequestHandler):
                 self._error(404, None, "Not found")
         else:
             self._error(404, None, "Not found")
+
+    def do_HEAD(self) -> None:  # noqa: N802 (what hf_hub_download asks before a GET: headers only)
+        self.head_only = True
+        try:
+            self.do_GET()
+        finally:
+            self.head_only = False
 
     def _api_get(self, parts: list[str], query: dict[str, list[str]]) -> None:
         rest = self._repo_rest(parts)
@@ -420,7 +429,8 @@ class HubHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not self.head_only:
+            self.wfile.write(body)
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         self.log_message('"%s %s" %s range=%s', self.command, self.path, code, self.headers.get("Range") or "-")

@@ -255,7 +255,7 @@ def commits(log: Path) -> list[str]:
 
 
 def requests(log: Path) -> list[tuple[str, str, int]]:
-    return [(m, p, int(s)) for m, p, s in re.findall(r'"(GET|POST) (\S+)" (\d{3}) ', log.read_text())]
+    return [(m, p, int(s)) for m, p, s in re.findall(r'"(GET|HEAD|POST) (\S+)" (\d{3}) ', log.read_text())]
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -316,6 +316,27 @@ def test_push_creates_the_repo_then_a_rerun_commits_nothing_and_hf_reads_it_back
                               capture_output=True, text=True, timeout=120)
         assert read.returncode == 0, read.stderr[-3000:]
         assert json.loads(read.stdout.splitlines()[-1]) == tree(release)
+
+
+def test_load_dataset_of_the_pushed_repo_gives_the_release_rows(release, tmp_path, monkeypatch):
+    """What a user of the release runs: ``datasets.load_dataset("<org>/<name>")`` over the Hub's HTTP API (the card's
+    ``configs`` name the splits' files), with no code of pagemill's on the reading side."""
+    log = tmp_path / "hub.log"
+    with hub_server(tmp_path / "hub", REPO_ID, free_port(), log, token="write-token") as endpoint:
+        monkeypatch.setenv("HF_TOKEN", "write-token")
+        push_release(str(release), REPO_ID, endpoint=endpoint)
+        script = ("import datasets, json, sys; d = datasets.load_dataset(sys.argv[1]); "
+                  "print(json.dumps({k: [v.num_rows, sorted(v['id']), sorted(v.features)] for k, v in d.items()}))")
+        read = subprocess.run([sys.executable, "-c", script, REPO_ID], cwd=REPO, env=hub_env(endpoint, tmp_path / "hf",
+                              token=None), capture_output=True, text=True, timeout=300)
+        assert read.returncode == 0, read.stderr[-3000:]
+    loaded = json.loads(read.stdout.splitlines()[-1])
+    local = {}
+    for split in ("train", "eval"):
+        table = pq.read_table([str(f) for f in sorted((release / "data").glob(f"{split}-*.parquet"))])
+        local[split] = [table.num_rows, sorted(table.column("id").to_pylist()), sorted(table.column_names)]
+    assert loaded == local
+    assert any(m == "HEAD" and "/resolve/" in p and s == 200 for m, p, s in requests(log))
 
 
 def test_a_push_with_fewer_shards_removes_the_old_ones_from_the_hub(corpus, release, tmp_path, monkeypatch):
