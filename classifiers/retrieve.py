@@ -186,7 +186,7 @@ def mixture_block(results: dict[str, list[dict]], out: Path, weight: float) -> s
 
 def retrieve(cfg: RetrieveConfig, beam_args: list[str] | None = None) -> dict[str, Any]:
     from classifiers.train import mode_slug
-    from model.records import shard_files
+    from model.records import open_parquet, shard_files
 
     t0 = time.perf_counter()
     folder, out = Path(cfg.classifiers), Path(cfg.out)
@@ -194,6 +194,8 @@ def retrieve(cfg: RetrieveConfig, beam_args: list[str] | None = None) -> dict[st
         raise FileNotFoundError(f"--classifiers {folder}: no trained classifiers there (no manifest.json); "
                                 f"python -m classifiers.train writes them")
     pool = shard_files(cfg.corpus)  # inputs checked before the output folder is made
+    if not any(open_parquet(f).metadata.num_rows for f in pool):
+        raise InputError(f"the pool {cfg.corpus} ({len(pool)} shards) has no pages")
     out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((folder / "manifest.json").read_text())
     modes = load_modes(folder, manifest)

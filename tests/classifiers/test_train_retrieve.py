@@ -70,6 +70,9 @@ def test_clis_with_missing_inputs_exit_2_naming_them_and_write_nothing(trained, 
 
     _, folder = trained
     corpus = str(small_world["root"] / "corpus")
+    empty = tmp_path / "empty" / "train-00000-of-00001.parquet"
+    empty.parent.mkdir()
+    pq.write_table(pa.Table.from_pylist([], schema=PAGE_SCHEMA), empty)
     calls = [
         (train_cli.main, ["--corpus", str(tmp_path / "none"), "--errors", str(tmp_path / "e.json")],
          f"no parquet shards at '{tmp_path / 'none'}'"),
@@ -77,6 +80,7 @@ def test_clis_with_missing_inputs_exit_2_naming_them_and_write_nothing(trained, 
         (retrieve_cli.main, ["--corpus", corpus, "--classifiers", str(tmp_path / "none")],
          f"--classifiers {tmp_path / 'none'}: no trained classifiers there"),
         (retrieve_cli.main, ["--corpus", str(tmp_path / "none"), "--classifiers", str(folder)], "no parquet shards"),
+        (retrieve_cli.main, ["--corpus", str(empty.parent), "--classifiers", str(folder)], "(1 shards) has no pages"),
     ]
     for main, args, message in calls:
         with pytest.raises(SystemExit) as exited:
