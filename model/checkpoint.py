@@ -56,19 +56,32 @@ def _jsonable(obj):
 
 def save_checkpoint(path: str | Path, model, processor, optimizer=None, scheduler=None,
                     state: dict[str, Any] | None = None) -> Path:
-    """Write the model (transformers layout), optimizer tensors and a JSON trainer state."""
+    """Write the model (transformers layout), optimizer tensors and a JSON trainer state.
+
+    The files are written into a scratch folder next to ``path`` and then moved in, the trainer state
+    last: a save that fails or is killed while writing (seconds for a real model) leaves the checkpoint
+    already in ``path`` as it was, so ``--resume`` from the folder a run saves into in place stays safe.
+    Other files in ``path`` (the training logs) are kept.
+    """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    doc: dict[str, Any] = {"state": state or {}, "rng": rng_state()}
-    if optimizer is not None:
-        tensors, meta = _flatten_optimizer(optimizer.state_dict())
-        save_file(tensors, str(path / OPTIM_FILE))
-        doc["optimizer"] = meta
-    if scheduler is not None:
-        doc["scheduler"] = scheduler.state_dict()
-    (path / STATE_FILE).write_text(json.dumps(doc))
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.saving-", dir=path.parent) as tmp:
+        scratch = Path(tmp)
+        model.save_pretrained(scratch)
+        processor.save_pretrained(scratch)
+        doc: dict[str, Any] = {"state": state or {}, "rng": rng_state()}
+        if optimizer is not None:
+            tensors, meta = _flatten_optimizer(optimizer.state_dict())
+            save_file(tensors, str(scratch / OPTIM_FILE))
+            doc["optimizer"] = meta
+        if scheduler is not None:
+            doc["scheduler"] = scheduler.state_dict()
+        (scratch / STATE_FILE).write_text(json.dumps(doc))
+        written = sorted(scratch.iterdir(), key=lambda f: f.name == STATE_FILE)  # the state last
+        if optimizer is None:
+            (path / OPTIM_FILE).unlink(missing_ok=True)  # not another save's moments beside this state
+        for f in written:
+            f.replace(path / f.name)
     return path
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from model.checkpoint import load_checkpoint
+from model.checkpoint import load_checkpoint, save_checkpoint
 from model.models import ModelLoadError, build_tiny, load, projector, save, vision_tower
 from model.optim import OptimConfig, lr_factor, param_groups
 from model.sft import SFTConfig, response_ce, train_sft
@@ -100,6 +100,28 @@ def test_checkpoint_round_trip_loads_as_model(small_corpus, tmp_path):
     fresh = build_tiny("tiny", seed=3)
     state = load_checkpoint(tmp_path / "c", fresh.model)
     assert state["step"] == 1 and state["phase"] == "alignment"
+
+
+def test_a_save_that_fails_midway_leaves_the_checkpoint_in_place_as_it_was(small_corpus, tmp_path, monkeypatch):
+    loaded = build_tiny("tiny")
+    train_sft(loaded, sft_config(small_corpus, 1), tmp_path / "c", progress=False)
+    before = {f.name: f.read_bytes() for f in (tmp_path / "c").iterdir()}
+    other = build_tiny("tiny", seed=3)
+
+    def broken(path):  # the processor's files fail after the new weights were written
+        raise OSError("disk full")
+
+    monkeypatch.setattr(other.processor, "save_pretrained", broken)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path / "c", other.model, other.processor, state={"step": 9})
+    assert {f.name: f.read_bytes() for f in (tmp_path / "c").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]  # no scratch folder left
+    monkeypatch.undo()
+    save_checkpoint(tmp_path / "c", other.model, other.processor, state={"step": 9})
+    assert load_checkpoint(tmp_path / "c", loaded.model)["step"] == 9
+    assert all(torch.equal(v, other.model.state_dict()[k]) for k, v in loaded.model.state_dict().items())
+    assert "train_log.jsonl" in {f.name for f in (tmp_path / "c").iterdir()}  # the logs stay
+    assert "optimizer.safetensors" not in {f.name for f in (tmp_path / "c").iterdir()}  # not the old run's
 
 
 def test_missing_checkpoint_and_tokenizer_mismatch_fail_before_training(tmp_path):
