@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from model.data import DataConfig, eval_samples
-from model.models import rope_index
+from model.models import rope_index, without_suppressed
 from model.mtp_head import DraftHead, HeadCache
 from model.processing import Encoded, image_kwargs
 
@@ -95,12 +95,9 @@ def generate(model: nn.Module, samples: list[Encoded], head: DraftHead | None = 
     t0 = time.perf_counter()
     device = next(model.parameters()).device
     B = len(samples)
-    # the tokens model.generate never picks (model.models.suppress_vision_tokens): the same here, so that
-    # the output stays the verifier's own greedy decoding
-    suppressed = torch.tensor(sorted(model.generation_config.suppress_tokens or ()), dtype=torch.long, device=device)
-
     def pick(logits: torch.Tensor) -> torch.Tensor:
-        return (logits.index_fill(-1, suppressed, float("-inf")) if len(suppressed) else logits).argmax(-1)
+        # the tokens model.generate never picks are left out here too, so the output stays its greedy decoding
+        return without_suppressed(model, logits).argmax(-1)
 
     prompt = _left_pad(model, samples, pad_token_id, device)
     cache = DynamicCache(config=model.config)

@@ -40,7 +40,7 @@ import torch
 from model.checkpoint import save_checkpoint
 from model.data import DataConfig, Sample, SampleSource
 from model.eval import prompt_inputs
-from model.models import Loaded
+from model.models import Loaded, without_suppressed
 from model.optim import OptimConfig, make_optimizer, trainable
 from model.processing import Encoded
 from model.records import RECORD_COLUMNS, iter_records
@@ -68,9 +68,14 @@ def remax_advantages(sampled: torch.Tensor, greedy: torch.Tensor) -> torch.Tenso
 
 def group_mean_advantages(rewards: torch.Tensor, group: int) -> torch.Tensor:
     """A_i = r_i - mean of its group of ``group`` rollouts (no std scaling, as Dr. GRPO).
-    ``rewards``: (P*G,) grouped by prompt, or (P, G); the result has the same shape."""
+    ``rewards``: (P*G,) grouped by prompt, or (P, G); the result has the same shape.
+
+    A group whose rollouts all scored the same gets exactly 0 (the float mean of equal values can differ
+    from them in the last bit, which made a page without signal count as live in ``update_phase``)."""
     grouped = rewards.reshape(-1, group)
-    return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(rewards.shape)
+    flat = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
+    centred = grouped.double() - grouped.double().mean(dim=1, keepdim=True)
+    return torch.where(flat, 0.0, centred).to(rewards.dtype).reshape(rewards.shape)
 
 
 def dapo_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
@@ -252,7 +257,9 @@ def rollout(loaded: Loaded, encoded: Encoded, n: int, cfg: GRPOConfig, greedy: b
 def completion_logprobs(model: torch.nn.Module, encoded: Encoded, tokens: torch.Tensor, mask: torch.Tensor,
                         temperature: float = 1.0) -> torch.Tensor:
     """log pi(token_t | prompt, tokens_<t) for each completion token: (G, T). The logits are divided
-    by the sampling temperature, so the probabilities are those the rollouts were drawn from."""
+    by the sampling temperature and the tokens ``generate`` suppresses (vision tokens) left out, so the
+    probabilities are those the rollouts were drawn from (before top-p, which is not applied here, as in
+    TRL). Padding positions (``mask`` False) are 0."""
     device = next(model.parameters()).device
     g, t = tokens.shape
     lp = encoded.prompt_len
@@ -263,8 +270,9 @@ def completion_logprobs(model: torch.nn.Module, encoded: Encoded, tokens: torch.
         out = model(input_ids=ids, attention_mask=attention, mm_token_type_ids=mm.to(device),
                     pixel_values=encoded.pixel_values.repeat(g, 1).to(device),
                     image_grid_thw=encoded.image_grid_thw.repeat(g, 1).to(device), logits_to_keep=t + 1)
-    logits = out.logits[:, :-1].float() / temperature  # position lp-1+k predicts completion token k
-    return torch.log_softmax(logits, dim=-1).gather(-1, tokens.to(device)[..., None]).squeeze(-1)
+    logits = without_suppressed(model, out.logits[:, :-1].float() / temperature)  # lp-1+k predicts token k
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, tokens.to(device)[..., None]).squeeze(-1)
+    return torch.where(mask.to(device).bool(), picked, 0.0)  # a pad id that is suppressed would be -inf
 
 
 def _pad_cat(rows: Sequence[torch.Tensor], value: float = 0.0) -> torch.Tensor:
@@ -440,10 +448,10 @@ def _step_log(step: int, rolled: StepRollouts, scored: StepRewards, update: Step
     rewards, advantages, groups = scored.rewards, scored.advantages, rolled.groups
     lengths = [int(m.sum()) for r in groups for m in r.mask]
     return GRPOStepLog(
-        step=step, loss=update.loss, reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
+        step=step, loss=update.loss, reward_mean=float(rewards.mean()), reward_std=float(rewards.std(unbiased=False)),
         greedy_reward_mean=None if scored.greedy_rewards is None else float(scored.greedy_rewards.mean()),
         terms=term_means(scored.sampled), advantage_mean=float(advantages.mean()),
-        advantage_std=float(advantages.std()), advantage_min=float(advantages.min()),
+        advantage_std=float(advantages.std(unbiased=False)), advantage_min=float(advantages.min()),
         advantage_max=float(advantages.max()), zero_advantage_share=1 - update.live / len(rolled.batch),
         clip_low_share=update.clip_low, clip_high_share=update.clip_high, kl=update.kl,
         completion_tokens_mean=float(np.mean(lengths)),

@@ -141,6 +141,15 @@ def suppress_vision_tokens(model: nn.Module) -> None:
     model.generation_config.suppress_tokens = sorted(suppressed)
 
 
+def without_suppressed(model: nn.Module, logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` with the tokens ``generate`` never picks (the generation config's ``suppress_tokens``) at -inf:
+    what greedy decoding and sampling choose from, for code that reads the logits itself."""
+    ids = model.generation_config.suppress_tokens
+    if not ids:
+        return logits
+    return logits.index_fill(-1, torch.tensor(sorted(ids), dtype=torch.long, device=logits.device), float("-inf"))
+
+
 def build_tiny(kind: str = "tiny", seed: int = 0, white_zero: bool = False, **sizes) -> Loaded:
     from transformers import AutoModelForImageTextToText
 

@@ -53,6 +53,15 @@ def test_group_mean_advantages():
     assert torch.allclose(group_mean_advantages(rewards.reshape(2, 4), 4), got.reshape(2, 4))
 
 
+@pytest.mark.parametrize("value", [0.9, 0.1, 1 / 3, 0.7])
+def test_a_group_that_scored_alike_has_exactly_zero_advantage(value):
+    # float32's mean of 8 x 0.9 is not 0.9 in the last bit: the page counted as live and was trained on
+    rewards = torch.tensor([value] * 8 + [0.2, 0.4, 0.6, 0.8, 0.2, 0.4, 0.6, 0.8], dtype=torch.float32)
+    got = group_mean_advantages(rewards, 8)
+    assert torch.equal(got[:8], torch.zeros(8)) and got.dtype == torch.float32
+    assert torch.allclose(got[8:], torch.tensor([-0.3, -0.1, 0.1, 0.3] * 2))
+
+
 def test_dapo_loss_by_hand_with_asymmetric_clipping():
     # sequence 0 (A = +1): ratios 1.5, 1.25, 1.0 and one padded token
     # sequence 1 (A = -1): ratios 0.5, 0.9
@@ -164,8 +173,10 @@ def test_completion_logprobs_match_a_plain_forward(kind):
             mm = torch.cat([enc.mm_token_type_ids, torch.zeros(n, dtype=torch.long)])[None]
             logits = loaded.model(input_ids=ids, mm_token_type_ids=mm, pixel_values=enc.pixel_values,
                                   image_grid_thw=enc.image_grid_thw).logits[0, enc.prompt_len - 1:-1]
+            logits[:, loaded.model.generation_config.suppress_tokens] = float("-inf")  # never sampled
             want = (logits / 0.5).log_softmax(-1).gather(-1, tokens[i, :n, None]).squeeze(-1)
             assert torch.allclose(got[i, :n], want, atol=1e-5)
+            assert (got[i, n:] == 0).all()  # padding
 
 
 def test_rollouts_never_sample_an_image_token_so_their_logprobs_can_be_computed(tmp_path):
@@ -184,7 +195,10 @@ def test_rollouts_never_sample_an_image_token_so_their_logprobs_can_be_computed(
     r = rollout(loaded, enc, 3, GRPOConfig(max_completion_tokens=4, temperature=1.0))
     assert not set(r.tokens.flatten().tolist()) & set(loaded.model.generation_config.suppress_tokens)
     with torch.no_grad():
-        assert torch.isfinite(completion_logprobs(loaded.model, enc, r.tokens, r.mask)).all()
+        logp = completion_logprobs(loaded.model, enc, r.tokens, r.mask)
+    # scored under the distribution they were sampled from: without the suppressed image token's 1e4 logit
+    # every token's log-probability would be about -1e4
+    assert torch.isfinite(logp).all() and (logp > -50).all()
     save(build_tiny("tiny", seed=0).model, loaded.processor, tmp_path / "ckpt")
     assert load_model(str(tmp_path / "ckpt")).model.generation_config.suppress_tokens == \
         loaded.model.generation_config.suppress_tokens
@@ -217,6 +231,20 @@ def test_train_grpo_logs_updates_and_writes_a_checkpoint(tmp_path):
     assert [x["step"] for x in logs] == [1, 2] and "zero_advantage_share" in logs[0]
     assert (tmp_path / "grpo" / "model.safetensors").exists()
     assert (tmp_path / "grpo" / "trainer_state.json").exists()
+
+
+def test_one_rollout_of_one_page_logs_valid_json(tmp_path):
+    loaded = build_tiny("tiny", seed=0)
+    prompts = [toy_sample(loaded.processor, 0, REFERENCE)]
+    cfg = GRPOConfig(num_rollouts=1, max_completion_tokens=3, steps=1, prompts_per_step=1,
+                     reward=RewardConfig(terms=("content",), workers=1))
+    train_grpo(loaded, cfg, prompts, tmp_path / "grpo")
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    [log] = [json.loads(line, parse_constant=refuse) for line in (tmp_path / "grpo" / "grpo_log.jsonl").open()]
+    assert log["reward_std"] == 0.0 and log["advantage_std"] == 0.0
 
 
 def test_zero_advantage_prompts_are_left_out_of_the_update():
