@@ -23,9 +23,10 @@ fires (``quality["decontam"]["match"]`` names the benchmark item):
    (``phash_size`` 16), not the 64-bit one: dedup's measurements found distinct text pages of one
    template at 64-bit distance 0, while at 256 bits resized JPEG re-encodes stay within 16 bits
    (p99 14) and distinct pages of one template are 38 or more apart; the default 20 is dedup's.
-3. ``contaminated_text``: word 13-grams (``pipelines.clean.minhash.normalize_words``: lowercased,
-   punctuation and markup dropped) of the response shared with one benchmark item. With ``m`` the
-   number of the record's distinct 13-grams found in the item, it fires when ``m`` exceeds
+3. ``contaminated_text``: word 13-grams (``pipelines.clean.minhash.normalize_words``: NFKC and
+   case-folded, format characters such as soft hyphens and zero-width spaces deleted, punctuation
+   and markup dropped, CJK one character a word) of the response shared with one benchmark item.
+   With ``m`` the number of the record's distinct 13-grams found in the item, it fires when ``m`` exceeds
    ``max_ngram_overlap`` (0.5) of the record's distinct 13-grams (the record is mostly benchmark
    text), or when ``m`` is at least ``min_matched_ngrams`` (3, i.e. 15 consecutive words) and
    exceeds ``max_bench_overlap`` (0.5) of the item's distinct 13-grams (the record contains most
@@ -54,7 +55,7 @@ from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
-VERSION = "1"
+VERSION = "2"  # 2: 13-gram words are NFKC-normalised, format characters and tatweel dropped, marks kept in words
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif")
 TEXT_SUFFIXES = (".md", ".txt")
 TEXT_FIELDS = ("text", "before", "after", "cell", "math")

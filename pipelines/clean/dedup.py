@@ -73,7 +73,7 @@ from pipelines.clean.image_hash import hamming, open_page, phash_grey, phash_sam
 from pipelines.clean.minhash import band_keys, estimated_jaccard, minhash_signature, normalize_words, sketch
 from schemas.page import PageRecord
 
-VERSION = "1"
+VERSION = "2"  # 2: MinHash words are NFKC-normalised, format characters and tatweel dropped, marks kept in words
 STAGE = "dedup"
 KINDS = ("px", "ph", "mh")
 REASONS = {"px": "duplicate_image", "ph": "near_duplicate_image", "mh": "near_duplicate_text"}

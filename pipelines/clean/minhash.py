@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from functools import lru_cache
 
 import numpy as np
@@ -19,8 +20,16 @@ from pipelines.clean.dedup_config import MinHashConfig
 MERSENNE_61 = (1 << 61) - 1
 _U64 = np.uint64
 _TAG = re.compile(r"<[^<>]{0,200}>")
-# One CJK (Han, kana, Hangul) character is one word; elsewhere a word is a run of letters and digits.
-_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|[^\W_]+")
+# Scripts written without spaces between words, whose every character (with the combining marks
+# after it) is one word: Han, kana, Hangul syllables and jamo, and Thai, Lao, Khmer and Myanmar,
+# where a space-delimited "word" is a whole phrase and one misread character would change all of
+# it. A character class body: ``pipelines/clean/repeats_near.py`` splits words with it too.
+CHAR_WORD_SCRIPTS = (
+    "\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf"
+    "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\U00020000-\U0003ffff"
+)
+# Planes whose combining marks and format characters are collected (the others hold none in use).
+_PLANES = (0x00000, 0x10000, 0xE0000)
 _MIX1 = _U64(0xBF58476D1CE4E5B9)
 _MIX2 = _U64(0x94D049BB133111EB)
 _STEP = _U64(0x9E3779B97F4A7C15)
@@ -28,11 +37,54 @@ _CHUNK = 512  # shingles per permutation block: memory stays 2 x 512 x 112 x 8 B
 _P61 = _U64(MERSENNE_61)
 
 
+@lru_cache(maxsize=1)
+def _unicode_tables() -> tuple[str, dict[int, None]]:
+    """(pattern of one combining mark, Mn/Mc/Me; translate table deleting the format characters,
+    Cf, and the Arabic tatweel), read from ``unicodedata`` once (~0.1 s)."""
+    category = unicodedata.category
+    marks: list[str] = []
+    for low, high in ((0x0000, 0xFFFF), (0x10000, 0x1FFFF), (0xE0000, 0xEFFFF)):
+        marks.append(_ranges([c for c in range(low, high + 1) if category(chr(c)) in ("Mn", "Mc", "Me")]))
+    fmt = [c for plane in _PLANES for c in range(plane, plane + 0x10000) if category(chr(c)) == "Cf"]
+    # a class of many astral ranges is scanned range by range for every character tried; behind a
+    # cheap one-range test it only costs where such a character is
+    mark = f"[{marks[0]}]|[\U00010000-\U000effff](?<=[{marks[1]}{marks[2]}])"
+    return mark, dict.fromkeys([*fmt, 0x0640], None)
+
+
+def _ranges(codes: list[int]) -> str:
+    """A character class body of the ascending code points ``codes``."""
+    ranges: list[list[int]] = []
+    for c in codes:
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
+@lru_cache(maxsize=1)
+def word_regex() -> re.Pattern[str]:
+    """Words: one letter or digit of ``CHAR_WORD_SCRIPTS`` with the combining marks after it, or a
+    run of the other letters and digits and of combining marks (Devanagari vowel signs and viramas,
+    Arabic harakat and Hebrew points belong to their word, as do accents left uncomposed); such a
+    run stops at a CJK character (``2023年`` is two words)."""
+    mark, _ = _unicode_tables()
+    return re.compile(f"(?=[^\\W_])[{CHAR_WORD_SCRIPTS}](?:{mark})*|(?:[^\\W_{CHAR_WORD_SCRIPTS}]|{mark})+")
+
+
 def normalize_words(text: str) -> list[str]:
-    """The words MinHash sees: HTML tags removed, lowercased (``casefold``), punctuation, symbols
-    and whitespace dropped, CJK split into characters. Markdown markup is punctuation, so a
-    Markdown and an HTML table with the same cells give the same words."""
-    return _WORD.findall(_TAG.sub(" ", text).casefold())
+    """The words MinHash sees: HTML tags removed; format characters (soft hyphens, zero-width
+    spaces and joiners, word joiners, byte-order marks, bidi controls: category Cf) and the Arabic
+    tatweel deleted, as they are invisible or only stretch a line; NFKC-normalised and case-folded
+    (NFKC again after ``casefold``, which may leave a character decomposed), so NFC and NFD text,
+    conjoining Hangul jamo and syllables, ligatures, full-width and half-width forms give the same
+    words; punctuation, symbols and whitespace dropped; words split as ``word_regex`` says (CJK,
+    Thai ... one character each). Markdown markup is punctuation, so a Markdown and an HTML table
+    with the same cells give the same words."""
+    _, deleted = _unicode_tables()
+    text = unicodedata.normalize("NFKC", _TAG.sub(" ", text).translate(deleted))
+    return word_regex().findall(unicodedata.normalize("NFKC", text.casefold()))
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:

@@ -23,7 +23,10 @@ from pipelines.clean.repeats_gapped import normalize, normalize_index
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
-VERSION = "3"  # 2: near-exact loops (kind "near"); 3: their numbers follow the regular-numbers rule
+# 2: near-exact loops (kind "near"); 3: their numbers follow the regular-numbers rule; 4: CJK words are
+# characters in the near pass's slot test, min_length counts wide characters 3, form rows (blanks with short
+# labels) follow the empty rule and form_min_chars, emoji and symbol units are text
+VERSION = "4"
 __all__ = ["NO_LOOP", "VERSION", "Bands", "Kind", "Loop", "RepeatsConfig", "RepeatsStage", "find_loop", "main",
            "normalize", "normalize_index", "scan_lines"]
 

@@ -18,7 +18,10 @@ class RepeatsConfig:
     Bands are ``((max_period, min_copies), ...)``, ascending: a unit of period ``p`` needs the
     copies of the first band with ``p <= max_period``; longer units are not loops."""
 
-    min_length: int = option(512, help="labels shorter than this many characters are not inspected")
+    min_length: int = option(512, help="labels shorter than this are not inspected; the length is in columns: "
+                                       "East Asian Wide and Fullwidth characters (CJK) count 3, as one carries "
+                                       "about as much text as three Latin letters (a Chinese page is a third "
+                                       "as long as its English translation)")
     tail_chars: int = option(1024, help="only this many last characters are searched (trailing whitespace "
                                         "set aside)")
     max_period: int = option(512, help="longest repeated unit, in characters")
@@ -35,6 +38,11 @@ class RepeatsConfig:
                                             "digit outside markup: empty cells, separator rows")
     empty_min_covered: int = option(896, help="characters such an empty-unit loop must cover: blank forms and "
                                               "empty tables are kept unless they fill the tail")
+    form_min_chars: int = option(8192, help="form units (blanks and fill marks with short labels: `Name: ____`, "
+                                            "`1. (A) (B) (C)`, `| ○ | ○ |`) follow the empty-unit rule and their "
+                                            "exact loop must run this many characters, traced before the tail; "
+                                            "gapped and near-exact loops of them are not loops (numbered answer "
+                                            "rows): a blank form or answer sheet of a page or two is kept")
     gapped: bool = option(True, help="look for gapped loops too")
     gapped_min_copies: Bands = option(((8, 24), (32, 8), (128, 5), (512, 3)),
                                       help="gapped: copies needed per band of normalised unit length")

@@ -42,7 +42,12 @@ How it works, and why it is fast (the tail is at most 1 KB; a clean 2-16 KB labe
 Legitimate structure is kept out by requiring both enough copies for the period band *and* enough
 covered characters; units that look like table rows (HTML ``<tr>``/``<td>``, Markdown pipes, LaTeX
 ``&`` with ``\\``) need more coverage, and units with no letter or digit outside markup (empty
-cells, separator rows; not one- or two-character symbol runs) need the tail nearly full. Gapped
+cells, separator rows; not one- or two-character symbol runs; emoji and other symbols are text)
+need the tail nearly full. So do form rows (blanks and fill marks with labels no longer than them:
+``Name: ____ Company: ____``, ``1. (A) (B) (C)``), whose exact loops must also run
+``form_min_chars`` and whose gapped or near-exact repeats are never loops: blank forms and answer
+sheets repeat a row for a page or two, a degeneration loop goes on. Labels shorter than
+``min_length`` columns (``text_width``: CJK characters count 3) are not inspected. Gapped
 repeats must keep their numbers regular (each number stays or steps by a constant from copy to
 copy), so a data table whose rows share only their shape is not a loop; a chain whose copies
 differ in words (lists and forms sharing a prefix, table rows with content) is not one either.
@@ -60,10 +65,12 @@ the median copy length in the text).
 
 from __future__ import annotations
 
+from unicodedata import east_asian_width
+
 from pipelines.clean.repeats_config import Kind, Loop, RepeatsConfig
 from pipelines.clean.repeats_gapped import GappedSearch, gapped_loop, may_repeat
 from pipelines.clean.repeats_near import near_loop
-from pipelines.clean.repeats_periods import band_copies, best_period, copy_needs, natural_phase
+from pipelines.clean.repeats_periods import band_copies, best_period, copy_needs, natural_phase, unit_class
 
 
 def _trailing_space_start(text: str, cap: int) -> int:
@@ -74,10 +81,21 @@ def _trailing_space_start(text: str, cap: int) -> int:
     return end
 
 
+def text_width(text: str) -> int:
+    """Length in columns: East Asian Wide and Fullwidth characters (CJK ideographs, kana, Hangul,
+    full-width forms) count 3, others 1. A CJK character carries about as much text as three Latin
+    letters (a Chinese page runs about a third of the characters of its English translation), so
+    ``min_length`` asks the same amount of text in every script."""
+    if text.isascii():
+        return len(text)
+    return len(text) + 2 * sum(east_asian_width(c) in "WF" for c in text)
+
+
 def find_loop(text: str, cfg: RepeatsConfig = RepeatsConfig()) -> Loop | None:
     """The degeneration loop at the end of ``text``, or ``None`` (also for empty text and texts
-    shorter than ``cfg.min_length``). Only the last ``cfg.tail_chars`` characters are searched."""
-    if not text or len(text) < cfg.min_length:
+    shorter than ``cfg.min_length`` columns, ``text_width``). Only the last ``cfg.tail_chars``
+    characters are searched."""
+    if not text or (len(text) < cfg.min_length and text_width(text) < cfg.min_length):
         return None
     stop = _trailing_space_start(text, 4096)
     offset = max(0, stop - cfg.tail_chars)
@@ -132,6 +150,8 @@ def _exact_loop(text: str, tail: str, offset: int, stop: int, cfg: RepeatsConfig
     while end < len(text) and text[end] == text[end - p]:
         end += 1
     length = end - start
+    if length < cfg.form_min_chars and unit_class(tail[n - p:]) == "form":
+        return None  # a blank form or answer sheet: its rows repeat for a page or two, not on and on
     phase = natural_phase(text[start: start + p], None if reached_start else length % p)
     copies, rest = divmod(length - phase, p)
     kind: Kind = "exact" if rest == 0 else "truncated"

@@ -12,7 +12,7 @@ import numpy as np
 from rapidfuzz.distance import Indel
 
 from pipelines.clean.repeats_config import Kind, Loop, RepeatsConfig
-from pipelines.clean.repeats_periods import TAG, band_copies, best_period, copy_needs, natural_phase
+from pipelines.clean.repeats_periods import TAG, band_copies, best_period, copy_needs, natural_phase, unit_class
 
 # Normalisation for gapped repeats: ASCII digits and light punctuation deleted (plus a few non-ASCII
 # punctuation marks), then runs of ASCII whitespace collapsed. It runs on UTF-8 bytes because
@@ -250,6 +250,8 @@ class GappedSearch:
         if covered < needs[1]:
             return None
         self.settled = True
+        if unit_class(unit) == "form":
+            return None  # numbered blank rows, answer rows: a form (see RepeatsConfig.form_min_chars)
         # Identical copies, or copies inside an exactly periodic stretch (seen at another period),
         # are the exact detector's business; the first copy may have absorbed deleted characters
         # of the text before the loop, so it does not count.

@@ -22,16 +22,14 @@ collapsed), so edits to those are gone already and only letter edits are left to
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from rapidfuzz.distance import Levenshtein
 
+from pipelines.clean.minhash import word_regex
 from pipelines.clean.repeats_config import Loop, RepeatsConfig
 from pipelines.clean.repeats_gapped import GappedSearch, letters
 from pipelines.clean.repeats_periods import band_copies
-
-_WORD = re.compile(r"[^\W_]+")
 
 
 def near_loop(search: GappedSearch) -> Loop | None:
@@ -242,8 +240,11 @@ def _word_slot(copies: list[str], min_edits: float) -> bool:
     """A word position that is a field whose value changes from copy to copy (a weekday, a
     colour), not noise: most copies differ there from the commonest word, by ``min_edits`` or more
     on average, or a tenth of them (two at least) hold another word altogether (``min_edits`` or
-    more away, and half its length). Noise leaves words a character or two from the original."""
-    rows = [_WORD.findall(c) for c in copies]
+    more away, and half its length). Noise leaves words a character or two from the original.
+    Words are MinHash's (``word_regex``): a CJK, Thai ... character is a word of its own, else a
+    sentence written without spaces would be one word that any two edits make a "field"."""
+    find_words = word_regex().findall
+    rows = [find_words(c) for c in copies]
     width = Counter(map(len, rows)).most_common(1)[0][0]
     rows = [r for r in rows if len(r) == width]
     if len(rows) < 4 or width == 0:

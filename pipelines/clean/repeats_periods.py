@@ -9,6 +9,7 @@ need more).
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 from typing import Callable
 
@@ -32,23 +33,56 @@ def _band_table(bands: Bands) -> tuple[int, ...]:
     return tuple(band_copies(bands, p) or 0 for p in range(bands[-1][0] + 1))
 
 
+# Blanks and fill marks of forms and answer sheets: underscores, dot leaders, circles and boxes to
+# tick, brackets (of an option letter too: ``(A)``, ``[ ]``).
+_FILL = frozenset("_\uff3f.\u2026\u2025\u00b7\u30fb\u25cb\u25ef\u25cf\u25a1\u25a0\u2610\u2611\u2612\u25fb\u25fc"
+                  "\u25fd\u25fe\u25a2()[]\uff08\uff09\u3010\u3011\u3014\u3015")
+_OPTION = re.compile(r"[(\[\uff08]\s?[A-Za-z]\s?[)\]\uff09]")
+_LABEL = re.compile(r"[^\W_]+(?:[ \-/][^\W_]+)*")
+
+
+def _is_symbol(c: str) -> bool:
+    """An emoji or another pictographic symbol (category So or Sk) that is no fill mark."""
+    return c not in _FILL and unicodedata.category(c) in ("So", "Sk")
+
+
 def unit_class(unit: str) -> str:
-    """``table`` (a table row or cell run), ``empty`` (no letter or digit outside markup) or ``text``."""
+    """``form`` (blanks and fill marks with short labels: ``Name: ____ Company: ____``, ``1. (A) (B)
+    (C)``, ``| ○ | ○ |``, ``姓名：＿＿＿``), ``table`` (a table row or cell run), ``empty`` (no letter,
+    digit or symbol outside markup) or ``text`` (emoji and other symbols are text: ``😂😭🙏``)."""
     content = TAG.sub("", unit)
-    if not _ALNUM.search(content):
-        return "empty"
+    if not _ALNUM.search(content) and (content.isascii() or not any(map(_is_symbol, content))):
+        return "form" if _form_like(content) else "empty"
+    if _form_like(content):
+        return "form"
     if "<t" in unit or "</t" in unit or unit.count("|") >= 2 or ("&" in unit and "\\\\" in unit):
         return "table"
     return "text"
 
 
+def _form_like(content: str) -> bool:
+    """Three blanks or fill marks at least, as many as label characters, and labels of at most four
+    words (runs of letters and digits)."""
+    if len(content.strip()) <= 2:
+        return False
+    fills = 3 * len(_OPTION.findall(content))
+    if fills:
+        content = _OPTION.sub(" ", content)
+    fills += sum(c in _FILL for c in content)
+    if fills < 3:
+        return False
+    labels = _LABEL.findall(content)
+    return sum(map(len, labels)) <= fills and all(label.count(" ") < 4 for label in labels)
+
+
 def copy_needs(cfg: RepeatsConfig, unit: str, copies: int, base: int, symbol_runs: bool = True) -> tuple[int, int]:
     """(min copies, min covered chars) for ``unit`` whose period band asks ``copies``;
-    ``symbol_runs``: units of one or two symbols are judged by their band alone."""
+    ``symbol_runs``: units of one or two symbols are judged by their band alone. Form units are held
+    to the empty-unit rule (and callers to ``cfg.form_min_chars``)."""
     kind = unit_class(unit)
     if kind == "table":
         return max(copies, cfg.table_min_copies), max(base, cfg.table_min_covered)
-    if kind == "empty" and (len(unit) > 2 or not symbol_runs):
+    if kind in ("empty", "form") and (len(unit) > 2 or not symbol_runs):
         return max(copies, cfg.empty_min_copies), max(base, cfg.empty_min_covered)
     return copies, base
 

@@ -3,6 +3,8 @@ import io
 import json
 import pickle
 import random
+import re
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -123,6 +125,30 @@ def test_full_transcription_of_a_benchmark_page_is_contaminated_text(stage, unre
     assert (match["kind"], match["item"], match["matched"], match["bench_overlap"]) == (
         "text", "docs/doc.pdf#page=1", 16, 1.0)
     assert match["record_overlap"] < 0.5
+
+
+def test_transcription_with_soft_hyphens_and_zero_width_spaces_is_contaminated_text(stage, unrelated_image):
+    # PDF text layers carry soft hyphens (U+00AD) and zero-width spaces inside words: they must not
+    # split the words the 13-grams are made of
+    page = "\n\n".join(BENCH_PAGES[0])
+    hidden = re.sub(r"\b(\w{3})(\w{3,})", "\\1\u00ad\\2", page)
+    hidden = re.sub(r"\b(\w)(\w{4,})", "\\1\u200b\\2", hidden)
+    assert hidden.count("\u00ad") > 20 and hidden.count("\u200b") > 20
+    record = corpus_record(unrelated_image, hidden)
+    assert drop_reason(stage, record) == "contaminated_text"
+    match = record.quality["decontam"]["match"]
+    assert (match["item"], match["matched"], match["bench_overlap"]) == ("docs/doc.pdf#page=1", 16, 1.0)
+
+
+def test_index_text_in_another_unicode_form_matches(tmp_path):
+    page = ("Le comité a examiné le budget annuel et a discuté de plusieurs propositions visant à améliorer "
+            "l'archive numérique de la bibliothèque. Les membres ont exprimé des inquiétudes quant aux coûts "
+            "de stockage, aux formats de préservation à long terme et à l'accessibilité des manuscrits.")
+    (tmp_path / "item.md").write_text(page, encoding="utf-8")  # benchmark text, NFC
+    index = DecontamIndex.from_folder(tmp_path)
+    found = {form: index.text_matches(unicodedata.normalize(form, page)) for form in ("NFC", "NFD")}
+    assert [(m.item, m.bench_overlap) for m in found["NFD"]] == [(m.item, m.bench_overlap) for m in found["NFC"]]
+    assert [m.bench_overlap for m in found["NFD"]] == [1.0]
 
 
 def test_record_that_is_mostly_benchmark_text_is_contaminated_text(stage, unrelated_image):

@@ -9,6 +9,7 @@ import pickle
 import random
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -225,6 +226,49 @@ def test_signature_shape_normalisation_and_sketch_estimate():
     assert abs(estimate - jaccard) < 0.15, (estimate, jaccard)
     assert MinHashConfig(seed=2) != cfg
     assert not np.array_equal(minhash_signature(a, MinHashConfig(seed=2)), sig)
+
+
+FRENCH = ("L'été dernier, le café près de l'église était fermé à cause des rénovations. Les habitués se sont "
+          "réunis à la brasserie voisine où le propriétaire, un ancien élève du lycée, leur a offert un déjeuner. ")
+KOREAN = ("이 연구는 지역 수자원에 대한 기후 변화의 영향을 분석하고 "
+          "삼십 년간의 기상 자료를 바탕으로 정책 제언을 제시한다. ")
+ARABIC = ("تهدف هذه الدراسة إلى تحليل أثر التغير المناخي على الموارد المائية في المنطقة، "
+          "وقد اعتمدنا على بيانات الأرصاد. ")
+ENGLISH = ("The committee met on Tuesday to review the annual budget and discussed several proposals for improving "
+           "the library's digital archive, its preservation formats and the accessibility of scanned manuscripts. ")
+
+
+@pytest.mark.parametrize("original, variant", [
+    (FRENCH, unicodedata.normalize("NFD", FRENCH)),                       # decomposed accents
+    ("Việt Nam, Hà Nội", unicodedata.normalize("NFD", "Việt Nam, Hà Nội")),  # stacked marks
+    (KOREAN, unicodedata.normalize("NFD", KOREAN)),                       # conjoining jamo
+    (ENGLISH, ENGLISH.replace("committee", "com\u00admit\u00adtee").replace("manuscripts", "manu\u00adscripts")),
+    (ENGLISH, ENGLISH.replace("budget", "bud\u200bget").replace("archive", "ar\u200c\u200dchive")
+     .replace("library", "\ufefflibrary\u2060")),
+    (ARABIC, ARABIC.replace("ل", "لـ")),                                   # tatweel (kashida) justification
+    ("The office staff find it efficient. ", "The o\ufb03ce sta\ufb00 \ufb01nd it e\ufb03cient. "),  # ligatures
+    ("２０２３年ＧＤＰ增长５．２％ ｺﾝﾋﾟｭｰﾀ", "2023年GDP增长5.2% コンピュータ"),          # full- and half-width forms
+], ids=["nfd-french", "nfd-vietnamese", "nfd-hangul-jamo", "soft-hyphens", "zero-width", "tatweel", "ligatures",
+        "width-forms"])
+def test_normalisation_ignores_unicode_form_and_invisible_characters(original, variant):
+    assert original != variant
+    assert normalize_words(variant) == normalize_words(original)
+    cfg = DedupConfig(exact_image=False, near_image=False)
+    if len(normalize_words(original)) >= cfg.minhash.min_words:
+        records = [record("a", b"", original * 2), record("b", b"", variant * 2)]
+        assert len(find_duplicates([p for r in records for p in extract_keys(r, cfg).pairs()], cfg)) == 1
+
+
+def test_combining_marks_stay_in_their_word_and_cjk_is_split_per_character():
+    assert normalize_words("हिन्दी भाषा का इतिहास") == ["हिन्दी", "भाषा", "का", "इतिहास"]  # vowel signs, virama
+    assert normalize_words("وَقَدْ أَظْهَرَتِ النَّتَائِجُ") == ["وَقَدْ", "أَظْهَرَتِ", "النَّتَائِجُ"]  # harakat
+    assert normalize_words("שָׁלוֹם") == ["שָׁלוֹם"]  # Hebrew points
+    assert normalize_words("q\u0303 x\u20dd") == ["q\u0303", "x\u20dd"]  # marks without a precomposed form
+    # scripts without spaces: one character (with its marks) a word, like CJK; a run stops at CJK
+    assert normalize_words("ภาษาไทย") == ["ภ", "า", "ษ", "า", "ไ", "ท", "ย"]
+    assert normalize_words("น้ำ") == ["น้ํ", "า"]  # NFKC splits SARA AM
+    assert normalize_words("2023年GDP增长 ㅋㅋ") == ["2023", "年", "gdp", "增", "长", "ᄏ", "ᄏ"]
+    assert normalize_words("😂 👨\u200d👩\u200d👧 ★ and") == ["and"]  # symbols are not words
 
 
 def test_signature_is_deterministic_across_processes():

@@ -205,6 +205,50 @@ def test_near_repeats_that_are_not_loops(name):
     assert find_loop(text) is None
 
 
+ZH_PAGE = ("本研究旨在探讨城市化进程对区域生态环境的影响，并提出相应的政策建议。"
+           "我们收集了过去二十年的遥感数据，结合实地调查结果进行综合分析。")
+JA_PAGE = ("この報告書では、地域社会における高齢化の現状と課題について述べる。"
+           "調査は全国の市町村を対象に実施され、回答率は八割を超えた。")
+
+
+def _char_edits(unit: str, count: int, edits: int, pool: str, seed: int) -> str:
+    """``count`` copies of ``unit``, each with ``edits`` characters replaced from ``pool``."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        chars = list(unit)
+        for i in rng.sample([i for i, c in enumerate(chars) if c.isalpha()], edits):
+            chars[i] = rng.choice(pool)
+        out.append("".join(chars))
+    return "".join(out)
+
+
+@pytest.mark.parametrize("prefix, unit", [
+    (ZH_PAGE * 4, "被告人称其并未出席该次会议，相关文件系公司其他负责人在其不知情且未经其同意的情况下签署的。"),
+    (JA_PAGE * 4, "被告は当該会議に出席しておらず、関係書類は本人の知らないうちに他の役員が署名したものである。"),
+], ids=["zh", "ja"])
+@pytest.mark.parametrize("edits", [1, 2, 3])
+def test_near_exact_loop_in_chinese_and_japanese_with_several_edits_per_copy(prefix, unit, edits):
+    # a CJK word is one character (as in MinHash): a sentence written without spaces is not one
+    # "word" that two edits turn into a varying field
+    text = prefix + _char_edits(unit, 20, edits, "己已巳未末人入日曰", 7)
+    loop = find_loop(text)
+    assert loop is not None and loop.kind == "near" and loop.period == len(unit) and loop.span[1] == len(text)
+
+
+NAMES_ZH = ["张伟", "王芳", "李娜", "刘洋", "陈静", "杨磊", "赵敏", "黄强", "周杰", "吴霞",
+            "徐涛", "孙丽", "马超", "朱琳", "胡斌", "郭娟", "何勇", "高洁", "林峰", "罗敏"]
+
+
+@pytest.mark.parametrize("lines", [
+    [f"经研究决定，任命{n}同志为办公室主任。" for n in NAMES_ZH],
+    [f"{n}同学本学期的各科成绩均为优秀。" for n in NAMES_ZH],
+    [f"本周{d}上午九点在会议室召开例会。" for d in "一三二五四一二四三五二一四五三二四一五三"],
+], ids=["name-mid", "name-first", "weekday"])
+def test_chinese_lines_that_differ_in_a_slot_are_not_a_near_loop(lines):
+    assert find_loop(ZH_PAGE * 4 + "\n".join(lines) + "\n") is None
+
+
 def _statement(markdown: bool, rows: int = 30) -> str:
     """A bank statement whose rows all read "Card payment", with random dates and amounts."""
     rng = random.Random(5)
@@ -322,6 +366,65 @@ def test_short_and_empty_labels_are_not_inspected():
     assert find_loop("ab" * 200) is None  # 400 characters < min_length
     assert find_loop("ab" * 200, RepeatsConfig(min_length=100)) == Loop("exact", 2, 200, (0, 400))
     assert find_loop(" \n" * 2000) is None  # whitespace is not a loop
+
+
+def test_cjk_labels_are_measured_in_columns():
+    # 415 characters of Chinese hold as much text as ~1,240 of English: a wide character counts 3
+    text = ZH_PAGE + "我们认为这是一个重要的问题。" * 25
+    assert len(text) < 512
+    loop = find_loop(text)
+    assert loop is not None and loop.period == 14 and loop.span[1] == len(text)
+    assert find_loop("问题。" * 50) is None  # 150 characters, 450 columns: too short
+    assert find_loop("ｘｙ" * 150) is not None  # 300 characters, 900 columns
+    assert find_loop("ｘｙ" * 150, RepeatsConfig(min_length=901)) is None
+
+
+FORM_INTRO = ("Please complete one line per visitor. Visitors must wear their badge at all times and return it to "
+              "reception when leaving the building. Thank you for helping us keep the site safe.\n\n")
+FORMS = {
+    "visitor sign-in sheet": "VISITOR SIGN-IN SHEET\n" + FORM_INTRO
+    + "Name: ______________________ Company: ____________________ Time in: ______ Time out: ______\n" * 20,
+    "numbered answer sheet": "ANSWER SHEET\nMark one answer per question with a pencil.\n\n"
+    + "".join(f"{i}. (A) (B) (C) (D) (E)\n" for i in range(1, 61)),
+    "answer sheet as a markdown table": "ANSWER SHEET\n\n| No. | A | B | C | D |\n|---|---|---|---|---|\n"
+    + "".join(f"| {i} | ○ | ○ | ○ | ○ |\n" for i in range(1, 61)),
+    "chinese registration form": "报名登记表\n请每位参加者填写一行，字迹工整，信息真实有效。"
+    "报名截止日期为本月三十日，逾期不予受理。\n"
+    + "姓名：＿＿＿＿＿＿　性别：＿＿　出生日期：＿＿＿＿年＿＿月＿＿日　联系电话：＿＿＿＿＿＿＿＿\n" * 12,
+    "checkbox rows": FORM_INTRO + "Initials: ☐ ☐ ☐ ☐ Date: ____/____/______\n" * 40,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMS))
+def test_blank_forms_and_answer_sheets_are_not_loops(name):
+    assert find_loop(FORMS[name]) is None
+
+
+def test_form_units_are_held_to_the_empty_rule_and_must_run_long():
+    from pipelines.clean.repeats_periods import unit_class
+
+    assert unit_class("Name: ______ Company: ______ Time: ____\n") == "form"
+    assert unit_class(" (A) (B) (C) (D)\n") == "form" and unit_class("| ○ | ○ | ○ |\n") == "form"
+    assert unit_class("姓名：＿＿＿＿　性别：＿＿\n") == "form"
+    assert unit_class("|  |  |  |\n") == "empty" and unit_class("<tr><td></td></tr>") == "empty"
+    assert unit_class("x_{i} + ") == "text" and unit_class("The total was paid (a) in full.") == "text"
+    assert unit_class("| Total | 0.5 |\n") == "table"
+    # a model looping on a form row for pages is still caught: the loop runs past form_min_chars
+    row = "Name: ______________________ Company: ____________________\n"
+    text = prose(40) + row * 200
+    assert find_loop(text) == Loop("exact", len(row), 200, (len(text) - 200 * len(row), len(text)))
+    assert find_loop(text, RepeatsConfig(form_min_chars=len(row) * 201)) is None
+
+
+@pytest.mark.parametrize("unit, count", [
+    ("😂😭🙏", 150), ("👨\u200d👩\u200d👧", 120), ("★☆★", 150), ("🙏🏽🔥", 150),
+])
+def test_emoji_and_symbol_loops_are_text_loops(unit, count):
+    from pipelines.clean.repeats_periods import unit_class
+
+    assert unit_class(unit) == "text"
+    text = prose(41) + unit * count  # 450-600 characters: under the empty-unit rule's 896
+    assert find_loop(text) == Loop("exact", len(unit), count, (len(text) - count * len(unit), len(text)))
 
 
 def test_config_validation_and_bands_from_lists():
