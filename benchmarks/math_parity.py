@@ -1,7 +1,7 @@
 """Agreement of pagemill's math check with olmOCR-Bench's own, run from an olmOCR checkout as the reference.
 
     git clone https://github.com/allenai/olmocr /tmp/olmocr    # any checkout; only its code is run
-    pip install beautifulsoup4 lxml fuzzysearch                 # what olmOCR's bench code imports (dev extra)
+    pip install beautifulsoup4 lxml fuzzysearch                 # what olmOCR's bench code imports
     python benchmarks/math_parity.py --olmocr /tmp/olmocr [--katex {pagemill,olmocr}] [--no-edits]
 
 Two sets, each judged by both checkers:

@@ -7,8 +7,10 @@ mirror sub-folders in ``pdf``). Scoring follows olmOCR-Bench's ``benchmark.py``:
 * each test runs on every repeat of its page and passes when more than half of the repeats pass;
 * a page with no candidate file fails all its tests ("no candidate"); an unreadable file is a
   failed repeat;
-* a default ``baseline`` test is added for every (pdf, page) that has tests but no baseline test;
-  these form their own group, ``baseline (default)``;
+* a default ``baseline`` test on page 1 (id ``<pdf>_baseline``) is added for every PDF that has tests
+  but no baseline test on any page (olmOCR adds it for every PDF of its ``pdfs/`` folder, tested or
+  not; we have no PDF folder and know the PDFs the tests name); they form their own group,
+  ``baseline (default)``;
 * the score is the mean over groups (JSONL files, plus the default baselines) of each group's pass
   rate, with a bootstrap confidence interval that resamples tests within each group.
 
@@ -165,11 +167,10 @@ def run_bench(test_files: Sequence[str | Path], candidates: str | Path, *, boots
     if skip_baseline:
         loaded = [(g, t) for g, t in loaded if t.type != "baseline"]
     elif default_baseline:
-        pages = sorted({(t.pdf, t.page) for _, t in loaded})
-        covered = {(t.pdf, t.page) for _, t in loaded if t.type == "baseline"}
-        for pdf, page in pages:
-            if (pdf, page) not in covered:
-                loaded.append((DEFAULT_BASELINE_GROUP, BaselineTest(pdf=pdf, page=page, id=f"{pdf}_pg{page}_baseline")))
+        # olmOCR's benchmark.py: one per PDF with no baseline test on any page, always on page 1
+        covered = {t.pdf for _, t in loaded if t.type == "baseline"}
+        for pdf in sorted({t.pdf for _, t in loaded} - covered):
+            loaded.append((DEFAULT_BASELINE_GROUP, BaselineTest(pdf=pdf, page=1, id=f"{pdf}_baseline")))
         if any(g == DEFAULT_BASELINE_GROUP for g, _ in loaded):
             groups.append(DEFAULT_BASELINE_GROUP)
 
@@ -254,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="bootstrap resamples for the 95%% interval (0 disables; default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--no-default-baseline", action="store_true",
-                        help="do not add a baseline test to pages that lack one")
+                        help="do not add a page-1 baseline test to PDFs that lack one")
     parser.add_argument("--skip-baseline", action="store_true", help="drop every baseline test, given or default")
     args = parser.parse_args(argv)
 

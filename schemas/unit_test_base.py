@@ -59,8 +59,10 @@ class UnitTest:
 
     # validation helpers -----------------------------------------------------------------------
     def _str(self, name: str, *, optional: bool = False, allow_empty: bool = False) -> None:
+        """A string; ``optional``: or null; ``allow_empty``: or "" or null, both meaning unset (olmOCR
+        reads a null table relation as unset: its ``normalize_text(None)`` is None, which is falsy)."""
         value = getattr(self, name)
-        if value is None and optional:
+        if value is None and (optional or allow_empty):
             return
         if not isinstance(value, str):
             kind = type(value).__name__

@@ -21,13 +21,17 @@ Differences from the reference, all deliberate:
   "guard TextPresenceTest against partial_ratio degenerate case"), which its main branch did not have
   at f7cfe4c2. ``format`` and ``footnote`` (synthetic-only types) apply the same guard to a formatted
   span or a footnote's context.
-* ``order`` uses ``schemas.text.find_near_matches`` in place of the ``fuzzysearch`` package; it
-  follows the same algorithm for patterns of at least ``3 * (max_diffs + 1)`` characters and can
-  differ at match boundaries for shorter ones.
+* ``order`` finds matches with the ``fuzzysearch`` package, as olmOCR does, but where two matches
+  overlap and are equally good (same distance, same length) it keeps the leftmost; fuzzysearch keeps
+  one by ``PYTHONHASHSEED``-dependent set order, so olmOCR's own verdict on such pages changes from
+  run to run (``schemas.text.find_near_matches``).
 * ``table`` reads tables as olmOCR does (``convention="olmocr"`` of ``schemas/tables.py``: any run
   of two or more lines with ``|`` is a Markdown table, separator row or not); it rejects an empty
   ``cell`` and caps spans at 1000 (docs/judging.md lists every known divergence).
-* ``first_n``/``last_n`` of 0 and ``page`` < 1 are rejected rather than treated as unset.
+* Loading is stricter: olmOCR's dataclasses check almost no field types, and we reject what they
+  would take and misread (``"page": "1"``, ``"case_sensitive": "false"``, which is true there,
+  ``"max_diffs": true``, ``"checked": "Verified"``, ``first_n``/``last_n`` of 0 and ``page`` < 1,
+  ...; docs/judging.md lists them). A null table relation (``"up": null``) is unset, as there.
 
 The test types live in ``schemas.unit_test_base`` (``UnitTest``), ``schemas.text_unit_tests``,
 ``schemas.table_unit_tests`` and ``schemas.math_unit_tests``; this module is the registry, the JSONL

@@ -87,16 +87,17 @@ def test_run_bench_outcomes(bench_dir):
     assert any("unknown field 'foo'" in p for p in result.problems)
     assert any("malformed JSON" in p for p in result.problems)
 
-    # one default baseline per (pdf, page) with tests, in its own group
+    # one default baseline per PDF, on page 1 (as olmOCR's benchmark.py), in its own group
     baselines = [x for x in result.results if x.group == bench.DEFAULT_BASELINE_GROUP]
-    pages = sorted((x.pdf, x.page) for x in baselines)
-    assert pages == [("doc1.pdf", 1), ("doc1.pdf", 2), ("doc3.pdf", 1), ("sub/doc2.pdf", 1)]
+    pages = sorted((x.pdf, x.page, x.id) for x in baselines)
+    assert pages == [("doc1.pdf", 1, "doc1.pdf_baseline"), ("doc3.pdf", 1, "doc3.pdf_baseline"),
+                     ("sub/doc2.pdf", 1, "sub/doc2.pdf_baseline")]
 
     groups = {Path(g.group).name if g.group != bench.DEFAULT_BASELINE_GROUP else g.group: g for g in result.groups}
     assert (groups["a.jsonl"].passed, groups["a.jsonl"].total) == (3, 5)
     assert (groups["b.jsonl"].passed, groups["b.jsonl"].total) == (2, 5)
-    assert (groups[bench.DEFAULT_BASELINE_GROUP].passed, groups[bench.DEFAULT_BASELINE_GROUP].total) == (2, 4)
-    assert result.score == pytest.approx((3 / 5 + 2 / 5 + 2 / 4) / 3)
+    assert (groups[bench.DEFAULT_BASELINE_GROUP].passed, groups[bench.DEFAULT_BASELINE_GROUP].total) == (2, 3)
+    assert result.score == pytest.approx((3 / 5 + 2 / 5 + 2 / 3) / 3)
     low, high = result.ci
     assert 0.0 <= low <= result.score <= high <= 1.0
     again = run_bench(sorted((bench_dir / "tests").glob("*.jsonl")), bench_dir / "cand", bootstrap=200, seed=1)
@@ -108,6 +109,24 @@ def test_baseline_options(bench_dir):
     no_default = run_bench(files, bench_dir / "cand", bootstrap=0, default_baseline=False)
     assert not any(x.type == "baseline" for x in no_default.results) and no_default.ci is None
     assert len(no_default.groups) == 2
+
+
+def test_default_baseline_is_one_per_pdf_on_page_1(tmp_path):
+    # olmOCR's benchmark.py adds BaselineTest(page=1) to each PDF with no baseline test on any page
+    tests = _jsonl(tmp_path / "t.jsonl", [
+        {"pdf": "multi.pdf", "page": 2, "id": "m2", "type": "present", "text": "two"},
+        {"pdf": "multi.pdf", "page": 3, "id": "m3", "type": "present", "text": "three"},
+        {"pdf": "has.pdf", "page": 1, "id": "h1", "type": "present", "text": "one"},
+        {"pdf": "has.pdf", "page": 2, "id": "h2", "type": "baseline"},
+    ])
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    for name, text in [("multi_pg2", "two"), ("multi_pg3", "!!!"), ("has_pg1", "one"), ("has_pg2", "x")]:
+        (cand / f"{name}_repeat1.md").write_text(text, encoding="utf-8")
+    result = run_bench([tests], cand, bootstrap=0)
+    defaults = [(x.pdf, x.page, x.passed) for x in result.results if x.group == bench.DEFAULT_BASELINE_GROUP]
+    assert defaults == [("multi.pdf", 1, False)]  # page 1 has no candidate; page 3 (no text) is not checked
+    assert sum(x.type == "baseline" for x in result.results) == 2
 
 
 def test_a_crashing_check_is_a_failure_not_a_crash(bench_dir, monkeypatch):
@@ -149,8 +168,8 @@ def test_cli_end_to_end(bench_dir):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "a.jsonl" in out and "b.jsonl" in out and bench.DEFAULT_BASELINE_GROUP in out
-    assert "overall: 50.0%" in out and "95% CI" in out
+    assert "overall: 55.6%" in out and "95% CI" in out  # (3/5 + 2/5 + 2/3) / 3
     assert "unknown field 'foo'" in out
     rows = [json.loads(line) for line in per_test.read_text().splitlines()]
-    assert len(rows) == 14
+    assert len(rows) == 13
     assert {"id", "type", "passed", "explanation"} <= set(rows[0])

@@ -7,9 +7,12 @@ is replaced through monkeypatch. The real renderer is tested in its own module.
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 from rapidfuzz import fuzz
@@ -40,6 +43,7 @@ from schemas.unit_tests import (
     unit_test_to_json,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 BASE = {"pdf": "doc.pdf", "page": 1}
 
 
@@ -134,9 +138,45 @@ def test_count_alnum_and_trailing_repeats():
     ("lorem ipsum dolor", "Lorem ipsum dolor sit amet, lorem ipsm dolor", 1, [(0, 17, 1), (28, 44, 1)]),
     ("sentence two here", "one. sentence tow here. three", 2, [(5, 22, 2)]),
     ("missing", "nothing like it", 1, []),
+    # the n-gram expansion stops at the first prefix that cannot improve: not the longest (3, 14, 1)
+    ("t able tes", "test table test the data", 1, [(5, 14, 1)]),
+    ("abbaaa", "ababaaa", 1, [(2, 7, 1)]),
+    # shorter than 3 * (k + 1): fuzzysearch's linear-programming search, which finds (16, 21, 1) too
+    ("aa aab", "bb bb a ba aa a aaaab b aa abaa aaabaabaaaa aab", 3, [(16, 21, 1), (41, 47, 0)]),
 ])
 def test_find_near_matches(pattern, text, k, expected):
     assert [tuple(m) for m in find_near_matches(pattern, text, k)] == expected
+
+
+def test_find_near_matches_is_fuzzysearch_up_to_ties():
+    """Equal to fuzzysearch.find_near_matches except where it picks among equally good overlapping
+    matches by set order (PYTHONHASHSEED): there ours is the leftmost of them."""
+    import fuzzysearch
+
+    rng = random.Random(7)
+    ties = 0
+    for _ in range(1500):
+        text = "".join(rng.choices("ab c", k=rng.randint(0, 40)))
+        pattern = "".join(rng.choices("ab c", k=rng.randint(2, 12)))
+        k = rng.randint(1, len(pattern) // 2)
+        ours = [tuple(m) for m in find_near_matches(pattern, text, k)]
+        theirs = [(m.start, m.end, m.dist) for m in fuzzysearch.find_near_matches(pattern, text, max_l_dist=k)]
+        assert len(ours) == len(theirs), (pattern, text, k)
+        for a, b in zip(ours, theirs):
+            if a != b:
+                ties += 1
+                assert a[2] == b[2] and a[1] - a[0] == b[1] - b[0] and a[0] < b[0], (pattern, text, k)
+    assert ties < 150
+
+
+def test_find_near_matches_breaks_ties_the_same_way_in_every_process():
+    # two dist-0 matches of "bbbab" (0 and 8) overlap others and each other's group: fuzzysearch keeps
+    # one or the other depending on PYTHONHASHSEED
+    code = ("from schemas.text import find_near_matches as f; "
+            "print([tuple(m) for m in f('bbbab', 'bbbabbbbbbbabb', 2)])")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(4)}
+    assert outs == {"[(0, 5, 0)]\n"}
 
 
 def test_find_near_matches_rejects_bad_arguments():
@@ -234,6 +274,17 @@ def test_order_levenshtein_near_matches():
     assert not order(after, before, max_diffs=2).check(md)[0]
 
 
+@pytest.mark.parametrize("before, after, k, md", [
+    (" table", "t able tes", 1, "test table test the data"),  # 'after' starts at 5 as in fuzzysearch, not 3
+    ("babaaa", "abbaaa", 1, "ababaaa"),
+    ("aa aab", " b aa abaa aa", 3, "bb bb a ba aa a aaaab b aa abaa aaabaabaaaa aab"),  # short: LP search
+])
+def test_order_match_starts_follow_fuzzysearch(before, after, k, md):
+    # olmOCR-Bench passes all three (reviewer's cases); the hand-written search failed them
+    passed, why = order(before, after, max_diffs=k).check(md)
+    assert passed, why
+
+
 def test_order_max_diffs_limited_to_half_length():
     order("abcd", "efgh", max_diffs=2)
     with pytest.raises(ValueError, match="max_diffs"):
@@ -326,6 +377,16 @@ def test_table_cells_are_normalised_and_holes_skipped():
     ragged = ("<table><tr><td>a</td><td>b</td><td>c</td></tr><tr><td>d</td></tr>"
               "<tr><td>g</td><td>h</td><td>i</td></tr></table>")
     assert table("h", up="b").check(ragged)[0]  # the hole below b is skipped
+
+
+def test_table_null_relation_is_unset_as_in_olmocr():
+    line = {**BASE, "id": "t", "type": "table", "cell": "31", "up": None, "left": "Ann", "top_heading": None}
+    t = unit_test_from_dict(line)
+    assert t.check(MD_TABLE)[0]
+    assert unit_test_to_dict(t)["up"] is None  # kept as given
+    assert table("31", down=None).check(MD_TABLE)[0]
+    with pytest.raises(ValueError, match="'up'"):
+        table("31", up=5)
 
 
 def test_table_validation():
