@@ -10,7 +10,9 @@ network policy live in one place:
 - `shared_browser()` returns the process's reused browser, launched on first use and closed at exit.
 - `new_offline_page(browser, allowed_dirs)` opens a page in a fresh context whose every request is
   aborted (http, https, ws, data fetches of other schemes) except `file://` URLs that lie under one
-  of `allowed_dirs`.
+  of `allowed_dirs`; it refuses downloads (nothing is written to Playwright's artifacts folder) and
+  has no `RTCPeerConnection` (WebRTC would send UDP and LAN mDNS past the dead proxy; the launch
+  flags also keep WebRTC to proxied UDP only, which gathers no candidates).
 
 Playwright's browser download (`playwright install`) is not used; `scripts/install_browser_assets.sh`
 installs the Debian package. Playwright's sync API binds its objects to the thread that made them,
@@ -62,7 +64,27 @@ CHROMIUM_ARGS: tuple[str, ...] = (
     # on a port nothing serves keeps even those from reaching any host.
     f"--proxy-server={DEAD_PROXY}",
     "--proxy-bypass-list=<-loopback>",
+    # WebRTC sends UDP past any proxy: a page's RTCPeerConnection gathers host candidates and multicasts
+    # their mDNS names on the LAN. Only proxied UDP (none, as the proxy is dead) gathers no host candidates,
+    # so nothing is announced. (WebRTC mDNS itself is a feature, WebRtcHideLocalIpsWithMdns, but a second
+    # --disable-features would replace Playwright's own list; pages also lose RTCPeerConnection, below.)
+    # Debian's Chromium honours the second spelling (tests/schemas/test_browser.py checks no candidate is
+    # gathered); the first is the documented policy override, kept for builds that read it.
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
+
+# Run before any page script in every frame of an offline context: no peer connections at all.
+NO_WEBRTC_SCRIPT = """(() => {
+  for (const name of ["RTCPeerConnection", "webkitRTCPeerConnection", "RTCDataChannel", "RTCIceCandidate",
+                      "RTCSessionDescription", "RTCRtpSender", "RTCRtpReceiver", "RTCRtpTransceiver"]) {
+    try { delete globalThis[name]; } catch (e) {}
+    if (name in globalThis) {
+      try { Object.defineProperty(globalThis, name, {value: undefined, configurable: false, writable: false}); }
+      catch (e) {}
+    }
+  }
+})();"""
 
 
 # Playwright launches Chromium with --disable-dev-shm-usage (for containers' 64 MB /dev/shm): its shared
@@ -217,7 +239,9 @@ def new_offline_page(
 
     Requests of every scheme pass through the route handler (Chromium's interception sees
     `file://` too); WebSockets are refused by their own route, service workers are blocked so
-    none can answer requests behind the handler's back, and the context is marked offline.
+    none can answer requests behind the handler's back, and the context is marked offline. Downloads
+    are refused (a blob: or data: download reaches no route, and would be written to Playwright's
+    artifacts folder under /tmp), and WebRTC's constructors are removed before any page script runs.
     Close it with `page.context.close()`.
     """
     dirs = [Path(d).resolve() for d in allowed_dirs]
@@ -227,7 +251,9 @@ def new_offline_page(
         service_workers="block",
         offline=True,
         java_script_enabled=True,
+        accept_downloads=False,
     )
+    context.add_init_script(NO_WEBRTC_SCRIPT)
 
     def on_request(route: Route) -> None:
         if is_allowed_url(route.request.url, dirs):

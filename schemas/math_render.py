@@ -4,7 +4,10 @@
 
 1. fast path: the two strings are equal after whitespace normalisation (no rendering);
 2. both are rendered by KaTeX (`displayMode: true`, `throwOnError: true`, 24px, 800x400 viewport)
-   in a page that cannot reach the network; a formula KaTeX rejects fails, with KaTeX's message;
+   in a page that cannot reach the network; a formula KaTeX rejects fails, with KaTeX's message, and so
+   does one that uses a command needing trust (`\\href`, `\\url`, `\\includegraphics`, `\\html...`: all
+   refused), one whose rendering is too large (`formula_too_large`) or one not rendered within the
+   renderer's deadline (`katex_timeout`; `RenderedFormula.reason` names which);
 3. pass if the reference's MathML is a substring of the candidate's, both stripped of whitespace
    and zero-width characters (the `<annotation>` holding the TeX source and the outermost `<mrow>`
    are left out, so a formula embedded in a larger one is found; olmOCR-Bench keeps that `<mrow>`
@@ -64,6 +67,7 @@ from typing import Self
 import numpy as np
 from playwright.sync_api import Browser, Page
 from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from schemas.browser import INSTALL_HINT, new_offline_page, shared_browser
 
@@ -73,9 +77,24 @@ TOLERANCE_PX = 5.0
 VIEWPORT = (800, 400)
 FONT_SIZE_PX = 24
 # Bump when what the page extracts changes, so cached renders of the old form are not reused.
-RENDER_FORMAT = "pagemill-katex-render/1"
+# 2: failures carry a reason; trust-refused commands and KaTeX's error-colour nodes fail; outputs over
+# MAX_NODES / MAX_GLYPHS fail (formula_too_large); maxExpand is MAX_EXPAND.
+RENDER_FORMAT = "pagemill-katex-render/2"
 MAX_BATCH = 64
 MAX_SEARCH_STEPS = 200_000
+# Formulas are untrusted labels: a short `\def` nesting expands to tens of thousands of glyphs and keeps
+# KaTeX and the layout busy for minutes. Each formula gets a deadline (KatexRenderer(timeout_s=...)); the
+# rendering is capped in elements and glyphs before anything is measured; macro expansions are capped
+# below KaTeX's default of 1000.
+DEFAULT_TIMEOUT_S = 5.0
+MAX_NODES = 50_000  # HTML elements of one rendering
+MAX_GLYPHS = 5_000  # characters of the HTML rendering (each one is measured)
+MAX_EXPAND = 500
+# KaTeX draws what it refuses (an untrusted \href, \url, \includegraphics, \htmlStyle, ...) in errorColor
+# instead of throwing; an unusual colour marks those nodes so they fail the formula.
+ERROR_COLOR = "#cc0001"
+# Reasons a formula fails (RenderedFormula.reason), the formula_render stage's drop reasons.
+KATEX_ERROR, KATEX_TIMEOUT, FORMULA_TOO_LARGE = "katex_error", "katex_timeout", "formula_too_large"
 
 _PAGE_SCRIPT = r"""
 window.pmReady = Promise.all([...document.fonts].map((f) => f.load().catch(() => null)));
@@ -125,24 +144,51 @@ function pmMeasure(el) {
   return {mathml, glyphs};
 }
 
-window.pmRender = async (formulas) => {
-  await window.pmReady;
+function pmRenderOne(tex, limits) {
   const host = document.getElementById("host");
-  const out = [];
-  for (const tex of formulas) {
-    host.textContent = "";
-    const el = document.createElement("div");
-    host.appendChild(el);
-    try {
-      katex.render(tex, el, {displayMode: true, throwOnError: true});
-    } catch (e) {
-      out.push({error: `${(e && e.name) || "Error"}: ${(e && e.message) || e}`});
-      continue;
-    }
-    out.push(pmMeasure(el));
-  }
   host.textContent = "";
+  const el = document.createElement("div");
+  host.appendChild(el);
+  const refused = [];
+  try {
+    katex.render(tex, el, {
+      displayMode: true, throwOnError: true, maxExpand: limits.maxExpand, errorColor: limits.errorColor,
+      // nothing that could load or link anything: every command that asks is refused (and fails below)
+      trust: (context) => { refused.push(context.command); return false; },
+    });
+  } catch (e) {
+    return {error: `${(e && e.name) || "Error"}: ${(e && e.message) || e}`, reason: "katex_error"};
+  }
+  if (refused.length) {
+    return {error: `untrusted command refused: ${[...new Set(refused)].join(", ")}`, reason: "katex_error"};
+  }
+  const nodes = el.getElementsByTagName("*").length;
+  if (nodes > limits.maxNodes) {
+    return {error: `rendering has ${nodes} elements (over ${limits.maxNodes})`, reason: "formula_too_large"};
+  }
+  const html = el.querySelector(".katex-html");
+  const chars = html ? html.textContent.length : 0;
+  if (chars > limits.maxGlyphs) {
+    return {error: `rendering has ${chars} characters (over ${limits.maxGlyphs})`, reason: "formula_too_large"};
+  }
+  if (el.innerHTML.toLowerCase().includes(limits.errorColor)) {
+    return {error: "KaTeX drew an error-colour node (an unsupported command)", reason: "katex_error"};
+  }
+  return pmMeasure(el);
+}
+
+window.pmRender = async (formulas, limits) => {
+  await window.pmReady;
+  const out = formulas.map((tex) => pmRenderOne(tex, limits));
+  document.getElementById("host").textContent = "";
   return out;
+};
+
+// Starts one render and returns at once: the caller waits for pmResult with a deadline, so a formula
+// that never finishes cannot hold the caller (page.evaluate itself has no timeout).
+window.pmStart = (formulas, limits) => {
+  window.pmResult = null;
+  setTimeout(() => window.pmRender(formulas, limits).then((r) => { window.pmResult = r; }), 0);
 };
 """
 
@@ -214,6 +260,8 @@ class RenderedFormula:
     mathml: str = ""
     glyphs: tuple[Glyph, ...] = ()
     error: str | None = None
+    # why it failed: KATEX_ERROR (KaTeX rejected it, or drew a refused command), KATEX_TIMEOUT, FORMULA_TOO_LARGE
+    reason: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -221,12 +269,13 @@ class RenderedFormula:
 
     def to_json(self) -> str:
         glyphs = [[g.char, g.x, g.y, g.w, g.h, g.font] for g in self.glyphs]
-        return json.dumps({"mathml": self.mathml, "glyphs": glyphs, "error": self.error}, ensure_ascii=False)
+        return json.dumps({"mathml": self.mathml, "glyphs": glyphs, "error": self.error, "reason": self.reason},
+                          ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, latex: str, data: dict) -> RenderedFormula:
         if data.get("error") is not None:
-            return cls(latex=latex, error=str(data["error"]))
+            return cls(latex=latex, error=str(data["error"]), reason=str(data.get("reason") or KATEX_ERROR))
         glyphs = tuple(
             Glyph(str(c), float(x), float(y), float(w), float(h), str(f)) for c, x, y, w, h, f in data["glyphs"]
         )
@@ -261,7 +310,16 @@ class KatexRenderer:
         browser: Browser | None = None,
         katex_dir: Path | str = KATEX_DIR,
         use_cache: bool = True,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_nodes: int = MAX_NODES,
+        max_glyphs: int = MAX_GLYPHS,
+        max_expand: int = MAX_EXPAND,
     ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.timeout_s = float(timeout_s)
+        self.limits = {"maxNodes": int(max_nodes), "maxGlyphs": int(max_glyphs), "maxExpand": int(max_expand),
+                       "errorColor": ERROR_COLOR}
         self.katex_dir = Path(katex_dir)
         self.version = katex_version(self.katex_dir)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -275,7 +333,8 @@ class KatexRenderer:
 
     # -- cache -------------------------------------------------------------------------------
     def _key(self, latex: str) -> str:
-        return hashlib.sha256(f"{RENDER_FORMAT}\0{self.version}\0{latex}".encode()).hexdigest()
+        limits = json.dumps(self.limits, sort_keys=True)  # another cap may render it differently
+        return hashlib.sha256(f"{RENDER_FORMAT}\0{self.version}\0{limits}\0{latex}".encode()).hexdigest()
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -305,6 +364,7 @@ class KatexRenderer:
         return found
 
     def _store(self, results: Sequence[RenderedFormula]) -> None:
+        results = [r for r in results if r.reason != KATEX_TIMEOUT]  # a deadline missed may be the machine's load
         if not self.use_cache or not results:
             return
         db = self._connect()
@@ -336,20 +396,50 @@ class KatexRenderer:
             self._page = page
         return self._page
 
+    def _drop_page(self) -> None:
+        """Close the page (a timed-out render may still be running in it); the next render opens a fresh one."""
+        if self._page is not None:
+            with suppress(Exception):
+                self._page.context.close()
+            self._page = None
+
+    def _render_batch(self, latexes: list[str]) -> list[dict] | None:
+        """The formulas rendered in the page within ``timeout_s`` each (the batch's deadline is their sum);
+        None when the deadline passed (the page, still busy, is closed). The render starts in the page and
+        is waited for from here: ``page.evaluate`` has no timeout, and a busy page runs no timers."""
+        page = self._open_page()
+        page.evaluate("([xs, limits]) => window.pmStart(xs, limits)", [latexes, self.limits])
+        try:
+            handle = page.wait_for_function("() => window.pmResult", timeout=self.timeout_s * 1000 * len(latexes),
+                                            polling=2)
+        except PlaywrightTimeoutError:
+            self._drop_page()
+            return None
+        try:
+            return handle.json_value()
+        finally:
+            with suppress(Exception):
+                handle.dispose()
+
+    def _render_guarded(self, latexes: list[str]) -> list[dict]:
+        """``_render_batch`` once more on a fresh page after a crash; a batch past its deadline is rendered
+        again one formula at a time, so only the formulas that are slow on their own fail (``katex_timeout``)."""
+        try:
+            raw = self._render_batch(latexes)
+        except PlaywrightError:  # a crashed page or a browser gone away: start over once on a fresh page
+            self._drop_page()
+            raw = self._render_batch(latexes)
+        if raw is not None:
+            return raw
+        if len(latexes) > 1:
+            return [r for latex in latexes for r in self._render_guarded([latex])]
+        return [{"error": f"KaTeX did not finish within {self.timeout_s:g} s", "reason": KATEX_TIMEOUT}]
+
     def _render_in_browser(self, latexes: Sequence[str]) -> list[RenderedFormula]:
         out: list[RenderedFormula] = []
         for start in range(0, len(latexes), MAX_BATCH):
-            batch = list(latexes[start : start + MAX_BATCH])
-            try:
-                raw = self._open_page().evaluate("(xs) => window.pmRender(xs)", batch)
-            except PlaywrightError:
-                # A crashed page or a browser gone away: start over once on a fresh page.
-                if self._page is not None:
-                    with suppress(Exception):
-                        self._page.context.close()
-                    self._page = None
-                raw = self._open_page().evaluate("(xs) => window.pmRender(xs)", batch)
-            out.extend(RenderedFormula.from_dict(latex, data) for latex, data in zip(batch, raw, strict=True))
+            batch = list(latexes[start:start + MAX_BATCH])
+            out.extend(RenderedFormula.from_dict(latex, raw) for latex, raw in zip(batch, self._render_guarded(batch)))
             self.render_count += len(batch)
         return out
 
@@ -370,10 +460,7 @@ class KatexRenderer:
     def close(self) -> None:
         """Close the page and the cache; the shared browser stays up for other users."""
         self._closed = True
-        if self._page is not None:
-            with suppress(Exception):  # the browser may already be gone at exit
-                self._page.context.close()
-            self._page = None
+        self._drop_page()  # the browser may already be gone at exit
         if self._db is not None:
             self._db.close()
             self._db = None

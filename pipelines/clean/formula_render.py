@@ -61,7 +61,8 @@ class FormulaRenderStage:
         rendered = self._render(record.response)
         if not rendered.ok:
             record.quality[self.name] = {"ok": False, "error": rendered.error}
-            raise Dropped("katex_error")
+            # the renderer's reason: katex_error, katex_timeout (past its deadline), formula_too_large
+            raise Dropped(getattr(rendered, "reason", None) or "katex_error")
         record.quality[self.name] = {"ok": True}
         record.provenance.append(self._provenance)
         return [record]

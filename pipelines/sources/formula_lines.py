@@ -12,7 +12,8 @@ line. Each line becomes one ``transcribe_formula`` record (``response_format: la
 ``<images>/<line index, zero-padded to name_width>.png``. Options: ``images`` (the folder; default:
 the label file's stem beside it, as UniMER-Test), ``name_width`` (7, UniMER's
 ``0000000.png``; 0 for unpadded names). Bad lines are dead letters: ``empty_label`` (a blank line
-with an image: its formula is missing) and ``missing_image``; a blank line without an image (the
+with an image: its formula is missing), ``missing_image`` and ``unsafe_path`` (an image that resolves,
+through symlinks, outside the image folder: never read); a blank line without an image (the
 file's trailing newline) is not a record. Formulas are kept as published here; the
 ``conventions`` stage normalises them and the ``formula_render`` stage drops those KaTeX cannot
 render.
@@ -27,12 +28,13 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, require_task
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, require_task
 from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.page import ProvenanceStep, params_hash
 
-VERSION = "2"  # 2: a byte-order mark is not part of the first formula
+VERSION = "3"  # 2: a byte-order mark is not part of the first formula; 3: an image resolving (through
+# symlinks) outside the image folder is unsafe_path, never read
 
 
 class FormulaLinesSource:
@@ -73,7 +75,11 @@ class FormulaLinesSource:
             return digest.hexdigest()
         with handle:
             for index, _ in enumerate(io.iter_lines(handle)):
-                image = io.join(folder, self._image_name(index))
+                try:  # an image leaving the folder is never hashed (the reader dead-letters it)
+                    image = path_under(folder, self._image_name(index), "the image folder")
+                except RecordError:
+                    digest.update(f"{index}:unsafe\n".encode())
+                    continue
                 digest.update(f"{index}:{io.content_id(image)}\n".encode())
         return digest.hexdigest()
 
@@ -92,7 +98,11 @@ class FormulaLinesSource:
             for index, raw in enumerate(io.iter_lines(handle)):
                 name = self._image_name(index)
                 source_id = f"{label_name.rsplit('.', 1)[0]}/{name}"
-                image = io.join(folder, name)
+                try:  # a symlink out of the image folder is unsafe_path: never read
+                    image = path_under(folder, name, f"the image folder {folder}")
+                except RecordError as exc:
+                    yield Row(source_id=source_id, error=exc)
+                    continue
                 try:  # utf-8-sig on the first line: a byte-order mark is not part of the formula
                     text = raw.decode("utf-8-sig" if index == 0 else "utf-8").rstrip("\r\n")
                 except UnicodeDecodeError:

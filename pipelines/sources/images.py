@@ -9,7 +9,11 @@
    fetches. Writes go to a temporary file renamed into place, so concurrent workers never see a
    partial image.
 3. **HTTP GET**, only when ``allow_http`` is true, with ``timeout_s``, a ``max_bytes`` size cap and
-   ``retries`` for transient failures (timeouts, 429 and 5xx).
+   ``retries`` for transient failures (timeouts, 429 and 5xx). A URL is untrusted input: its host
+   (and every redirect's) is resolved first and refused (``bad_image_url``) when any of its addresses is
+   not global (loopback, private, link-local, multicast, reserved: ``127.0.0.1``, ``2130706433``,
+   ``localhost``, ``169.254.169.254``, ``10.x``), unless ``allow_hosts`` names the host or a network
+   holding the address.
 
 Failures raise ``RecordError``: ``bad_image_url`` for a URL that is not http(s), has no host, or
 whose path tries to leave the mirror (``..``); ``image_unavailable`` (naming the URL and why) when
@@ -17,13 +21,16 @@ no tier has the image. The resolver holds only plain settings, so sources that o
 picklable for Beam workers.
 
 Source ``options`` keys read by ``ImageResolver.from_options``: the fields of ``ImageOptions``
-(``mirror``, ``cache_dir``, ``allow_http``, ``timeout_s``, ``max_bytes``, ``retries``, ``user_agent``).
+(``mirror``, ``cache_dir``, ``allow_http``, ``allow_hosts``, ``timeout_s``, ``max_bytes``, ``retries``,
+``user_agent``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
+import socket
 import tempfile
 import time
 import urllib.error
@@ -41,12 +48,52 @@ _CHUNK = 1 << 16
 _RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 
 
+def check_public_host(url: str, allow_hosts: tuple[str, ...] = ()) -> None:
+    """``bad_image_url`` unless every address ``url``'s host resolves to is global (not loopback, private,
+    link-local, multicast, reserved, unspecified), or ``allow_hosts`` permits it: an entry equal to the host
+    name, or an IP address or network (``127.0.0.1``, ``10.0.0.0/8``) holding each address.
+    ``image_unavailable`` when the host does not resolve."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if not host:
+        raise RecordError("bad_image_url", f"{url}: URL has no usable host")
+    names = {h.lower() for h in allow_hosts}
+    if host in names:
+        return
+    networks = []
+    for entry in allow_hosts:
+        try:
+            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+        except ValueError:
+            continue  # a host name
+    try:
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise RecordError("image_unavailable", f"{url}: cannot resolve {host}: {exc}") from None
+    for info in infos:
+        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        if any(addr in net for net in networks):
+            continue
+        if not addr.is_global or addr.is_multicast:
+            raise RecordError("bad_image_url", f"{url}: host {host} resolves to {addr}, not a public address "
+                                               f"(allow_hosts lists hosts and networks that may be fetched)")
+
+
 class _SafeRedirects(urllib.request.HTTPRedirectHandler):
-    """Follow redirects only to http(s); urllib would otherwise also follow ``ftp://``."""
+    """Follow redirects only to http(s) URLs of public hosts (``check_public_host``); urllib would otherwise
+    also follow ``ftp://``, and a public host could bounce the fetch to loopback or the LAN."""
+
+    def __init__(self, allow_hosts: tuple[str, ...] = ()):
+        super().__init__()
+        self.allow_hosts = allow_hosts
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
         if urlsplit(newurl).scheme.lower() not in ("http", "https"):
             raise urllib.error.HTTPError(newurl, code, f"redirect to non-http URL {newurl}", headers, fp)
+        check_public_host(newurl, self.allow_hosts)  # RecordError: not retried, a dead letter
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -84,6 +131,8 @@ class ImageOptions:
     mirror: str | None = option(None, help="local folder or URI root laid out as <mirror>/<url host>/<url path>")
     cache_dir: str | None = option(None, help="cache of HTTP fetches, <cache_dir>/<sha[:2]>/<sha>")
     allow_http: bool = option(False, help="fetch images missing from the mirror and cache over HTTP")
+    allow_hosts: tuple[str, ...] = option((), help="hosts, IP addresses or networks (CIDR) HTTP may reach though "
+                                                   "not public (loopback, private, link-local); default none")
     timeout_s: float = option(30.0, help="seconds per HTTP request")
     max_bytes: int = option(DEFAULT_MAX_BYTES, help="largest image fetched, in bytes")
     retries: int = option(2, help="retries of a transient HTTP failure (timeouts, 429, 5xx)")
@@ -97,6 +146,7 @@ class ImageResolver:
     mirror: str | None = None
     cache_dir: str | None = None
     allow_http: bool = False
+    allow_hosts: tuple[str, ...] = ()
     timeout_s: float = 30.0
     max_bytes: int = DEFAULT_MAX_BYTES
     retries: int = 2
@@ -107,7 +157,8 @@ class ImageResolver:
         """From a reader's typed options (an ``ImageOptions``) or a mapping of its keys."""
         o = load(ImageOptions, options, "options")
         return cls(mirror=o.mirror or None, cache_dir=o.cache_dir or None, allow_http=o.allow_http,
-                   timeout_s=o.timeout_s, max_bytes=o.max_bytes, retries=o.retries, user_agent=o.user_agent)
+                   allow_hosts=tuple(o.allow_hosts), timeout_s=o.timeout_s, max_bytes=o.max_bytes,
+                   retries=o.retries, user_agent=o.user_agent)
 
     # -- tiers -------------------------------------------------------------------------------
 
@@ -178,7 +229,8 @@ class ImageResolver:
             raise
 
     def _http_get(self, url: str) -> bytes:
-        opener = urllib.request.build_opener(_SafeRedirects())
+        check_public_host(url, self.allow_hosts)
+        opener = urllib.request.build_opener(_SafeRedirects(self.allow_hosts))
         request = urllib.request.Request(url, headers={"User-Agent": self.user_agent})
         last = ""
         for attempt in range(self.retries + 1):

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, require_task
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, require_task
 from pipelines.sources.table_labels import to_html
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
-VERSION = "1"
+VERSION = "2"  # 2: an image path not plain or resolving (through symlinks) outside the images folder is unsafe_path
 CHUNK = 1 << 20
 
 
@@ -148,8 +148,13 @@ class MmtabSource:
             with io.open_read(unit) as handle:
                 for item in iter_json_items(handle, unit):
                     image = self._image_of(item) if isinstance(item, dict) else None
-                    if image and not image.startswith("/") and ".." not in image.split("/"):
-                        digest.update(f"{image}:{io.content_id(io.join(images, image))}\n".encode())
+                    if isinstance(image, str) and image:
+                        try:  # an image leaving the folder is never hashed (the reader dead-letters it)
+                            uri = path_under(images, image, "the images folder")
+                        except RecordError:
+                            digest.update(f"{image}:unsafe\n".encode())
+                            continue
+                        digest.update(f"{image}:{io.content_id(uri)}\n".encode())
         except (RecordError, OSError):  # the reader reports it; what was seen is hashed
             pass
         return digest.hexdigest()
@@ -210,9 +215,9 @@ class MmtabSource:
         if fmt is None:
             raise Dropped("not_table_recognition")
         html = to_html(answer, fmt)
-        if not isinstance(image, str) or not image or image.startswith("/") or ".." in image.split("/"):
+        if not isinstance(image, str) or not image:
             raise RecordError("missing_image", f"image {image!r} is not a relative path")
-        uri = io.join(images, image)
+        uri = path_under(images, image, f"the images folder {images}")  # unsafe_path: not plain, or leaves it
         if not io.exists(uri):
             raise RecordError("missing_image", f"{uri} does not exist")
         s = self.settings

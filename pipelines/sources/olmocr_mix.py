@@ -39,13 +39,17 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under
 from pipelines.sources.parquet_rows import open_parquet
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
-VERSION = "2"  # 2: cells of the wrong type (page number, extras, text, url, id) are dead letters
+# 2: cells of the wrong type (page number, extras, text, url, id) are dead letters
+# 3: olmocr_train_dir lists folders without following symlinked folders, and an .md or .pdf that resolves
+#    (through symlinks) outside the root is unsafe_path, never read (one version for the module's readers:
+#    refresh keys units by it)
+VERSION = "3"
 PAGE_RESPONSE_FIELDS = (
     "primary_language",
     "is_rotation_valid",
@@ -651,7 +655,11 @@ class OlmOcrTrainDirSource:
         self.provenance = [ProvenanceStep(f"read:{self.kind}", VERSION, params_hash(settings.options))]
 
     def plan(self, uri: str) -> Iterator[tuple[str, str]]:
-        for md in io.match(io.join(uri, "**", "*.md")):
+        if "://" in uri:  # an object store has no symlinks: every key under the prefix
+            for md in io.match(io.join(uri, "**", "*.md")):
+                yield uri, md
+            return
+        for md in _local_md_files(uri):
             yield uri, md
 
     def read(self, unit: tuple[str, str]) -> Iterator[Row]:
@@ -666,22 +674,19 @@ class OlmOcrTrainDirSource:
                 "bad_record", f"{source_id}: {type(exc).__name__}: {_cap(str(exc), 500)}"))
 
     def _read_pair(self, root: str, md: str, source_id: str) -> Row:
+        # The label and the PDF go through path_under: 0225's prepare step symlinks the PDFs, so links are
+        # followed, but only within the dataset root; anything else is unsafe_path and never read.
+        rel = posixpath.relpath(md, root) if "://" in root else os.path.relpath(md, root).replace(os.sep, "/")
+        where = f"the dataset root {root}"
+        md = path_under(root, rel, where)
+        pdf_path = path_under(root, rel[: -len(".md")] + ".pdf", where)
         raw = io.read_bytes(md)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RecordError("invalid_utf8", f"{md}: not UTF-8 at byte {exc.start}") from None
         fields, body = parse_front_matter(text, md)
-        pdf_path = md[: -len(".md")] + ".pdf"
-        if "://" not in pdf_path:
-            # 0225's prepare step symlinks the PDFs: follow links, but only within the dataset root.
-            real_root = os.path.realpath(root)
-            real = os.path.realpath(pdf_path)
-            if not os.path.exists(real):
-                raise RecordError("missing_pdf", f"{source_id}: {pdf_path} does not exist")
-            if os.path.commonpath([real_root, real]) != real_root:
-                raise RecordError("unsafe_path", f"{source_id}: {pdf_path} resolves outside {root}")
-        elif not io.exists(pdf_path):
+        if not io.exists(pdf_path):
             raise RecordError("missing_pdf", f"{source_id}: {pdf_path} does not exist")
         page = SourcePage(
             source=self.settings.name,
@@ -702,3 +707,17 @@ class OlmOcrTrainDirSource:
             provenance=list(self.provenance),
         )
         return Row(source_id=source_id, pages=[page])
+
+
+def _local_md_files(root: str) -> list[str]:
+    """The ``.md`` files under a local ``root``, sorted, as the ``**/*.md`` glob named them (hidden files and
+    folders skipped) but without following symlinked folders: a link to a folder elsewhere is not the
+    dataset. A symlinked file is listed; reading it checks where it resolves."""
+    found = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".md") and not name.startswith(".") and os.path.isfile(path):
+                found.append(path)
+    return sorted(found)

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from typing import Iterator, Literal
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under
 from pipelines.sources.olmocr_mix import parse_front_matter
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 from schemas.unit_tests import UnitTest, check_all, unit_test_from_dict, unit_test_to_json
 
-VERSION = "1"
+VERSION = "2"  # 2: a PDF or reference resolving (through symlinks) outside the dataset root is unsafe_path
 
 
 class OlmOcrSynthmixSource:
@@ -114,14 +114,17 @@ class OlmOcrSynthmixSource:
 
     def _page(self, root: str, pdf: str, page: int, source_id: str, tests: list[UnitTest],
               invalid: int) -> SourcePage:
-        if pdf.startswith("/") or ".." in pdf.split("/"):
+        # the test's pdf names both files: each must be a plain relative path that stays, through symlinks,
+        # under the dataset root (claude_original/ and bench_data/pdfs/ link into training/, inside it)
+        where = f"the dataset root {root}"
+        if not pdf or pdf.startswith("/") or ".." in pdf.split("/"):
             raise RecordError("unsafe_path", f"{source_id}: test pdf {pdf!r} leaves the dataset")
         stem = pdf.removesuffix(".pdf")
         if self.options.reference == "training":
-            md = io.join(root, "training", stem + ".md")
+            md = path_under(root, f"training/{stem}.md", where)
         else:
-            md = io.join(root, "bench_data", "claude_original", f"{stem}_pg{page}_repeat1.md")
-        pdf_uri = io.join(root, self.options.pdf_folder, pdf)
+            md = path_under(root, f"bench_data/claude_original/{stem}_pg{page}_repeat1.md", where)
+        pdf_uri = path_under(root, f"{self.options.pdf_folder.strip('/')}/{pdf}", where)
         if not io.exists(md):
             raise RecordError("missing_reference", f"{source_id}: {md} does not exist")
         if not io.exists(pdf_uri):

@@ -171,6 +171,60 @@ def test_katex_rejected_formula_fails_with_explanation(renderer) -> None:
     assert not ok and "Undefined control sequence" in why
 
 
+def _nested(body: int, levels: str = "bcd") -> str:
+    """A \\def nesting: \\a is `body` x's, each next macro ten (the last nine) of the one before."""
+    tex, prev = r"\def\a{" + "x" * body + "}", "a"
+    for i, name in enumerate(levels):
+        tex += rf"\def\{name}{{" + f"\\{prev}" * (9 if i == 2 else 10) + "}"
+        prev = name
+    return tex + f"\\{prev}"
+
+
+def test_commands_needing_trust_fail_instead_of_rendering_as_error_text(renderer) -> None:
+    """KaTeX draws a refused \\href, \\url, \\includegraphics, \\htmlStyle, \\htmlData in its error colour
+    instead of throwing: such a formula must not count as rendered."""
+    for tex in (r"\href{http://127.0.0.1:9/h}{x}", r"\url{http://127.0.0.1:9/u}",
+                r"\includegraphics[height=1em]{file:///etc/hostname}",
+                r"\htmlStyle{background:url(http://127.0.0.1:9/s)}{x}", r"\htmlData{src=http://127.0.0.1:9/d}{x}",
+                r"a + \htmlClass{c}{x}"):
+        out = renderer.render(tex)
+        assert not out.ok and out.reason == "katex_error" and "refused" in out.error, (tex, out)
+    assert renderer.render(r"{\color{red} x}").ok  # colour as such is fine
+
+
+def test_a_rendering_over_the_caps_is_formula_too_large(renderer) -> None:
+    import time
+
+    tex = _nested(100, "bc")  # 10,000 glyphs
+    start = time.monotonic()
+    out = renderer.render(tex)
+    assert not out.ok and out.reason == "formula_too_large" and time.monotonic() - start < 20, out
+    nested = _nested(20)
+    out = renderer.render(nested)  # 1,000 expansions: over the lowered maxExpand
+    assert not out.ok and out.reason == "katex_error" and "Too many expansions" in out.error
+
+
+def test_a_formula_past_its_deadline_is_katex_timeout_and_the_page_is_replaced(tmp_path: Path,
+                                                                                  browser_assets: None) -> None:
+    """A short label whose expansion keeps KaTeX busy for minutes (no caps here, to reach the deadline) is
+    abandoned after timeout_s; the next formula renders on a fresh page; a timeout is not cached."""
+    import time
+
+    from schemas.math_render import KatexRenderer
+
+    slow = _nested(40)
+    with KatexRenderer(tmp_path, timeout_s=1.5, max_nodes=10**9, max_glyphs=10**9, max_expand=10**6) as r:
+        assert r.render("x").ok
+        start = time.monotonic()
+        out = r.render(slow)
+        assert not out.ok and out.reason == "katex_timeout" and time.monotonic() - start < 15, out
+        after = r.render(r"\frac{a}{b}")
+        assert after.ok and after.glyphs
+        assert r._lookup([slow]) == {}  # retried next time, not remembered as a failure
+    with pytest.raises(ValueError):
+        KatexRenderer(tmp_path, timeout_s=0)
+
+
 def test_cache_survives_renderers_and_skips_the_browser(tmp_path: Path, browser_assets: None) -> None:
     from schemas.math_render import KatexRenderer, formulas_match
 

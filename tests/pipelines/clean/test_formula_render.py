@@ -64,3 +64,30 @@ def test_formula_render_drops_what_katex_rejects(monkeypatch, tmp_path):
     assert stage(page) == [page] and "formula_render" not in page.quality
     with pytest.raises(RecordError, match="latex"):
         stage(page_record(task="transcribe_formula", response="x", response_format="markdown"))
+
+
+def test_formula_render_drops_with_the_renderers_reason(monkeypatch, tmp_path):
+    """One path: a label the renderer refuses is dropped with its reason (an untrusted \\href: katex_error;
+    past the deadline: katex_timeout; a huge rendering: formula_too_large)."""
+    from schemas.math_render import RenderedFormula
+
+    monkeypatch.setenv("PAGEMILL_CACHE", str(tmp_path))
+    stage = build_stage({"name": "formula_render"})
+    href = page_record(task="transcribe_formula", response="\\href{http://127.0.0.1:9/}{x}", response_format="latex")
+    with pytest.raises(Dropped) as err:
+        stage(href)
+    assert err.value.reason == "katex_error" and "href" in href.quality["formula_render"]["error"]
+
+    class Fake:
+        def __init__(self, reason):
+            self.reason = reason
+
+        def render(self, latex):
+            return RenderedFormula(latex=latex, error="x", reason=self.reason)
+
+    for reason in ("katex_timeout", "formula_too_large"):
+        stage._renderer = Fake(reason)
+        with pytest.raises(Dropped) as err:
+            stage(page_record(task="transcribe_formula", response="x", response_format="latex"))
+        assert err.value.reason == reason
+

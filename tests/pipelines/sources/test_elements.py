@@ -95,6 +95,26 @@ def test_synthmix_claude_original_reference_and_split_groups(root, tmp_path):
     assert outcomes == ["ok", "ok", "dead:split_test_group"]
 
 
+def test_synthmix_pdf_or_reference_symlinked_out_of_the_dataset_is_unsafe(tmp_path):
+    import os
+
+    (tmp_path / "secret.md").write_text("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\n"
+                                        "is_table: False\nis_diagram: False\n---\nBay of Fundy\n")
+    (tmp_path / "secret.pdf").write_bytes(b"%PDF-1.4 outside")
+    ds = tmp_path / "ds"
+    (ds / "training" / "general").mkdir(parents=True)
+    (ds / "bench_data").mkdir()
+    os.symlink(tmp_path / "secret.md", ds / "training" / "general" / "a.md")  # the reference leaves
+    (ds / "training" / "general" / "b.md").write_text((tmp_path / "secret.md").read_text())
+    os.symlink(tmp_path / "secret.pdf", ds / "training" / "general" / "b.pdf")  # the PDF leaves
+    tests = [{"pdf": f"general/{n}.pdf", "page": 1, "id": n, "type": "present", "max_diffs": 0,
+              "text": "Bay of Fundy", "case_sensitive": True} for n in ("a", "b")]
+    (ds / "bench_data" / "general.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tests))
+    rows = read(source("olmocr_synthmix"), ds / "bench_data" / "general.jsonl")
+    assert {k: outcome(r) for k, r in rows.items()} == {"general/a": "dead:unsafe_path",
+                                                          "general/b": "dead:unsafe_path"}
+
+
 def test_synthmix_unreadable_file_is_one_row(tmp_path):
     (row,) = source("olmocr_synthmix").read(str(tmp_path / "nope.jsonl"))
     assert outcome(row) == "dead:unreadable_file"
@@ -190,6 +210,19 @@ def test_mmtab_digest_follows_the_images_its_items_name(tmp_path, root):
     assert src.unit_digest(unit) == after
 
 
+def test_formula_lines_image_symlinked_out_of_the_folder_is_unsafe(tmp_path):
+    import os
+
+    (tmp_path / "secret.png").write_bytes(b"\x89PNG outside")
+    (tmp_path / "set" / "f").mkdir(parents=True)
+    os.symlink(tmp_path / "secret.png", tmp_path / "set" / "f" / "0.png")
+    (tmp_path / "set" / "f.txt").write_text("x^2\n")
+    src = source("formula_lines", task="transcribe_formula", name_width=0)
+    rows = read(src, tmp_path / "set" / "f.txt")
+    assert {k: outcome(r) for k, r in rows.items()} == {"f/0.png": "dead:unsafe_path"}
+    assert src.unit_digest(str(tmp_path / "set" / "f.txt"))  # the digest never hashes the outside file
+
+
 # -- MMTab ---------------------------------------------------------------------------------------
 
 
@@ -207,6 +240,23 @@ def test_mmtab_tables_become_canonical_html(root):
     markdown = rows["TR_test_item_2"].pages[0]
     assert "<th>Team</th>" in markdown.response and "```" not in markdown.response
     assert {p.response_format for r in rows.values() for p in r.pages} == {"html"}
+
+
+def test_mmtab_image_symlinked_out_of_the_folder_or_not_plain_is_unsafe(tmp_path):
+    import os
+
+    (tmp_path / "secret.png").write_bytes(b"\x89PNG outside")
+    images = tmp_path / "mm" / "images"
+    images.mkdir(parents=True)
+    os.symlink(tmp_path / "secret.png", images / "T1.jpg")
+    items = [{"item_id": "T1", "image_id": "T1", "output": "<table><tr><td>a</td></tr></table>",
+              "original_query_type": "table recognition with HTML"},
+             {"id": "L1", "image": "../secret.png",
+              "conversations": [{"from": "gpt", "value": "<table><tr><td>a</td></tr></table>"}]}]
+    (tmp_path / "mm" / "eval.json").write_text(json.dumps(items))
+    src = source("mmtab", task="transcribe_table", images=str(images))
+    rows = read(src, tmp_path / "mm" / "eval.json")
+    assert {k: outcome(r) for k, r in rows.items()} == {"T1": "dead:unsafe_path", "L1": "dead:unsafe_path"}
 
 
 def test_iter_json_items_streams_across_chunks(monkeypatch):

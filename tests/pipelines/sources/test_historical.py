@@ -345,6 +345,9 @@ def test_registry_and_pickling(root):
 # -- image resolver over real HTTP ---------------------------------------------------------------
 
 
+LOOPBACK = ("127.0.0.1",)  # the test server's address: not public, so opted in
+
+
 class _Server:
     """A 127.0.0.1 file server over ``docroot`` that counts requests per path."""
 
@@ -363,6 +366,11 @@ class _Server:
                     self.send_response(200)
                     self.end_headers()
                     self.wfile.write(b"x" * 5000)
+                    return
+                if self.path.startswith("/redirect?to="):  # a 302 to wherever the query says
+                    self.send_response(302)
+                    self.send_header("Location", self.path.split("=", 1)[1])
+                    self.end_headers()
                     return
                 if self.path == "/flaky.jpg" and server.hits[self.path] == 1:
                     self.send_error(503, "try again")
@@ -402,7 +410,7 @@ def server(tmp_path, monkeypatch):
 
 def test_http_fetch_then_cache(server, tmp_path):
     cache = tmp_path / "cache"
-    resolver = ImageResolver(cache_dir=str(cache), allow_http=True, timeout_s=5)
+    resolver = ImageResolver(cache_dir=str(cache), allow_http=True, timeout_s=5, allow_hosts=LOOPBACK)
     url = f"{server.url}/page.jpg"
     assert resolver.fetch(url) == JPEG + b"page-bytes"
     assert server.hits == {"/page.jpg": 1}
@@ -416,7 +424,8 @@ def test_http_fetch_then_cache(server, tmp_path):
 
 
 def test_http_failures(server, tmp_path):
-    resolver = ImageResolver(cache_dir=str(tmp_path / "cache"), allow_http=True, timeout_s=5, max_bytes=1000)
+    resolver = ImageResolver(cache_dir=str(tmp_path / "cache"), allow_http=True, timeout_s=5, max_bytes=1000,
+                             allow_hosts=LOOPBACK)
     with pytest.raises(RecordError) as exc:
         resolver.fetch(f"{server.url}/missing.jpg")
     assert exc.value.reason == "image_unavailable" and "404" in str(exc.value)
@@ -430,14 +439,35 @@ def test_http_failures(server, tmp_path):
 
 
 def test_http_retries_transient_errors(server):
-    resolver = ImageResolver(allow_http=True, timeout_s=5, retries=1)
+    resolver = ImageResolver(allow_http=True, timeout_s=5, retries=1, allow_hosts=LOOPBACK)
     assert resolver.fetch(f"{server.url}/flaky.jpg") == JPEG + b"flaky"
     assert server.hits["/flaky.jpg"] == 2
     with pytest.raises(RecordError) as exc:  # nothing listens on this port any more
         port = server.url.rsplit(":", 1)[1]
         server.close()
-        ImageResolver(allow_http=True, timeout_s=2, retries=0).fetch(f"http://127.0.0.1:{port}/page.jpg")
+        ImageResolver(allow_http=True, timeout_s=2, retries=0, allow_hosts=LOOPBACK).fetch(f"http://127.0.0.1:{port}/page.jpg")
     assert exc.value.reason == "image_unavailable"
+
+
+def test_http_refuses_hosts_that_are_not_public(server, tmp_path):
+    """A row's URL must not point the fetch at loopback, the LAN or link-local (cloud metadata) hosts, in any
+    spelling, directly or through a redirect; allow_hosts opts a host or network in."""
+    port = server.url.rsplit(":", 1)[1]
+    resolver = ImageResolver(allow_http=True, timeout_s=5, retries=0, cache_dir=str(tmp_path / "cache"))
+    for url in (f"{server.url}/page.jpg", f"http://2130706433:{port}/page.jpg", f"http://localhost:{port}/page.jpg",
+                f"http://0x7f.1:{port}/page.jpg", f"http://[::1]:{port}/page.jpg", "http://169.254.169.254/latest",
+                "http://10.1.2.3/a.jpg", "http://192.168.0.1/a.jpg"):
+        with pytest.raises(RecordError) as exc:
+            resolver.fetch(url)
+        assert exc.value.reason == "bad_image_url" and "not a public address" in str(exc.value), url
+    assert server.hits == {}
+    opted_in = ImageResolver(allow_http=True, timeout_s=5, retries=0, allow_hosts=("127.0.0.0/8",))
+    assert opted_in.fetch(f"http://localhost:{port}/page.jpg") == JPEG + b"page-bytes"
+    for target in ("http://169.254.169.254/latest/meta-data", f"http://[::1]:{port}/page.jpg"):
+        with pytest.raises(RecordError) as exc:  # every redirect hop is checked too
+            opted_in.fetch(f"{server.url}/redirect?to={target}")
+        assert exc.value.reason == "bad_image_url" and "not a public address" in str(exc.value), target
+    assert ImageResolver.from_options({"allow_hosts": ["127.0.0.1"]}).allow_hosts == ("127.0.0.1",)
 
 
 def test_http_disabled_and_mirror_first(server, tmp_path):

@@ -163,6 +163,35 @@ def test_train_dir_symlink_outside_root_is_refused(tmp_path):
     assert [r.error.reason for r in rows] == ["unsafe_path"]
 
 
+def test_train_dir_label_symlink_outside_root_is_refused(tmp_path):
+    root = tmp_path / "train"
+    root.mkdir()
+    outside = tmp_path / "outside.md"
+    outside.write_text("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\n"
+                       "is_table: False\nis_diagram: False\n---\nPRIVATE\n")
+    (root / "a.pdf").write_bytes(text_pdf([["x"]]))
+    os.symlink(outside, root / "a.md")  # the label leaves the root: never read
+    rows = read_all(source("olmocr_train_dir"), str(root))
+    assert [r.error.reason for r in rows] == ["unsafe_path"] and not rows[0].pages
+
+
+def test_train_dir_does_not_plan_through_a_symlinked_folder(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "b.pdf").write_bytes(text_pdf([["x"]]))
+    (outside / "b.md").write_text("---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\n"
+                                  "is_table: False\nis_diagram: False\n---\nPRIVATE\n")
+    root = tmp_path / "train"
+    (root / "in").mkdir(parents=True)
+    (root / "in" / "a.pdf").write_bytes(text_pdf([["x"]]))
+    (root / "in" / "a.md").write_text((outside / "b.md").read_text().replace("PRIVATE", "kept"))
+    os.symlink(outside, root / "elsewhere")
+    src = source("olmocr_train_dir")
+    assert [md for _, md in src.plan(str(root))] == [str(root / "in" / "a.md")]
+    rows = read_all(src, str(root))
+    assert [(r.source_id, r.error) for r in rows] == [("in/a", None)] and rows[0].pages[0].response == "kept\n"
+
+
 def test_front_matter_parsing():
     fields, body = parse_front_matter(
         "---\nprimary_language: None\nis_rotation_valid: True\nrotation_correction: 180\n"
