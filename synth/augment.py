@@ -40,7 +40,11 @@ Operations (names used in ``applied[i]["op"]`` and ``AugmentConfig.weights``):
                ``morph_kernel`` pixels: dark strokes on a light page grow, as ink bleeds (the image
                gets darker on average).
 ``dilate``     grey-level dilation (``cv2.dilate``, a max filter): dark strokes thin and break, as
-               faded print (the image gets lighter). ``erode`` and ``dilate`` never both apply.
+               faded print (the image gets lighter). The kernel is capped at 1 + half the page's
+               typical stroke width (``stroke_width``; ``kernel`` records the size used), so strokes
+               thin but stay: a 2 px stroke (a shrunk page's) takes a 2 px kernel at most, a 1 px
+               stroke none (the op is skipped and not recorded). ``erode`` and ``dilate`` never both
+               apply.
 ``jpeg``       JPEG recompression at a quality in ``jpeg_quality`` (``A.ImageCompression``).
 
 The stage moves the record's ``elements`` with the pixels (``degraded_elements``): each box is mapped
@@ -70,7 +74,7 @@ from schemas.images import grey_if_achromatic
 from schemas.layout import Element, element
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
-VERSION = "2"  # 2: element boxes move with the pixels
+VERSION = "3"  # 2: element boxes move with the pixels; 3: dilate's kernel capped by the stroke width
 STAGE = "synth:augment"
 OPS = ("skew", "rotate90", "downscale", "erode", "dilate", "salt_pepper", "jpeg")  # application order
 GEOMETRIC_OPS = ("skew", "rotate90", "downscale")  # the ones that move or resize what is on the page
@@ -232,6 +236,12 @@ def _apply(op: str, arr: np.ndarray, rng: np.random.Generator,
         return np.ascontiguousarray(out), {"op": op, "mode": cfg.downscale_mode, "factor": cfg.downscale_factor}
     if op in ("erode", "dilate"):
         k = int(rng.choice(cfg.morph_kernel))
+        if op == "dilate":
+            # A k x k max filter takes k - 1 px off every stroke: keep about half of the thinnest common
+            # stroke (strokes of 1-2 px, as after a shrink, would vanish), and skip when nothing can go.
+            k = min(k, 1 + stroke_width(arr) // 2)
+            if k < 2:
+                return arr, None
         kernel = np.ones((k, k), np.uint8)
         out = cv2.erode(arr, kernel) if op == "erode" else cv2.dilate(arr, kernel)
         return np.ascontiguousarray(out), {"op": op, "kernel": k}
@@ -244,6 +254,24 @@ def _apply(op: str, arr: np.ndarray, rng: np.random.Generator,
         t = A.ImageCompression(compression_type="jpeg", quality_range=(quality, quality), p=1.0)
         return _albu(t, arr, seed), {"op": op, "quality": quality}
     raise ValueError(f"augment: unknown op {op!r}; known: {list(OPS)}")
+
+
+def stroke_width(arr: np.ndarray) -> int:
+    """The page's typical dark stroke width in pixels: the median length of the horizontal runs of ink
+    (pixels darker than halfway between the page's darkest and lightest grey) on every other row; 0 without
+    ink. Vertical strokes dominate text, so this is about a stem's width."""
+    grey = arr if arr.ndim == 2 else arr.mean(axis=2)
+    lo, hi = int(grey.min()), int(grey.max())
+    if hi - lo < 32:
+        return 0
+    ink = grey[::2] < (lo + hi) / 2
+    padded = np.zeros((ink.shape[0], ink.shape[1] + 2), np.int8)
+    padded[:, 1:-1] = ink
+    edges = np.diff(padded, axis=1)
+    starts, ends = np.nonzero(edges == 1)[1], np.nonzero(edges == -1)[1]
+    if not len(starts):
+        return 0
+    return int(np.median(ends - starts))
 
 
 def degrade(image: ImageLike, rng: np.random.Generator | int | None = None, cfg: AugmentConfig = AugmentConfig(),

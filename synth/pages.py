@@ -22,7 +22,7 @@ from synth.reference import reading_order, reference_markdown
 from synth.tests_from_blocks import unit_tests_for_page
 
 SOURCE = "jinaocrsynth"
-VERSION = "2"  # 2: a form shows each field label once
+VERSION = "3"  # 2: a form shows each field label once; 3: order tests pair sentences of different blocks only
 
 
 class Renderer(Protocol):

@@ -48,7 +48,8 @@ from schemas.math_render import INSTALL_HINT, KATEX_DIR
 from synth.blocks import LAYOUTS, Figure, Footnote, PageSpec, PlacedBlock
 from synth.charts import chart_svg
 
-VERSION = "2"  # 2: headings and furniture drawn in the case the reference quotes
+VERSION = "3"  # 2: headings and furniture drawn in the case the reference quotes; 3: display formulas padded
+# and their ink (glyphs past KaTeX's boxes) checked against their block, infographic list markers inside the card
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 DEFAULT_TIMEOUT_MS = 15_000
 MAX_PAGES = 4  # offline pages a renderer keeps, one per page size
@@ -89,7 +90,53 @@ async (timeoutMs) => {
     clearTimeout(timer);
     if (done === "timeout") return {timeout: true, errors: [], problems: [], nproblems: 0};
   }
-  const flow = window.pmFlow ? window.pmFlow(tex) : null;  // the renderer's page filling (FLOW_JS), if any
+  // Ink that CSS boxes do not bound: a glyph's ink (canvas metrics at its baseline) can reach past KaTeX's
+  // boxes, and a list's markers sit outside its items. inkOut(el): how far a display formula's ink (glyphs,
+  // SVGs, rules) reaches above and below el's box; markerOut(list): how far its markers reach left of it.
+  const ctx = document.createElement("canvas").getContext("2d"), metrics = new Map(), range = document.createRange();
+  const fontOf = (cs) => `${cs.fontStyle} ${cs.fontWeight} ${cs.fontSize} ${cs.fontFamily}`;
+  const measure = (font, text) => {
+    const key = font + "\u0000" + text;
+    let m = metrics.get(key);
+    if (!m) {
+      ctx.font = font;
+      const t = ctx.measureText(text);
+      metrics.set(key, m = [t.fontBoundingBoxAscent, t.actualBoundingBoxAscent, t.actualBoundingBoxDescent, t.width]);
+    }
+    return m;
+  };
+  const inkOut = (el) => {
+    const B = el.getBoundingClientRect();
+    let top = B.top, bottom = B.bottom;
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (!n.textContent.trim()) continue;
+      range.selectNodeContents(n);
+      const r = range.getBoundingClientRect();
+      if (!r.height) continue;
+      const [ascent, up, down] = measure(fontOf(getComputedStyle(n.parentElement)), n.textContent);
+      top = Math.min(top, r.top + ascent - up);
+      bottom = Math.max(bottom, r.top + ascent + down);
+    }
+    for (const x of el.querySelectorAll("svg, .frac-line, .overline-line, .underline-line, .hline, .hdashline, .rule")) {
+      const r = x.getBoundingClientRect();
+      if (r.width || r.height) { top = Math.min(top, r.top); bottom = Math.max(bottom, r.bottom); }
+    }
+    return Math.max(B.top - top, bottom - B.bottom);
+  };
+  const markerOut = (list) => {  // an outside marker ("3. ", "• ") ends where its item's content starts
+    const L = list.getBoundingClientRect(), first = list.localName === "ol" ? (list.start || 1) : 0;
+    let out = 0;
+    [...list.children].forEach((li, k) => {
+      const cs = getComputedStyle(li);
+      if (cs.display !== "list-item" || cs.listStylePosition !== "outside" || cs.listStyleType === "none") return;
+      const width = measure(fontOf(cs), list.localName === "ol" ? `${first + k}. ` : "\u2022 ")[3];
+      const left = li.getBoundingClientRect().left + parseFloat(cs.borderLeftWidth) + parseFloat(cs.paddingLeft) - width;
+      out = Math.max(out, L.left - left);
+    });
+    return out;
+  };
+  const flow = window.pmFlow ? window.pmFlow(tex, inkOut, markerOut) : null;  // the renderer's page filling (FLOW_JS), if any
   const errors = [...failed].filter(([el]) => el.isConnected).map(([, e]) => e);
   const tol = 1.5;
   const problems = [];
@@ -123,6 +170,10 @@ async (timeoutMs) => {
   }
   for (const el of page.querySelectorAll(".math-display")) {
     if (el.scrollWidth > el.clientWidth + 1) problems.push(`formula clipped: ${el.dataset.tex.slice(0, 40)}`);
+    if (inkOut(el) > tol) problems.push(`formula ink outside its block: ${el.dataset.tex.slice(0, 40)}`);
+  }
+  for (const el of page.querySelectorAll("ul, ol")) {
+    if (markerOut(el) > tol) problems.push(`list markers outside the list: ${name(el)}`);
   }
   return {errors, problems: problems.slice(0, 20), nproblems: problems.length, flow};
 }
@@ -139,7 +190,7 @@ async (timeoutMs) => {
 # removed. Returns what stayed: ``placed`` ([element index, column] in reading order), ``shrunk``
 # ([element index, width %]) and ``missing`` (required elements that fit nowhere).
 FLOW_JS = r"""
-(optional, tex) => {
+(optional, tex, inkOut, markerOut) => {
   const page = document.getElementById("page");
   const cols = [...page.querySelectorAll("main > .col")];
   const items = cols.flatMap((c) => [...c.children]);
@@ -154,7 +205,8 @@ FLOW_JS = r"""
   const put = (col, el) => col.insertBefore(el, col === last && notes.length ? notes[0] : null);
   const fits = (col, el) => {
     if (col.scrollHeight > col.clientHeight + 1 || col.scrollWidth > col.clientWidth + 1) return false;
-    if (el.classList.contains("math-display") && el.scrollWidth > el.clientWidth + 1) return false;
+    if (el.classList.contains("math-display") && (el.scrollWidth > el.clientWidth + 1 || inkOut(el) > 1)) return false;
+    if ((el.localName === "ul" || el.localName === "ol") && markerOut(el) > 1) return false;
     // Stricter than the final check (1.5 px): scrollHeight is rounded, boxes are not.
     const r = el.getBoundingClientRect(), C = col.getBoundingClientRect();
     const end = col.lastElementChild.getBoundingClientRect();  // a footnote below el, if any
@@ -335,9 +387,9 @@ _SWAP_JS = "async ([lang, css, bodyClass, body, timeoutMs, optional]) => {\n" \
     "  const flags = optional ? [...optional].map((c) => c === '1') : null;  // one string: cheap to send\n" \
     "  // A page to fill stays undrawn (display: none) until FLOW_JS runs: a frame while images decode\n" \
     "  // would lay out, paint and raster the overfull body for nothing.\n" \
-    "  window.pmFlow = optional ? (tex) => {\n" \
+    "  window.pmFlow = optional ? (tex, inkOut, markerOut) => {\n" \
     "    document.body.removeAttribute('style');\n" \
-    "    return (" + FLOW_JS.strip() + ")(flags, tex);\n" \
+    "    return (" + FLOW_JS.strip() + ")(flags, tex, inkOut, markerOut);\n" \
     "  } : null;\n" \
     "  if (optional) document.body.style.display = 'none';\n" \
     "  document.documentElement.lang = lang;\n" \

@@ -26,6 +26,7 @@ page even with its figures shrunk to ``SMALL_FIGURE_HEIGHT``, or a line overfull
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -56,7 +57,8 @@ from synth.charts import chart_png
 from synth.render_html import RenderedPage
 from synth.tables import header_rows
 
-VERSION = "2"  # 2: ☑, ASCII quotes and ligature pairs, a leading [ drawn as the reference says
+VERSION = "3"  # 2: ☑, ASCII quotes and ligature pairs, a leading [ drawn as the reference says; 3: φ ε as
+# \varphi \varepsilon (the glyphs the reference names), math reading files refused, pdflatex paranoid
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates_latex"
 DEFAULT_TIMEOUT_S = 30.0
 OVERFULL_LIMIT_PT = 12.0  # a line sticking out further than this into the margin is an overflow
@@ -92,15 +94,22 @@ _TEXT_UNICODE = {"☐": r"$\square$", "☑": _CHECKED_BOX, "☒": r"$\boxtimes$"
 # (!` and ?` would give ¡ and ¿, but ` is always \textasciigrave, which forms no ligature.)
 _LIGATURE_PAIRS = frozenset({"--", "<<", ">>", ",,"})
 # Unicode glyphs inside math, as macros (the formula suite's ``unicode`` category).
-_MATH_UNICODE = {"α": r"\alpha", "β": r"\beta", "γ": r"\gamma", "δ": r"\delta", "ε": r"\epsilon",
+_MATH_UNICODE = {"α": r"\alpha", "β": r"\beta", "γ": r"\gamma", "δ": r"\delta", "ε": r"\varepsilon",
                  "θ": r"\theta", "λ": r"\lambda", "μ": r"\mu", "π": r"\pi", "ρ": r"\rho", "σ": r"\sigma",
-                 "τ": r"\tau", "φ": r"\phi", "ω": r"\omega", "Σ": r"\Sigma", "Ω": r"\Omega", "Δ": r"\Delta",
+                 "τ": r"\tau", "φ": r"\varphi", "ω": r"\omega", "Σ": r"\Sigma", "Ω": r"\Omega", "Δ": r"\Delta",
                  "≤": r"\leq", "≥": r"\geq", "≠": r"\neq", "∑": r"\sum", "∏": r"\prod", "∫": r"\int",
                  "∈": r"\in", "∉": r"\notin", "∀": r"\forall", "∃": r"\exists", "→": r"\to", "←": r"\leftarrow",
                  "∞": r"\infty", "×": r"\times", "·": r"\cdot", "±": r"\pm", "≈": r"\approx", "ℝ": r"\mathbb{R}",
                  "ℕ": r"\mathbb{N}", "ℤ": r"\mathbb{Z}", "ℚ": r"\mathbb{Q}", "ℂ": r"\mathbb{C}", "∂": r"\partial",
                  "∇": r"\nabla", "⊂": r"\subset", "⊆": r"\subseteq", "∪": r"\cup", "∩": r"\cap", "−": "-"}
 _MATH_UNICODE_RE = re.compile("|".join(map(re.escape, _MATH_UNICODE)))
+# Math goes to pdflatex verbatim: refuse what reads or writes files, or builds control sequences or
+# characters that a check of the source cannot see (``^^5c`` is a backslash, ``\csname``/``\scantokens``
+# make any name). pdflatex also runs with ``openin_any=p`` and ``openout_any=p`` (``pdflatex_env``).
+_UNSAFE_MATH = re.compile(
+    r"\\(?:input|include|InputIfFileExists|IfFileExists|openin|read|readline|openout|write|immediate|closein|"
+    r"closeout|csname|catcode|scantokens|endlinechar|newread|newwrite|pdffiledump|pdfmdfivesum|pdffilesize|"
+    r"pdffilemoddate|pdfobj|pdfximage|includegraphics|special|pdfliteral)(?![A-Za-z])|\^\^")
 
 # Inline markup, as in synth.render_html: \( math \), **bold**, *italic*; plus [^m] footnote markers.
 _INLINE = re.compile(r"\\\((.+?)\\\)|\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])|\[\^([^\]\s]+)\]",
@@ -129,7 +138,12 @@ def line_text(text: str) -> str:
 
 
 def math_source(latex: str) -> str:
-    """Formula source for pdflatex: Unicode math glyphs become macros (``α`` -> ``\\alpha``)."""
+    """Formula source for pdflatex: Unicode math glyphs become macros (``α`` -> ``\\alpha``, ``φ`` ->
+    ``\\varphi``: the glyph the character names). Math that touches files or builds hidden control sequences
+    (``_UNSAFE_MATH``) raises ``RecordError("synth_latex_unsafe")``."""
+    m = _UNSAFE_MATH.search(latex)
+    if m is not None:
+        raise RecordError("synth_latex_unsafe", f"math may not use {m.group(0)!r}: {latex[:80]!r}")
     return _MATH_UNICODE_RE.sub(lambda m: _MATH_UNICODE[m.group(0)] + " ", latex)
 
 
@@ -382,6 +396,13 @@ def log_excerpt(log: str, max_lines: int = 8) -> str:
     return "\n".join(lines[-max_lines:]).strip()
 
 
+def pdflatex_env() -> dict[str, str]:
+    """pdflatex's environment: kpathsea's ``openin_any=p`` and ``openout_any=p`` (no reading or writing of
+    dot files, parent folders or absolute paths outside the job; TeX's own files are still found through
+    its search paths) and shell escape off, whatever the host's texmf.cnf says."""
+    return {**os.environ, "openin_any": "p", "openout_any": "p", "shell_escape": "f"}
+
+
 class LatexRenderer:
     """Renders ``PageSpec``s with ``pdflatex``, one fresh temp dir per job; safe to share across threads."""
 
@@ -407,8 +428,9 @@ class LatexRenderer:
             cmd = [self._exe, "-no-shell-escape", "-halt-on-error", "-interaction=nonstopmode",
                    "-file-line-error", "page.tex"]
             try:
-                proc = subprocess.run(cmd, cwd=job, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, timeout=self.timeout_s, check=False)
+                proc = subprocess.run(cmd, cwd=job, env=pdflatex_env(), stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=self.timeout_s,
+                                      check=False)
             except subprocess.TimeoutExpired as exc:
                 raise RecordError("synth_latex_timeout", f"{name}: pdflatex ran over {self.timeout_s:g} s") from exc
             log_path = job / "page.log"

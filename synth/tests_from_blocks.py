@@ -78,20 +78,21 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+|(?<=[。！？])", text) if s.strip()]
 
 
-def _text_blocks(spec: PageSpec, order: list[Block]) -> list[tuple[int, str]]:
-    """(column, sentence) in reading order, from paragraphs, list items and captions (no math)."""
+def _text_blocks(spec: PageSpec, order: list[Block]) -> list[tuple[int, int, str]]:
+    """(block, column, sentence) in reading order, from paragraphs, list items and captions (no math);
+    ``block`` is the block's index in ``order``."""
     columns = {id(p.block): p.column for p in spec.blocks}
-    out: list[tuple[int, str]] = []
-    for block in order:
+    out: list[tuple[int, int, str]] = []
+    for k, block in enumerate(order):
         col = columns[id(block)]
         if isinstance(block, Paragraph) and "\\(" not in block.text:
-            out.extend((col, s) for s in _sentences(_plain(block.text)))
+            out.extend((k, col, s) for s in _sentences(_plain(block.text)))
         elif isinstance(block, Paragraph):
-            out.extend((col, s) for s in _sentences(_plain(block.text)) if "\\" not in s)
+            out.extend((k, col, s) for s in _sentences(_plain(block.text)) if "\\" not in s)
         elif isinstance(block, ListBlock):
-            out.extend((col, _plain(item)) for item in block.items)
+            out.extend((k, col, _plain(item)) for item in block.items)
         elif isinstance(block, Figure):
-            out.append((col, block.caption))
+            out.append((k, col, block.caption))
     return out
 
 
@@ -144,26 +145,28 @@ def _table_tests(rng: random.Random, table: Table) -> list[dict[str, Any]]:
     return tests
 
 
-def _order(rng: random.Random, text: list[tuple[int, str]]) -> list[dict[str, Any]]:
-    items = [(i, col, s) for i, (col, s) in enumerate(text) if len(s) >= 12]
-    pairs = [(a, b) for a in items for b in items if a[0] < b[0]]
+def _order(rng: random.Random, text: list[tuple[int, int, str]]) -> list[dict[str, Any]]:
+    # Pairs from different blocks only: two sentences of one block stay in order even when a response
+    # reads the blocks in the wrong order, so such a pair tests nothing about reading order.
+    items = [(i, col, s, block) for i, (block, col, s) in enumerate(text) if len(s) >= 12]
+    pairs = [(a, b) for a in items for b in items if a[0] < b[0] and a[3] != b[3]]
     # Cross-column pairs first (the failure multi-column layouts provoke), then the rest.
     cross = [p for p in pairs if p[0][1] != p[1][1]]
     same = [p for p in pairs if p[0][1] == p[1][1]]
     rng.shuffle(cross)
     rng.shuffle(same)
     tests = []
-    for (_, _, before), (_, _, after) in (cross[: MAX_ORDER // 2] + same)[:MAX_ORDER]:
+    for (_, _, before, _), (_, _, after, _) in (cross[: MAX_ORDER // 2] + same)[:MAX_ORDER]:
         before, after = before[:80], after[:80]
         tests.append({"type": "order", "before": before, "after": after,
                       "max_diffs": round(0.02 * max(len(before), len(after)))})
     return tests
 
 
-def _present(rng: random.Random, text: list[tuple[int, str]]) -> list[dict[str, Any]]:
+def _present(rng: random.Random, text: list[tuple[int, int, str]]) -> list[dict[str, Any]]:
     words: dict[str, None] = {}
     numbers: dict[str, None] = {}
-    for _, sentence in text:
+    for _, _, sentence in text:
         if _CJK_RUN.search(sentence):
             # No word spaces: quote 4-6 character windows of Chinese runs, and the digit runs.
             for m in _CJK_RUN.finditer(sentence):

@@ -60,8 +60,11 @@ def test_forced_ops_change_the_image_as_documented() -> None:
 
     out, applied = degrade(page, 1, cfg, ops=["erode"])
     assert out.size == page.size and np.asarray(out).mean() < base.mean()  # strokes thicken (ink bleed)
+    thick = page.resize((320, 400), Image.Resampling.NEAREST)  # 2 px strokes: a max filter may take 1 off
+    out, applied = degrade(thick, 1, cfg, ops=["dilate"])
+    assert out.size == thick.size and np.asarray(out).mean() > np.asarray(thick).mean()  # strokes thin (faded print)
     out, applied = degrade(page, 1, cfg, ops=["dilate"])
-    assert out.size == page.size and np.asarray(out).mean() > base.mean()  # strokes thin (faded print)
+    assert applied == [] and np.array_equal(np.asarray(out), base)  # 1 px strokes would vanish: skipped
 
     out, applied = degrade(page, 1, AugmentConfig(skew_degrees=3.0), ops=["skew"])
     assert out.size == page.size and abs(applied[0]["degrees"]) <= 3.0
@@ -77,7 +80,7 @@ def test_forced_ops_change_the_image_as_documented() -> None:
 
 
 def test_degrade_is_deterministic_and_draws_bounded_ops() -> None:
-    page = text_page()
+    page = text_page().resize((320, 400), Image.Resampling.NEAREST)  # 2 px strokes: dilate applies too
     cfg = AugmentConfig(max_ops=3)
     seen: set[str] = set()
     for seed in range(40):
@@ -185,3 +188,20 @@ def test_config_rejects_bad_values() -> None:
     with pytest.raises(ValueError):
         AugmentConfig(downscale_mode="half")
     assert AugmentConfig(jpeg_quality=[40, 60]).jpeg_quality == (40, 60)  # YAML lists accepted
+
+
+def test_dilate_thins_strokes_but_keeps_them() -> None:
+    """A max filter wider than a stroke erases it: after a shrink (1-2 px strokes) a 3 px kernel left
+    pages with almost no ink. The kernel is capped by the stroke width, or the op skipped."""
+    page = Image.new("L", (320, 400), "white")
+    draw = ImageDraw.Draw(page)
+    for y in range(12, 380, 24):
+        for x in range(12, 300, 10):
+            draw.rectangle((x, y, x + 1, y + 14), fill="black")  # 2 px stems, as in small text
+    ink = (np.asarray(page) < 128).sum()
+    out, applied = degrade(page, 1, AugmentConfig(morph_kernel=(3,)), ops=["dilate"])
+    assert applied == [{"op": "dilate", "kernel": 2}]
+    assert 0.2 * ink < (np.asarray(out) < 128).sum() < ink
+    out, applied = degrade(page, 1, AugmentConfig(morph_kernel=(3,)), ops=["downscale", "dilate"])
+    kept = (np.asarray(out) < 128).sum() / (ink / 4)
+    assert [a["op"] for a in applied] == ["downscale"] and kept > 0.5  # 1 px strokes: nothing to take off

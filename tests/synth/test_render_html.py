@@ -21,6 +21,7 @@ from synth.blocks import (
     Formula,
     Furniture,
     Heading,
+    ListBlock,
     PageSpec,
     Paragraph,
     PlacedBlock,
@@ -263,3 +264,69 @@ def test_close_from_another_thread_removes_the_folder(tmp_path: Path) -> None:
     assert errors == []
     assert not folder.exists()
     r.close()  # and again from its own thread: nothing left to do, nothing raised
+
+
+_UNCLIPPED = "#page, main, .col, .math-display { overflow: visible !important; }"
+
+
+def _clipped_ink(renderer: HtmlRenderer) -> int:
+    """Pixels of the last rendered page that change when nothing clips (ink overflow: hidden cut off)."""
+    page = renderer._page
+    assert page is not None
+    before = page.screenshot()
+    tag = page.add_style_tag(content=_UNCLIPPED)
+    after = page.screenshot()
+    tag.evaluate("(el) => el.remove()")
+    a, b = (Image.open(io.BytesIO(x)).convert("L") for x in (before, after))
+    return sum(abs(p - q) > 40 for p, q in zip(a.getdata(), b.getdata()))
+
+
+ACCENTS = [r"\dot{e}(t) = -6\,\bar{e}(t) + \ddot{t}(t)", r"\mathbf{R}^{\top} \boldsymbol{x} = \boldsymbol{\rho}",
+           r"\tilde{g}_{8} = \widetilde{gv} + \tilde{\rho}",
+           r"\Pr_{\mathcal{D}}\left[ \boldsymbol{w} \in \mathbb{Z} \right]",
+           r"\mathscr{A} \subseteq \mathscr{B} \times \mathbb{R}", r"\lim_{q \to 0} \frac{\cos(5q)}{q} = L"]
+
+
+@pytest.mark.parametrize("layout", ["report", "paper", "slides"])
+def test_display_formulas_keep_all_their_ink(renderer: HtmlRenderer, layout: str) -> None:
+    """Accents, \\top and big delimiters reach past KaTeX's boxes; .math-display clipped them (overflow: hidden)."""
+    size = (1280, 720) if layout == "slides" else (640, 820)
+    spec = _spec([(Paragraph("Some text above the formulas."), 0)] + [(Formula(f), 0) for f in ACCENTS],
+                 layout=layout, size=size, id=f"t-ink-{layout}")
+    renderer.render(spec)
+    assert _clipped_ink(renderer) == 0
+
+
+def _standalone_report(html: str, tmp_path: Path, size: tuple[int, int] = (640, 820)) -> dict:
+    path = tmp_path / "page.html"
+    path.write_text(html, encoding="utf-8")
+    page = new_offline_page(shared_browser(), [katex_dist(), tmp_path], viewport=size)
+    try:
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_function("() => window.pmReport !== null", timeout=30_000)
+        return page.evaluate("() => window.pmReport")
+    finally:
+        page.context.close()
+
+
+def test_the_check_sees_formula_ink_and_list_markers_outside_their_boxes(tmp_path: Path) -> None:
+    """CHECK_JS measures glyph ink (not only KaTeX's boxes) and list markers (not only the items)."""
+    spec = _spec([(Formula(f), 0) for f in ACCENTS] + [(ListBlock(("First point", "Second point")), 0)],
+                 id="t-check")
+    html = render_html(spec)
+    assert _standalone_report(html, tmp_path)["nproblems"] == 0
+    tight = html.replace("</style>", ".math-display { padding: 0 !important; height: 0.5em; }\n"
+                                     "ul { padding-left: 0 !important; }\n</style>", 1)
+    problems = " ".join(_standalone_report(tight, tmp_path)["problems"])
+    assert "formula ink outside its block" in problems and "list markers outside the list" in problems
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_infographic_list_markers_are_drawn(renderer: HtmlRenderer, ordered: bool) -> None:
+    """The infographic's card padding (.col > *) replaced the list's: its numbers and bullets fell outside
+    the column and were clipped."""
+    items = ("Collect the samples", "Label every jar", "Ship them by Friday")
+    spec = _spec([(Heading("Steps", 2), 0), (ListBlock(items, ordered=ordered), 0)], layout="infographic",
+                 id=f"t-markers-{ordered}")
+    renderer.render(spec)
+    assert _clipped_ink(renderer) == 0

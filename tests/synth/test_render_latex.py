@@ -284,3 +284,46 @@ def test_text_lines_carry_no_pdfium_hyphen_marks_or_bracket_pieces(renderer: Lat
     for e in page.elements:
         assert "\ufffe" not in e.text and not any(0xE000 <= ord(ch) <= 0xF8FF for ch in e.text), repr(e.text)
     assert any(e.text.endswith("-") for e in page.elements)  # the hyphen drawn at a line break
+
+
+def test_unicode_phi_and_epsilon_draw_the_glyphs_they_name() -> None:
+    """φ and ε are the curly glyphs (\\varphi, \\varepsilon); \\phi and \\epsilon draw ϕ and ϵ."""
+    src = math_source("φ(x) + ε")
+    assert "\\varphi" in src and "\\varepsilon" in src
+    assert "\\phi" not in src.replace("\\varphi", "") and "\\epsilon" not in src.replace("\\varepsilon", "")
+
+
+@pytest.mark.parametrize("latex", [
+    r"\text{\input{/etc/hostname}}",
+    r"\text{\include{x}}",
+    r"\text{\newread\r\openin\r=/etc/passwd \read\r to\l \l}",
+    r"\text{\immediate\write18{touch x}}",
+    r"\text{\csname input\endcsname{/etc/hostname}}",
+    r"\text{\catcode`\|=0 |input{/etc/hostname}}",
+    r"\text{^^5cinput{/etc/hostname}}",
+])
+def test_math_that_reads_or_writes_files_is_refused(renderer: LatexRenderer, latex: str) -> None:
+    for block in (Formula(latex), Paragraph(f"inline \\({latex}\\) math")):
+        with pytest.raises(RecordError) as err:
+            renderer.render(_spec([(block, 0)]))
+        assert err.value.reason == "synth_latex_unsafe"
+
+
+def test_pdflatex_reads_and_writes_only_inside_its_job(tmp_path: Path) -> None:
+    """Whatever TeX reaches pdflatex, kpathsea's openin_any/openout_any=p keep it to the job's folder."""
+    secret = tmp_path / "secret.tex"
+    secret.write_text("Xylophonesecret", encoding="utf-8")
+    r = LatexRenderer(tmp_path / "work")
+    head, tail = "\\documentclass{article}\\begin{document}", "\\end{document}"
+    for body in (f"\\input{{{secret}}}", f"\\newread\\r\\openin\\r={secret} \\read\\r to\\l \\l"):
+        try:
+            text = pdf_text(r.compile(head + body + tail))
+        except RecordError as err:
+            assert err.reason == "synth_latex_failed"
+        else:
+            assert "Xylophonesecret" not in text
+    target = tmp_path / "written.txt"
+    with pytest.raises(RecordError):
+        r.compile(head + f"\\newwrite\\w\\immediate\\openout\\w={target}\\immediate\\write\\w{{x}}ok" + tail)
+    assert not target.exists()
+    assert "still works" in pdf_text(r.compile(head + "still works" + tail))

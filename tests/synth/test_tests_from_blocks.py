@@ -78,3 +78,28 @@ def test_wrong_tests_are_dropped() -> None:
     assert [t.type for t in kept] == ["baseline"]
     assert dropped == {"fails_reference_present": 1, "fails_reference_math": 1, "fails_reference_order": 1,
                        "invalid_present": 1, "filtered_markup_present": 1}
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_order_tests_pair_sentences_of_different_blocks(suite: str) -> None:
+    """Two sentences of one block stay in order whatever order a response reads the blocks in."""
+    from synth.blocks import Figure, ListBlock, Paragraph
+    from synth.tests_from_blocks import _plain
+
+    pairs = 0
+    for layout in LAYOUTS:
+        spec, _, kept, _ = _tests(layout, suite, 3)
+        texts = []
+        for pb in spec.blocks:
+            b = pb.block
+            if isinstance(b, Paragraph):
+                texts.append(_plain(b.text))
+            elif isinstance(b, ListBlock):
+                texts.append(" ".join(_plain(i) for i in b.items))
+            elif isinstance(b, Figure):
+                texts.append(b.caption)
+        for t in kept:
+            if t.type == "order":
+                pairs += 1
+                assert not any(t.before in x and t.after in x for x in texts), (spec.id, t.before, t.after)
+    assert pairs > 0
