@@ -182,9 +182,11 @@ def apply_stage(stage: str, fn: Callable[[Any], list], item: Any,
                 keep_dropped: bool = False) -> Iterator[Envelope]:
     """Run one stage function on one record (``item`` has ``source`` and ``source_id``).
 
-    Integer counters the stage left in ``quality[stage]["counters"]`` become manifest counters;
-    with ``keep_dropped`` a dropped record is also emitted as ``(Kind.SAMPLE, DroppedSample)``
-    so the run can keep the first few per reason for inspection.
+    Integer counters the stage left in ``quality[stage]["counters"]`` become manifest counters, and
+    so do those of a ``Dropped`` or ``RecordError`` raised with ``counters`` (what a record that did
+    not survive the stage still cost: relabel's requests and tokens); with ``keep_dropped`` a dropped
+    record is also emitted as ``(Kind.SAMPLE, DroppedSample)`` so the run can keep the first few per
+    reason for inspection.
     """
     started = time.perf_counter()
     try:
@@ -193,8 +195,9 @@ def apply_stage(stage: str, fn: Callable[[Any], list], item: Any,
         outputs, error = None, exc
     unit = unit_of(item)
     yield from _outcome(stage, item.source, item.source_id, outputs, error, unit)
-    for output in outputs or []:
-        counters = (getattr(output, "quality", None) or {}).get(stage, {})
+    found = [(getattr(output, "quality", None) or {}).get(stage, {}) for output in outputs or []]
+    found += [{"counters": getattr(error, "counters", None)}] if isinstance(error, (Dropped, RecordError)) else []
+    for counters in found:
         for name, value in (counters.get("counters") or {}).items() if isinstance(counters, dict) else ():
             if value:
                 yield Envelope(Kind.EVENT, CountEvent(stage, item.source, "counter", name, value, unit))

@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from relabel.cache import AnswerCache, request_key
 from relabel.client import Answer, ChatClient, ChatRequest, ClientConfig, RequestFailed
-from schemas.deadletter import RecordError
+from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord
 
 LoopDetector = Callable[[str], "str | None"]  # label -> the kind of degeneration loop at its end, or None
@@ -160,7 +160,10 @@ class RequestStage:
         tally = Tally()
         try:
             outputs = await self.handle(record, Asker(self.client, self.cache, tally))
-        except Exception as exc:  # accounted by the caller: Dropped, RecordError or a bug
+        except (Dropped, RecordError) as exc:  # accounted by the caller, with what the record's requests cost
+            exc.counters = tally.counters()
+            return exc
+        except Exception as exc:  # a bug: raised by the caller
             return exc
         if outputs:  # on the first output only: apply_stage sums the counters of every output
             finding = outputs[0].quality.setdefault(self.name, {})

@@ -54,6 +54,7 @@ def test_relabel_rejects_empty_and_looping_labels(proxy, tmp_path, content, reas
     with pytest.raises(Dropped) as err:
         RelabelStage(cfg)(page_record(response="Old text."))
     assert err.value.reason == f"relabel_{reason}"
+    assert err.value.counters["requests"] == 1 and err.value.counters["prompt_tokens"] > 0  # what it cost
 
 
 def test_loop_detector_is_the_repeats_stages():
@@ -154,6 +155,7 @@ def test_stage_cli_dead_letters_when_the_server_dies_then_a_rerun_resumes_and_a_
     counts = first["stages"]["relabel"]["src"]
     assert counts["inputs"] == 6 and counts["out"] == 3 and counts["dead"] == {"request_connection_failed": 3}
     assert first["balanced"] and pq.read_table(tmp_path / "run1" / "dead_letter.parquet").num_rows == 3
+    assert counts["counters"]["requests"] == 6  # the dead-lettered records' requests are counted too
     proxy.down_after, proxy.chat_requests = None, 0
     cache = str(tmp_path / "run1" / "_relabel" / "cache.sqlite")
     assert _run_cli(common + ["--output", str(tmp_path / "run2"), "--set", f"cache_path={cache}"]) == 0
