@@ -7,7 +7,7 @@ A metric is ``fn(reference, candidate) -> (score | None, details)`` (``MetricRes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,12 +20,32 @@ MetricResult = tuple[float | None, Details]
 MAX_PROBLEMS = 50  # problems listed per metric; the count is always complete
 
 
+def token_strings(sequences: Sequence[Sequence[Hashable]]) -> list[str]:
+    """Each sequence as a string of one code point per item, equal items (``==``) getting the same
+    code point and different items different ones across all ``sequences`` (surrogates skipped), so
+    Levenshtein over the strings is Levenshtein over the items. rapidfuzz compares the items of a
+    non-string sequence by hash, where ``""`` and ``"\x00"`` (or ``"a"`` and ``97``) collide."""
+    vocab: dict[Hashable, str] = {}
+
+    def code(item: Hashable) -> str:
+        c = vocab.get(item)
+        if c is None:
+            n = len(vocab)
+            c = vocab[item] = chr(n if n < 0xD800 else n + 0x800)
+        return c
+
+    return ["".join(code(item) for item in seq) for seq in sequences]
+
+
 def normalized_edit_distance(a: str | Sequence[Any], b: str | Sequence[Any]) -> float:
     """Levenshtein(a, b) / max(len(a), len(b)), in [0, 1]; 0.0 for two empty inputs.
 
     The OmniDocBench text convention (``Edit_dist``), on characters of a string or items of a
-    sequence. No normalisation is applied here; callers normalise first.
+    sequence (items compare by ``==``; see ``token_strings``). No normalisation is applied here;
+    callers normalise first.
     """
+    if not (isinstance(a, str) and isinstance(b, str)):
+        a, b = token_strings([a, b])
     return float(Levenshtein.normalized_distance(a, b))
 
 

@@ -11,27 +11,60 @@ import re
 
 from schemas.edit_distance import Details, MetricResult, distance_matrix, text_similarity
 
-_MATH = re.compile(
-    r"\$\$(?P<display>.+?)\$\$"
-    r"|\\\[(?P<bracket>.+?)\\\]"
-    r"|\\\((?P<paren>.+?)\\\)"
-    r"|(?P<env>\\begin\{(?P<envname>equation|align|gather|multline|eqnarray|displaymath)\*?\}"
-    r".+?\\end\{(?P=envname)\*?\})"
-    r"|(?<![\\$])\$(?P<inline>(?:[^$\\\n]|\\.)+?)\$",
-    re.DOTALL,
-)
+_OPENER = re.compile(r"\$|\\[\[(]|\\begin\{")
+_ENV_BEGIN = re.compile(r"\\begin\{(equation|align|gather|multline|eqnarray|displaymath)\*?\}")
+_INLINE_BODY = re.compile(r"(?:[^$\\\n]|\\.)+", re.DOTALL)
+_PAIRED = {"$$": "$$", "\\[": "\\]", "\\(": "\\)"}
+
+
+def _find(text: str, closer: str, start: int, dead: set[str]) -> int:
+    """``text.find(closer, start)``, remembering in ``dead`` a closer that is not there (nor, as
+    ``start`` only grows, later)."""
+    if closer in dead:
+        return -1
+    k = text.find(closer, start)
+    if k < 0:
+        dead.add(closer)
+    return k
 
 
 def find_math(text: str) -> list[tuple[int, int, str]]:
     """Every formula in a Markdown/LaTeX text: (start, end, body) in document order.
 
     Delimiters: ``$$..$$``, ``\\[..\\]``, ``\\(..\\)``, ``\\begin{equation|align|gather|multline|
-    eqnarray|displaymath}..\\end{..}`` (body kept whole) and single-line ``$..$`` (not ``\\$``)."""
-    spans = []
-    for m in _MATH.finditer(text):
-        body = next(g for g in (m.group("display"), m.group("bracket"), m.group("paren"),
-                                m.group("env"), m.group("inline")) if g is not None)
-        spans.append((m.start(), m.end(), body))
+    eqnarray|displaymath}..\\end{..}`` (body kept whole) and single-line ``$..$`` (not ``\\$``).
+
+    Left to right, at each position the first of those that closes wins (in the order above); a
+    body is never empty and ends at the first closer after it, as the lazy regular expression
+    ``$$(.+?)$$|...`` would match. Linear time: each closer is looked up with ``str.find``, and a
+    closer that does not occur after an opener is not looked up again.
+    """
+    spans: list[tuple[int, int, str]] = []
+    dead: set[str] = set()  # closers that do not occur after the current position
+    n = len(text)
+    i = 0
+    while (m := _OPENER.search(text, i)) is not None:
+        i = m.start()
+        found: tuple[int, int, str] | None = None
+        opener = text[i:i + 2]
+        if opener in _PAIRED and (close := _find(text, _PAIRED[opener], i + 3, dead)) >= 0:
+            found = (i, close + 2, text[i + 2:close])
+        if found is None and opener == "\\b" and (env := _ENV_BEGIN.match(text, i)) is not None:
+            name = env.group(1)
+            ends = [(k, len(closer)) for closer in (f"\\end{{{name}}}", f"\\end{{{name}*}}")
+                    if (k := _find(text, closer, env.end() + 1, dead)) >= 0]
+            if ends:
+                close, length = min(ends)
+                found = (i, close + length, text[i:close + length])
+        if found is None and text[i] == "$" and (i == 0 or text[i - 1] not in "\\$"):
+            body = _INLINE_BODY.match(text, i + 1)
+            if body is not None and body.end() < n and text[body.end()] == "$":
+                found = (i, body.end() + 1, body.group())
+        if found is None:
+            i += 1
+        else:
+            spans.append(found)
+            i = found[1]
     return spans
 
 
@@ -277,22 +310,41 @@ def formula_exact_match(reference: str, candidate: str) -> bool:
     return normalize_formula(reference) == normalize_formula(candidate)
 
 
+def _normalized_or_none(formula: str) -> str | None:
+    """``normalize_formula(formula)``, or None for a formula nested too deep to normalise (its
+    brace groups are handled recursively: ~1000 nested ``{`` exceed Python's recursion limit)."""
+    try:
+        return normalize_formula(formula)
+    except RecursionError:
+        return None
+
+
 def _formula_matching(reference: str, candidate: str) -> tuple[float, float, Details] | None:
     from scipy.optimize import linear_sum_assignment
 
-    ref = [normalize_formula(f) for f in extract_formulas(reference)]
-    if not ref:
+    ref_norm = [_normalized_or_none(f) for f in extract_formulas(reference)]
+    if not ref_norm:
         return None
-    cand = [normalize_formula(f) for f in extract_formulas(candidate)]
-    details: Details = {"reference_formulas": len(ref), "candidate_formulas": len(cand)}
+    cand_norm = [_normalized_or_none(f) for f in extract_formulas(candidate)]
+    details: Details = {"reference_formulas": len(ref_norm), "candidate_formulas": len(cand_norm)}
+    too_deep = sum(f is None for f in ref_norm + cand_norm)
+    if too_deep:
+        details["too_deep"] = too_deep  # each such formula scores 0 against every other
+    ref, cand = [f or "" for f in ref_norm], [f or "" for f in cand_norm]
     denominator = max(len(ref), len(cand))
     if not cand:
         details["reason"] = "candidate has no formula"
         return 0.0, 0.0, details
     similarity = 1.0 - distance_matrix(ref, cand)
+    for r, f in enumerate(ref_norm):
+        if f is None:
+            similarity[r, :] = 0.0
+    for c, f in enumerate(cand_norm):
+        if f is None:
+            similarity[:, c] = 0.0
     rows, cols = linear_sum_assignment(similarity, maximize=True)
     matched = similarity[rows, cols]
-    exact = sum(ref[r] == cand[c] for r, c in zip(rows, cols, strict=True))
+    exact = sum(ref_norm[r] is not None and ref_norm[r] == cand_norm[c] for r, c in zip(rows, cols, strict=True))
     details["exact"] = int(exact)
     worst = sorted(zip(matched, rows, cols, strict=True))[:3]
     details["worst"] = [{"reference": ref[r], "candidate": cand[c], "similarity": round(float(s), 6)}
@@ -306,7 +358,9 @@ def formula_match(reference: str, candidate: str) -> MetricResult:
     The formulas of each text (``extract_formulas``) are normalised (``normalize_formula``) and
     matched one-to-one maximising total similarity (Hungarian); score = Σ over matched pairs of
     (1 - normalized edit distance) / max(#reference formulas, #candidate formulas), so missing
-    and extra formulas count 0. None when the reference has no formula.
+    and extra formulas count 0. A formula nested too deep to normalise (~1000 nested braces)
+    scores 0 against any other (``details["too_deep"]`` counts them); the page is still scored.
+    None when the reference has no formula.
     """
     result = _formula_matching(reference, candidate)
     if result is None:

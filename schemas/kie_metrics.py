@@ -18,19 +18,29 @@ _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
 def parse_json_answer(text: str) -> Any:
-    """The JSON value of an answer (inside a Markdown code fence or bare); ``ValueError`` if none."""
+    """The JSON value of an answer (inside a Markdown code fence or bare); ``ValueError`` if none,
+    or if it is nested too deep for the JSON parser (``RecursionError`` there)."""
     m = _FENCE.match(text)
-    return json.loads(m.group(1) if m else text)
+    try:
+        return json.loads(m.group(1) if m else text)
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deep") from exc
 
 
 def flatten_fields(value: Any, prefix: str = "") -> set[tuple[str, str]]:
-    """``(path, normalized value)`` pairs of a JSON value's leaves."""
-    if isinstance(value, dict):
-        return {p for k, v in value.items() for p in flatten_fields(v, f"{prefix}.{k}" if prefix else str(k))}
-    if isinstance(value, list):
-        return {p for i, v in enumerate(value) for p in flatten_fields(v, f"{prefix}[{i}]")}
-    text = "" if value is None else (json.dumps(value) if isinstance(value, bool) else str(value))
-    return {(prefix, " ".join(text.split()).casefold())}
+    """``(path, normalized value)`` pairs of a JSON value's leaves (iterative: any depth)."""
+    fields: set[tuple[str, str]] = set()
+    stack = [(value, prefix)]
+    while stack:
+        value, prefix = stack.pop()
+        if isinstance(value, dict):
+            stack += [(v, f"{prefix}.{k}" if prefix else str(k)) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, f"{prefix}[{i}]") for i, v in enumerate(value)]
+        else:
+            text = "" if value is None else (json.dumps(value) if isinstance(value, bool) else str(value))
+            fields.add((prefix, " ".join(text.split()).casefold()))
+    return fields
 
 
 def kie_f1(reference: str, candidate: str) -> MetricResult:

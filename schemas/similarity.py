@@ -56,6 +56,7 @@ from schemas.table_metrics import (
     TEDS_CONVENTIONS,
     TedsConvention,
     check_teds_convention,
+    document_tables,
     table_edit_similarity,
     table_integrity,
     table_node_count,
@@ -65,7 +66,6 @@ from schemas.table_metrics import (
     teds,
     teds_details,
 )
-from schemas.tables import parse_tables
 
 __all__ = [
     "DEFAULT_TEDS_CONVENTION", "TEDS_CONVENTIONS", "TedsConvention", "check_teds_convention", "metrics_for",
@@ -100,7 +100,7 @@ def _teds_s_metric(reference: str, candidate: str, convention: TedsConvention = 
 
 def _table_integrity_metric(reference: str, candidate: str) -> MetricResult:
     """``table_integrity(candidate)``; None when the reference has no table."""
-    if not parse_tables(reference):
+    if not document_tables(reference):
         return None, {"reason": "reference has no table"}
     return table_integrity(candidate)
 
@@ -109,7 +109,7 @@ def structural_validity(reference: str, candidate: str) -> MetricResult:
     """Mean of ``brace_balance``, ``tag_closure`` and, when the candidate has a table,
     ``table_integrity`` of the candidate (the reference is not consulted)."""
     parts = {"brace_balance": brace_balance(candidate)[0], "tag_closure": tag_closure(candidate)[0]}
-    if parse_tables(candidate):
+    if document_tables(candidate):
         parts["table_integrity"] = table_integrity(candidate)[0]
     return sum(parts.values()) / len(parts), {k: round(v, 6) for k, v in parts.items()}
 

@@ -3,9 +3,11 @@ table integrity (rectangular grids).
 
 TEDS comes in two named conventions (``TEDS_CONVENTIONS``; docs/judging.md says which to use when):
 
-* ``"omnidocbench"`` (``DEFAULT_TEDS_CONVENTION``): OmniDocBench-style normalisation first: tables
-  parsed once by ``schemas.tables`` (HTML and Markdown pipe tables), thead/tbody unwrapped, header
-  cells labelled ``th``, cell whitespace collapsed, inline tags dropped; tree edit distance from
+* ``"omnidocbench"`` (``DEFAULT_TEDS_CONVENTION``): OmniDocBench's normalisation
+  (``utils/data_preprocess.normalized_html_table``) first: tables parsed once by ``schemas.tables``
+  (HTML and Markdown pipe tables), thead/tbody unwrapped, every ``th`` renamed ``td`` (so header
+  cells, ``<thead>`` rows and a Markdown header row score like plain cells), cell text NFKC-normalised
+  with ``\u200b`` removed and whitespace collapsed, inline tags dropped; tree edit distance from
   ``schemas.tree_edit.table_tree_distance``.
 * ``"pubtabnet"``: PubTabNet's ``metric.py`` as written (``schemas.teds_pubtabnet``).
 
@@ -15,7 +17,9 @@ Each metric returns a ``schemas.edit_distance.MetricResult``.
 from __future__ import annotations
 
 import html
+import unicodedata
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -37,8 +41,15 @@ def check_teds_convention(convention: str) -> TedsConvention:
     return convention  # type: ignore[return-value]
 
 
-def _cell_labels(table: Table) -> list[tuple[str, int, int]]:
-    return [("th" if c.header else "td", c.rowspan, c.colspan) for row in table.rows for c in row]
+def _cell_labels(table: Table) -> list[tuple[int, int]]:
+    # OmniDocBench renames every th to td: a cell's label is its spans only
+    return [(c.rowspan, c.colspan) for row in table.rows for c in row]
+
+
+def omnidocbench_cell_text(text: str) -> str:
+    """A cell's text as OmniDocBench compares it: NFKC (fullwidth ``（１）`` reads ``(1)``), zero-width
+    spaces removed, whitespace runs (``\xa0`` included) collapsed to one space, ends stripped."""
+    return " ".join(unicodedata.normalize("NFKC", text).replace("\u200b", "").split())
 
 
 def table_node_count(table: Table) -> int:
@@ -50,11 +61,11 @@ def table_node_count(table: Table) -> int:
 def table_ted(a: Table, b: Table, structure_only: bool = False) -> float:
     """Tree edit distance between the TEDS trees of two parsed tables.
 
-    Tree: ``table`` -> ``tr`` per row -> one leaf per cell, labelled (tag, rowspan, colspan) with
-    tag ``th`` for header cells (``<th>``, cells inside ``<thead>``, a Markdown header row) and
-    ``td`` otherwise, carrying the cell text (whitespace collapsed, inline tags dropped).
-    Costs (PubTabNet ``CustomConfig``): insert/delete 1; rename 1 when tag, rowspan or colspan
-    differ, else the normalized edit distance of the two contents (0 under ``structure_only``).
+    Tree: ``table`` -> ``tr`` per row -> one leaf per cell, labelled ``td`` with its rowspan and
+    colspan (OmniDocBench renames every ``th`` to ``td``, so header cells are plain cells), carrying
+    ``omnidocbench_cell_text`` of the cell text (inline tags dropped).
+    Costs (PubTabNet ``CustomConfig``): insert/delete 1; rename 1 when rowspan or colspan differ,
+    else the normalized edit distance of the two contents (0 under ``structure_only``).
     """
     labels_a, labels_b = _cell_labels(a), _cell_labels(b)
     ids: dict[tuple[str, int, int], int] = {}
@@ -64,8 +75,8 @@ def table_ted(a: Table, b: Table, structure_only: bool = False) -> float:
     if structure_only:
         cost = np.where(same, 0.0, 1.0)
     else:
-        texts_a = [c.text for row in a.rows for c in row]
-        texts_b = [c.text for row in b.rows for c in row]
+        texts_a = [omnidocbench_cell_text(c.text) for row in a.rows for c in row]
+        texts_b = [omnidocbench_cell_text(c.text) for row in b.rows for c in row]
         cost = np.where(same, distance_matrix(texts_a, texts_b), 1.0)
     return table_tree_distance([len(r) for r in a.rows], [len(r) for r in b.rows], cost)
 
@@ -83,20 +94,32 @@ def table_teds(a: Table, b: Table, structure_only: bool = False) -> float:
     return min(1.0, max(0.0, 1.0 - table_ted(a, b, structure_only) / n))
 
 
-def _parse(text: Any, role: str) -> tuple[list[Table] | None, str | None]:
+@lru_cache(maxsize=16)
+def document_tables(text: str) -> tuple[Table, ...]:
+    """``parse_tables(text)``, parsed once for all the metrics that score the same text (``score_all``
+    runs TEDS, TEDS-S, table edit and integrity on one page). Shared: do not modify the tables."""
+    return tuple(parse_tables(text))
+
+
+@lru_cache(maxsize=16)
+def _pubtabnet_tables(text: str) -> tuple[Any, ...]:
+    return tuple(parse_document_tables(text, document_tables(text)))
+
+
+def _parse(text: Any, role: str) -> tuple[Sequence[Table] | None, str | None]:
     if not isinstance(text, str):
         return None, f"{role} is {type(text).__name__}, not text"
     try:
-        return parse_tables(text), None
+        return document_tables(text), None
     except Exception as exc:  # parse_tables recovers from bad HTML; this guards the unforeseen
         return None, f"{role} could not be parsed: {exc.__class__.__name__}: {exc}"
 
 
-def _parse_pubtabnet(text: Any, role: str) -> tuple[list[Any] | None, str | None]:
+def _parse_pubtabnet(text: Any, role: str) -> tuple[Sequence[Any] | None, str | None]:
     if not isinstance(text, str):
         return None, f"{role} is {type(text).__name__}, not text"
     try:
-        return parse_document_tables(text), None
+        return _pubtabnet_tables(text), None
     except Exception as exc:  # lxml refuses some inputs (e.g. a document that is only a NUL byte)
         return None, f"{role} could not be parsed: {exc.__class__.__name__}: {exc}"
 
@@ -104,7 +127,8 @@ def _parse_pubtabnet(text: Any, role: str) -> tuple[list[Any] | None, str | None
 def _paired_table_metric(reference: Any, candidate: Any, score_pair: Callable[[Any, Any], float],
                          parse: Callable[[Any, str], tuple[Sequence[Any] | None, str | None]] = _parse,
                          ) -> MetricResult:
-    """Pair the i-th candidate table with the i-th reference table (document order); the score
+    """Pair the i-th candidate table with the i-th reference table (document order: by start offset
+    in the text, HTML and Markdown tables together); the score
     is the sum of pair scores / max(tables in reference, tables in candidate), so a missing or
     an extra table counts 0. None when the reference has no table."""
     ref_tables, error = parse(reference, "reference")
@@ -186,7 +210,7 @@ def table_edit_similarity(reference: Any, candidate: Any) -> MetricResult:
 
 
 def table_integrity(text: str) -> MetricResult:
-    """Per table: filled / total positions of its occupancy grid (``Table.grid()``; holes come
+    """Per table: filled / total positions of its occupancy grid (``Table.occupancy()``; holes come
     from ragged rows or spans that overrun), halved when the parser reported other problems
     (unclosed ``<table>``, cells outside ``<tr>``). Score = mean over tables; 1 with no table."""
     tables, error = _parse(text, "text")
@@ -197,9 +221,7 @@ def table_integrity(text: str) -> MetricResult:
     scores: list[float] = []
     problems: list[str] = []
     for i, table in enumerate(tables, start=1):
-        grid = table.grid()
-        total = sum(len(r) for r in grid)
-        filled = sum(c is not None for r in grid for c in r)
+        filled, total = table.occupancy()
         score = filled / total if total else 1.0
         if filled < total:
             problems.append(f"table {i}: {total - filled} of {total} grid positions empty")

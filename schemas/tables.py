@@ -3,11 +3,13 @@
 ``parse_tables(text)`` returns every table as a ``Table``: rows of ``Cell`` (text, rowspan,
 colspan, header flag), in document order. Everything that reasons about tables builds on it: the
 ``table`` unit test and TEDS (the table -> row -> cell tree); ``Table.grid()`` is the occupancy grid
-that expands spans. Two named readings (``convention=``): ``"standard"`` (GFM pipe tables, HTML
-with implied end tags; TEDS) and ``"olmocr"`` (what olmOCR-Bench's table test accepts: pipe-line
-runs without a separator row, BeautifulSoup's tree; the unit test). Parsing never raises: HTML that
-does not parse yields what could be recovered, and ``Table.problems`` lists what was wrong
-(unclosed tags, ragged rows, no separator row).
+that expands spans, at most ``MAX_GRID_AREA`` positions (``place_cells``). Two named readings
+(``convention=``): ``"standard"`` (GFM pipe tables, HTML with implied end tags; TEDS) and
+``"olmocr"`` (what olmOCR-Bench's table test accepts: pipe-line runs without a separator row,
+BeautifulSoup's tree; the unit test). Document order is the order of the tables' start offsets in
+the text, HTML and Markdown alike (``Table.start``). Parsing never raises: HTML that does not parse
+yields what could be recovered, and ``Table.problems`` lists what was wrong (unclosed tags, ragged
+rows, no separator row).
 """
 
 from __future__ import annotations
@@ -37,48 +39,100 @@ class Table:
     rows: list[list[Cell]]
     source: str = "html"  # html | markdown
     problems: list[str] = field(default_factory=list)
+    # Where the table stands in the text it was parsed from ("standard" convention): ``text[start:end]``
+    # is the table (an unclosed ``<table>`` runs to the end); ``depth`` > 0 for an HTML table nested in
+    # another table. -1 / 0 where unknown (``"olmocr"`` convention, tables built by hand).
+    start: int = field(default=-1, compare=False)
+    end: int = field(default=-1, compare=False)
+    depth: int = field(default=0, compare=False)
 
     def grid(self) -> list[list[Cell | None]]:
-        """Occupancy grid: each spanned cell fills every position it covers; holes are ``None``."""
+        """Occupancy grid: each spanned cell fills every position it covers; holes are ``None``.
+        Spans are cut so that the grid has at most ``MAX_GRID_AREA`` positions (``place_cells``)."""
         placed = place_cells(self.rows)
-        n_cols = max((c for _, c in placed), default=-1) + 1
-        n_rows = max((r for r, _ in placed), default=-1) + 1
+        n_rows, n_cols = _extent(placed)
         return [[placed[(r, c)][0] if (r, c) in placed else None for c in range(n_cols)] for r in range(n_rows)]
+
+    def occupancy(self) -> tuple[int, int]:
+        """``(filled, total)`` positions of ``grid()``, without building it."""
+        placed = place_cells(self.rows)
+        n_rows, n_cols = _extent(placed)
+        return len(placed), n_rows * n_cols
 
     @property
     def is_rectangular(self) -> bool:
-        return all(cell is not None for row in self.grid() for cell in row)
+        filled, total = self.occupancy()
+        return filled == total
 
 
-def place_cells(rows) -> dict[tuple[int, int], tuple[Any, int, int]]:
+# The most positions (rows x columns of the bounding box) a table's occupancy grid may have. Real
+# tables stay far below (200 rows x 30 columns is 6,000); without a bound a few cells with
+# colspan="1000" rowspan="1000" (HTML's own limits) make millions of positions.
+MAX_GRID_AREA = 100_000
+
+
+def _extent(placed: dict[tuple[int, int], Any]) -> tuple[int, int]:
+    return (max((r for r, _ in placed), default=-1) + 1, max((c for _, c in placed), default=-1) + 1)
+
+
+def _fit(limit: int, fixed: int, origin: int, span: int) -> int:
+    """The largest ``s`` in ``1..span`` with ``max(fixed, origin + s)`` times the other side within
+    ``limit`` (``limit`` already divided by that side); at least 1."""
+    return max(1, min(span, limit - origin)) if origin + span > fixed else span
+
+
+def place_cells(rows, max_area: int = MAX_GRID_AREA) -> dict[tuple[int, int], tuple[Any, int, int]]:
     """Where spanned cells land: ``(row, col) -> (cell, row offset, col offset)`` for every position a
     cell covers (offsets ``0, 0`` at its origin). Cells are placed left to right in the first free
-    column, as HTML does; any cell type with ``rowspan`` and ``colspan`` works."""
+    column, as HTML does; any cell type with ``rowspan`` and ``colspan`` works.
+
+    The grid's bounding box (rows x columns) is kept within ``max_area`` positions: a cell whose
+    spans would take it past that has its rowspan cut to the most that fits, then, if that is not
+    enough, its colspan (each at least 1; a cell without spans is never cut, so a long ragged table
+    may still exceed the bound by its own cells). Below the bound spans are placed as written. The
+    cells keep their spans (TEDS labels use them); only the grid is cut."""
     placed: dict[tuple[int, int], tuple[Any, int, int]] = {}
+    n_rows = n_cols = 0
     for r, row in enumerate(rows):
         c = 0
         for cell in row:
             while (r, c) in placed:
                 c += 1
-            for dr in range(max(1, cell.rowspan)):
-                for dc in range(max(1, cell.colspan)):
+            rowspan, colspan = max(1, cell.rowspan), max(1, cell.colspan)
+            if max(n_rows, r + rowspan) * max(n_cols, c + colspan) > max_area:
+                width = max(n_cols, c + colspan)
+                rowspan = _fit(max_area // width, n_rows, r, rowspan)
+                height = max(n_rows, r + rowspan)
+                if height * width > max_area:
+                    colspan = _fit(max_area // height, n_cols, c, colspan)
+            n_rows, n_cols = max(n_rows, r + rowspan), max(n_cols, c + colspan)
+            for dr in range(rowspan):
+                for dc in range(colspan):
                     placed[(r + dr, c + dc)] = (cell, dr, dc)
-            c += max(1, cell.colspan)
+            c += colspan
     return placed
 
 
 class _TableParser(HTMLParser):
     """Collects every <table> (nested tables become separate tables, text kept in the outer cell)."""
 
-    def __init__(self):
+    def __init__(self, text: str):
         super().__init__(convert_charrefs=True)
         self.tables: list[Table] = []
         self._stack: list[dict] = []  # open tables: rows, current row, current cell, thead flag
+        self._text = text
+        self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]  # HTMLParser counts "\n" only
+
+    def _offset(self) -> int:
+        """Offset in the text of the tag being handled."""
+        line, column = self.getpos()
+        return self._line_starts[line - 1] + column
 
     def handle_starttag(self, tag, attrs):
         tag = tag.lower()
         if tag == "table":
-            self._stack.append({"rows": [], "row": None, "cell": None, "thead": False, "problems": []})
+            self._stack.append({"rows": [], "row": None, "cell": None, "thead": False, "problems": [],
+                                "start": self._offset(), "depth": len(self._stack)})
             return
         if not self._stack:
             return
@@ -115,7 +169,8 @@ class _TableParser(HTMLParser):
         elif tag == "thead":
             t["thead"] = False
         elif tag == "table":
-            self._finish()
+            close = self._text.find(">", self._offset())
+            self._finish(end=len(self._text) if close < 0 else close + 1)
 
     def handle_data(self, data):
         self._add_text(data)
@@ -139,12 +194,12 @@ class _TableParser(HTMLParser):
             t["rows"].append(t["row"])
             t["row"] = None
 
-    def _finish(self, unclosed: bool = False):
+    def _finish(self, unclosed: bool = False, end: int | None = None):
         t = self._stack.pop()
         self._close_row(t)
         if unclosed:
             t["problems"].append("unclosed <table>")
-        table = Table(t["rows"], "html", t["problems"])
+        table = Table(t["rows"], "html", t["problems"], t["start"], len(self._text) if end is None else end, t["depth"])
         if not table.is_rectangular:
             table.problems.append("rows do not form a rectangle")
         self.tables.append(table)
@@ -216,10 +271,12 @@ def _olmocr_html_tables(text: str) -> list[Table]:
 
 
 def parse_html_tables(text: str, convention: Convention = "standard") -> list[Table]:
-    """Every ``<table>``, in document order.
+    """Every ``<table>``, in document order (of their ``<table>`` tags: an outer table before the
+    tables nested in it).
 
     ``"standard"``: a tolerant reading with HTML's implied end tags (a ``<td>`` or ``<tr>`` closes
-    the open cell or row); a nested table is a table of its own, its text also kept in the outer cell.
+    the open cell or row); a nested table is a table of its own (``Table.depth`` > 0), its text also
+    kept in the outer cell. ``Table.start``/``Table.end`` locate each table in ``text``.
 
     ``"olmocr"`` (olmOCR-Bench's ``table`` test): BeautifulSoup's ``html.parser`` tree, nothing
     closed implicitly; a table's rows are all ``<tr>`` below it (nested tables included), a row's
@@ -232,10 +289,10 @@ def parse_html_tables(text: str, convention: Convention = "standard") -> list[Ta
         return []
     if convention == "olmocr":
         return _olmocr_html_tables(text)
-    parser = _TableParser()
+    parser = _TableParser(text)
     parser.feed(text)
     parser.close()
-    return parser.tables
+    return sorted(parser.tables, key=lambda t: t.start)
 
 
 _SEPARATOR = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")  # GFM: one or more dashes per cell
@@ -252,18 +309,23 @@ def _split_row(line: str) -> list[str]:
 
 
 def _gfm_tables(text: str) -> list[Table]:
-    lines = text.splitlines()
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    lines = [line.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029") for line in lines]
     tables: list[Table] = []
     i = 0
     while i < len(lines) - 1:
         if "|" in lines[i] and _SEPARATOR.match(lines[i + 1]):
+            first = i
             header = _split_row(lines[i])
             rows = [[Cell(t, header=True) for t in header]]
             i += 2
             while i < len(lines) and "|" in lines[i] and lines[i].strip():
                 rows.append([Cell(t) for t in _split_row(lines[i])])
                 i += 1
-            table = Table(rows, "markdown")
+            table = Table(rows, "markdown", start=starts[first], end=starts[i])
             if not table.is_rectangular or len({len(r) for r in rows}) > 1:
                 table.problems.append("rows have different numbers of cells")
             tables.append(table)
@@ -344,8 +406,15 @@ def parse_markdown_tables(text: str, convention: Convention = "standard") -> lis
 
 
 def parse_tables(text: str, markdown: bool = True, convention: Convention = "standard") -> list[Table]:
-    """Every HTML table, then (unless ``markdown=False``) every Markdown pipe table."""
+    """Every HTML table and (unless ``markdown=False``) every Markdown pipe table.
+
+    ``"standard"``: in document order, HTML and Markdown tables together, by where each starts in
+    the text (``Table.start``; a nested HTML table after its outer table). ``"olmocr"``: the HTML
+    tables, then the Markdown ones (the ``table`` test searches them all; order does not matter).
+    """
     tables = parse_html_tables(text, convention)
     if markdown:
         tables += parse_markdown_tables(text, convention)
+    if convention == "standard":
+        tables.sort(key=lambda t: t.start)
     return tables

@@ -16,10 +16,12 @@ github.com/ibm-aur-nlp/PubTabNet) scores the HTML as written:
 * TEDS = 1 - TED / n, n = the larger count of elements below ``<table>`` (``.//*``: this counts
   elements inside ``td`` too, which are not tree nodes). TEDS-S: ``td`` contents left empty.
 
-Where a page is scored rather than one table: the HTML tables are the ``<table>`` elements not
-inside another table (PubTabNet takes ``body/table``), in document order, then the Markdown pipe
-tables of ``schemas.tables``, written as PubTabNet's annotations are (header row as ``<td>`` cells
-in ``<thead>``, the rest in ``<tbody>``). Two departures, both outside PubTabNet's own inputs:
+Where a page is scored rather than one table: the tables are those ``schemas.tables.parse_tables``
+finds (the same finder as the ``"omnidocbench"`` convention), in document order (by start offset,
+HTML and Markdown together): each HTML table not inside another table (PubTabNet takes
+``body/table``) is its own text ``<table ...>...</table>`` parsed by lxml, each Markdown pipe table is
+written as PubTabNet's annotations are (header row as ``<td>`` cells in ``<thead>``, the rest in
+``<tbody>``). Two departures, both outside PubTabNet's own inputs:
 two tables without any element score 1 (PubTabNet divides by zero), and ``teds_details`` clamps
 the page score at 0 (``pubtabnet_teds`` returns the raw value, which can be negative).
 """
@@ -32,8 +34,8 @@ from typing import Any
 import numpy as np
 from lxml import html as lxml_html
 
-from schemas.edit_distance import distance_matrix
-from schemas.tables import Table, parse_markdown_tables
+from schemas.edit_distance import distance_matrix, token_strings
+from schemas.tables import Table, parse_tables
 from schemas.tree_edit import Node, postorder_leftmost, tree_distance
 
 _PARSER = lxml_html.HTMLParser(remove_comments=True, encoding="utf-8")
@@ -84,13 +86,8 @@ def _rename_costs(nodes_a: list[Node], nodes_b: list[Node]) -> np.ndarray:
     td_a = [i for i, n in enumerate(nodes_a) if n.label[0] == "td"]
     td_b = [j for j, n in enumerate(nodes_b) if n.label[0] == "td"]
     if td_a and td_b:
-        vocab: dict[str, str] = {}
-
-        def chars(tokens: tuple[str, ...]) -> str:  # one code point per distinct token, surrogates skipped
-            return "".join(vocab.get(t) or vocab.setdefault(t, chr(len(vocab) + (0 if len(vocab) < 0xD800 else 0x800)))
-                           for t in tokens)
-
-        dist = distance_matrix([chars(nodes_a[i].label[3]) for i in td_a], [chars(nodes_b[j].label[3]) for j in td_b])
+        strings = token_strings([nodes_a[i].label[3] for i in td_a] + [nodes_b[j].label[3] for j in td_b])
+        dist = distance_matrix(strings[:len(td_a)], strings[len(td_a):])
         sub = np.ix_(td_a, td_b)
         cost[sub] = np.where(cost[sub] == 0.0, dist, 1.0)
     return cost
@@ -140,17 +137,19 @@ def markdown_table_html(table: Table) -> str:
     return out + "</table>"
 
 
-def parse_document_tables(text: str) -> list[Any]:
-    """The page's tables as lxml ``<table>`` elements: HTML tables not nested in another table,
-    in document order, then the Markdown pipe tables rendered by ``markdown_table_html``."""
-    tables: list[Any] = []
-    if "<table" in text.lower():
-        doc = lxml_html.document_fromstring(text, parser=_PARSER)
-        tables += doc.xpath("//table[not(ancestor::table)]")
-    for table in parse_markdown_tables(text):
-        doc = lxml_html.document_fromstring(markdown_table_html(table), parser=_PARSER)
-        tables += doc.xpath("body/table")
-    return tables
+def parse_document_tables(text: str, tables: list[Table] | tuple[Table, ...] | None = None) -> list[Any]:
+    """The page's tables as lxml ``<table>`` elements, in document order: of ``parse_tables(text)``
+    (or ``tables``, already parsed from ``text``), each HTML table not nested in another, its text
+    ``text[start:end]`` parsed by lxml, and each Markdown pipe table rendered by ``markdown_table_html``."""
+    out: list[Any] = []
+    for table in parse_tables(text) if tables is None else tables:
+        if table.source == "markdown":
+            doc = lxml_html.document_fromstring(markdown_table_html(table), parser=_PARSER)
+            out += doc.xpath("body/table")
+        elif table.depth == 0:
+            doc = lxml_html.document_fromstring(text[table.start:table.end], parser=_PARSER)
+            out += doc.xpath("//table[not(ancestor::table)]")
+    return out
 
 
 __all__ = ["cell_tokens", "element_count", "markdown_table_html", "parse_document_tables", "pubtabnet_ted",

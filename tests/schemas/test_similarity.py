@@ -1,5 +1,6 @@
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from schemas.similarity import (
     METRICS,
     brace_balance,
     extract_formulas,
+    find_math,
     formula_exact,
     formula_exact_match,
     formula_match,
@@ -45,6 +47,10 @@ def html_table(rows: list[list[str]]) -> str:
     ("abc", "abc", 0.0),
     ("abcd", "abd", 1 / 4),
     (["<td>", "x"], ["<td>", "y"], 1 / 2),  # token sequences too
+    # items compare by ==, not by rapidfuzz's hash of them (which made these 0.0)
+    ([""], ["\x00"], 1.0),
+    (["a", "b"], [97, 98], 1.0),
+    (["a", "b"], "ab", 0.0),  # a string is the sequence of its characters
 ])
 def test_normalized_edit_distance(a, b, expected):
     assert normalized_edit_distance(a, b) == pytest.approx(expected, abs=1e-6)
@@ -80,17 +86,20 @@ def test_teds_hand_computed_structure_edits():
     pred = html_table([["<td>a</td>", "<td>b</td>"], ['<td colspan="2">c</td>']])
     assert teds(pred, REF_2X2) == pytest.approx(2 / 3, abs=1e-6)
     assert teds(pred, REF_2X2, structure_only=True) == pytest.approx(2 / 3, abs=1e-6)
-    # Header cells th vs td: two renames of cost 1 (tags differ): TEDS = 1 - 2/6 = 2/3.
+    # Header cells th vs td: OmniDocBench renames every th to td before scoring
+    # (data_preprocess.normalized_html_table), so they are the same cells: TEDS = TEDS-S = 1.
+    # (Before this matched OmniDocBench, th/td were two renames of cost 1: 1 - 2/6 = 2/3.)
     pred = html_table([["<th>a</th>", "<th>b</th>"], ["<td>c</td>", "<td>d</td>"]])
-    assert teds(pred, REF_2X2, structure_only=True) == pytest.approx(2 / 3, abs=1e-6)
+    assert teds(pred, REF_2X2, structure_only=True) == 1.0
+    assert teds(pred, REF_2X2) == 1.0
 
 
 def test_teds_is_clamped_at_zero():
-    # One row of 10 <td> against 10 rows of one <th>: n = max(11, 20) = 20. Cheapest script:
-    # delete the row (1), insert 10 rows (10), rename 10 cells td->th (10): TED = 21 > 20, so the
-    # raw 1 - 21/20 is negative and TEDS is 0.
+    # One row of 10 <td> against 10 rows of one <td> with other text: n = max(11, 20) = 20.
+    # Cheapest script: delete the row (1), insert 10 rows (10), rename 10 cells "0"->"a" ... (10):
+    # TED = 21 > 20, so the raw 1 - 21/20 is negative and TEDS is 0.
     a = "<table><tr>" + "".join(f"<td>{i}</td>" for i in range(10)) + "</tr></table>"
-    b = "<table>" + "".join(f"<tr><th>{i}</th></tr>" for i in range(10)) + "</table>"
+    b = "<table>" + "".join(f"<tr><td>{chr(97 + i)}</td></tr>" for i in range(10)) + "</table>"
     assert table_ted(parse_tables(a)[0], parse_tables(b)[0]) == pytest.approx(21.0)
     assert teds(a, b) == 0.0
 
@@ -118,6 +127,27 @@ def test_teds_pairs_tables_in_order_and_counts_missing_ones_zero():
     score, details = teds_details(REF_2X2, REF_2X2 + second)
     assert score == pytest.approx(0.5) and details["per_table"] == [1.0]
     assert teds(REF_2X2 + second + second, REF_2X2 + second) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("convention", ["omnidocbench", "pubtabnet"])
+def test_tables_pair_in_document_order_across_html_and_markdown(convention):
+    # Reference: table A in Markdown, then table B in HTML; candidate: both in HTML, same order.
+    # Paired by start offset: A with A, B with B. (Before, all HTML tables came first, so the
+    # candidate's A met the reference's B and the page scored 0.02 under omnidocbench.)
+    a_md = "| Name | Qty |\n|---|---|\n| apple | 3 |\n| pear | 5 |\n"
+    a_html = ("<table><tr><td>Name</td><td>Qty</td></tr><tr><td>apple</td><td>3</td></tr>"
+              "<tr><td>pear</td><td>5</td></tr></table>")
+    b_html = "<table><tr><td>Total</td><td>8</td><td>units</td></tr></table>"
+    reference = f"Intro\n\n{a_md}\nMiddle\n\n{b_html}\n"
+    candidate = f"Intro\n\n{a_html}\nMiddle\n\n{b_html}\n"
+    score, details = teds_details(candidate, reference, convention=convention)
+    assert details["per_table"][1] == 1.0
+    assert score == pytest.approx((teds(a_html, a_md, convention=convention) + 1.0) / 2)
+    assert score > 0.8
+    # Markdown after HTML on the page stays after it
+    score, details = teds_details(f"{b_html}\n\n{a_html}", f"{b_html}\n\n{a_md}", convention=convention)
+    assert details["per_table"][0] == 1.0 and score > 0.8
+    assert table_edit_similarity(reference, candidate)[1]["per_table"][1] == 1.0
 
 
 def test_table_edit_similarity_uses_canonical_html():
@@ -209,6 +239,42 @@ def test_formula_match_over_a_page():
     assert formula_match(ref, "nothing")[0] == 0.0
 
 
+# The regular expression find_math used to be (leftmost-first, lazy): the linear scanner must find
+# exactly its matches.
+_MATH_REGEX = re.compile(
+    r"\$\$(?P<display>.+?)\$\$"
+    r"|\\\[(?P<bracket>.+?)\\\]"
+    r"|\\\((?P<paren>.+?)\\\)"
+    r"|(?P<env>\\begin\{(?P<envname>equation|align|gather|multline|eqnarray|displaymath)\*?\}"
+    r".+?\\end\{(?P=envname)\*?\})"
+    r"|(?<![\\$])\$(?P<inline>(?:[^$\\\n]|\\.)+?)\$",
+    re.DOTALL,
+)
+
+
+def _regex_find_math(text: str) -> list[tuple[int, int, str]]:
+    return [(m.start(), m.end(), next(g for g in m.group("display", "bracket", "paren", "env", "inline")
+                                      if g is not None))
+            for m in _MATH_REGEX.finditer(text)]
+
+
+def test_find_math_equals_the_lazy_regex_and_is_linear():
+    import time
+
+    pieces = ["$", "$$", "\\", "\\[", "\\]", "\\(", "\\)", "\\begin{align}", "\\end{align}", "\\begin{align*}",
+              "\\end{align*}", "\\begin{equation}", "\\end{equation*}", "\\begin{foo}", "\\end{", "x", "a b", "\n",
+              "{", "}", "\\$", "\\\\"]
+    rng = random.Random(3)
+    for _ in range(4000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert find_math(text) == _regex_find_math(text), text
+    # unclosed openers: 22.9 s for 50k characters of "\(" with the regex
+    for text in ("\\(" * 25_000, "\\[" * 25_000, "$" * 50_000, "\\begin{align}" * 4_000, "\\$x" * 20_000):
+        start = time.perf_counter()
+        find_math(text)
+        assert time.perf_counter() - start < 2.0, text[:20]
+
+
 # --------------------------------------------------------------------------- structural validity
 
 
@@ -254,6 +320,48 @@ def test_html_conformance():
 
 
 # --------------------------------------------------------------------------- registry
+
+
+def test_span_blowup_is_bounded():
+    # colspan/rowspan 1000 (HTML's limits) on a 260-character table: the occupancy grid is capped at
+    # MAX_GRID_AREA positions instead of millions (9.5 s to parse and 98 s to score before).
+    import time
+
+    from schemas.tables import MAX_GRID_AREA
+
+    big = "<table>" + '<tr><td colspan="1000" rowspan="1000">x</td></tr>' * 5 + "</table>"
+    start = time.perf_counter()
+    results = score_all("<table><tr><td>x</td></tr></table>", big)
+    assert time.perf_counter() - start < 10
+    (table,) = parse_tables(big)
+    filled, total = table.occupancy()
+    # the box stays within the bound but for the 1x1 footprints of cells placed outside it
+    assert MAX_GRID_AREA <= total <= MAX_GRID_AREA + 5 * 100 and filled < total and not table.is_rectangular
+    assert table.rows[0][0].colspan == 1000  # the cells keep their spans: TEDS labels use them
+    assert results["teds"][0] == pytest.approx(0.1) and 0 < results["table_integrity"][0] < 1
+
+
+def test_formula_metrics_score_a_too_deep_formula_zero_instead_of_raising():
+    ref = "$a+b$"
+    deep = "$" + "{" * 1000 + "x" + "}" * 1000 + "$"
+    score, details = formula_match(ref, f"{ref} {deep}")
+    assert score == pytest.approx(0.5) and details["too_deep"] == 1
+    assert formula_exact(ref, f"{ref} {deep}")[0] == pytest.approx(0.5)
+    score, details = formula_match(f"{ref} {deep}", deep)
+    assert score == 0.0 and details["too_deep"] == 2  # a too-deep formula matches nothing, not even itself
+    assert score_all(deep, deep)["formula"][0] == 0.0
+
+
+def test_kie_f1_on_deeply_nested_json_does_not_raise():
+    from schemas.similarity import kie_f1
+
+    deep = "[" * 500 + "1" + "]" * 500  # json.loads reads it; flattening it recursively did not
+    score, details = kie_f1(f'{{"a": {deep}, "b": 2}}', '{"b": 2}')
+    assert score == pytest.approx(2 / 3) and details["reference_fields"] == 2
+    assert kie_f1(f'{{"a": {deep}}}', f'{{"a": {deep}}}')[0] == 1.0
+    too_deep = "[" * 100_000 + "]" * 100_000  # beyond the JSON parser's own recursion
+    assert kie_f1(f'{{"a": {too_deep}}}', '{"a": 1}')[0] is None
+    assert kie_f1('{"a": 1}', f'{{"a": {too_deep}}}')[0] == 0.0
 
 
 def test_every_metric_is_bounded_or_not_applicable():

@@ -8,10 +8,20 @@ end tags) used by TEDS are asserted where the two differ.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from schemas.table_unit_tests import bench_grid
-from schemas.tables import parse_html_tables, parse_markdown_tables, parse_tables
+from schemas.tables import (
+    MAX_GRID_AREA,
+    Cell,
+    Table,
+    parse_html_tables,
+    parse_markdown_tables,
+    parse_tables,
+    place_cells,
+)
 from schemas.unit_tests import TableTest
 
 
@@ -160,7 +170,10 @@ def test_html_nested_table_rows_belong_to_the_outer_table_too():
 def test_standard_reading_keeps_a_nested_tables_text_in_its_outer_cell():
     html = ("<table><tr><td>x <table><tr><td>in</td><td>a&lt;b</td></tr><tr><td>r2<br>r3</td></tr></table> y</td>"
             "<td>B</td></tr><tr><td>z</td></tr></table>")
-    inner, outer = parse_html_tables(html)  # the outer table closes last
+    outer, inner = parse_html_tables(html)  # document order: the outer table starts first
+    assert (outer.depth, inner.depth) == (0, 1) and html[outer.start:outer.end] == html
+    nested = html[inner.start:inner.end]
+    assert nested.startswith("<table><tr><td>in") and nested.endswith("</table>")
     assert [[c.text for c in r] for r in inner.rows] == [["in", "a<b"], ["r2 r3"]]
     # the inner cells read as words of the outer cell; the inner rows are not rows of the outer table
     assert [[c.text for c in r] for r in outer.rows] == [["x in a<b r2 r3 y", "B"], ["z"]]
@@ -207,3 +220,57 @@ def test_conventions_are_named():
         parse_html_tables("<table></table>", convention="bs4")
     both = NO_SEPARATOR + "\n<table><tr><td>x</td></tr></table>"
     assert len(parse_tables(both, convention="olmocr")) == 2 and len(parse_tables(both)) == 1
+
+
+# ------------------------------------------------------------------------------------ order and spans
+
+
+def test_standard_tables_come_in_document_order_across_html_and_markdown():
+    md = "| a | b |\r\n|---|---|\r\n| 1 | 2 |\r\n"
+    html = '<table><tr><td colspan="2">x</td></tr></table>'
+    text = f"intro\n{md}\ntext {html}\n\n{md.replace('1', '3')}"
+    tables = parse_tables(text)
+    # before, every HTML table came first, then every Markdown one
+    assert [t.source for t in tables] == ["markdown", "html", "markdown"]
+    assert [text[t.start:t.end] for t in tables] == [md, html, md.replace("1", "3")]
+    assert [t.start for t in tables] == sorted(t.start for t in tables)
+    unclosed = parse_tables("x <table><tr><td>a")[0]
+    assert (unclosed.start, unclosed.end) == (2, len("x <table><tr><td>a"))
+
+
+def _unbounded_place_cells(rows):
+    """place_cells as it was before the grid bound: every covered position."""
+    placed = {}
+    for r, row in enumerate(rows):
+        c = 0
+        for cell in row:
+            while (r, c) in placed:
+                c += 1
+            for dr in range(max(1, cell.rowspan)):
+                for dc in range(max(1, cell.colspan)):
+                    placed[(r + dr, c + dc)] = (cell, dr, dc)
+            c += max(1, cell.colspan)
+    return placed
+
+
+def test_grid_bound_changes_nothing_below_it_and_bounds_the_box_above_it():
+    rng = random.Random(7)
+    for _ in range(300):
+        rows = [[Cell(str(rng.random()), rng.choice((1, 1, 1, 2, 3)), rng.choice((1, 1, 1, 2, 4)))
+                 for _ in range(rng.randint(0, 5))] for _ in range(rng.randint(1, 6))]
+        exact = _unbounded_place_cells(rows)
+        assert place_cells(rows) == exact
+        table = Table(rows)
+        grid = table.grid()
+        assert table.occupancy() == (sum(c is not None for r in grid for c in r), sum(len(r) for r in grid))
+        assert table.is_rectangular == all(c is not None for r in grid for c in r)
+    # one 1000 x 1000 cell: cut to 100 rows x 1000 columns, the cell keeps its spans
+    big = Table([[Cell("x", 1000, 1000)]])
+    assert big.occupancy() == (MAX_GRID_AREA, MAX_GRID_AREA) and big.rows[0][0].rowspan == 1000
+    # rowspan cut first, to the most that fits: a 2 x 5 box under a bound of 12, not 6 x 5
+    wide, tall = Cell("w", 1, 5), Cell("t", 5, 1)
+    placed = place_cells([[wide], [tall]], max_area=12)
+    assert sorted(placed) == [(0, c) for c in range(5)] + [(1, 0)]
+    # ... then colspan: 3 rows x 4 columns under a bound of 12
+    placed = place_cells([[Cell("a", 3, 1), Cell("b", 1, 9)]], max_area=12)
+    assert max(c for _, c in placed) == 3 and max(r for r, _ in placed) == 2
