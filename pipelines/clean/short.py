@@ -6,6 +6,16 @@ without special tokens. The default is the project's byte-level BPE
 ``tokenizer_path`` at the model's own ``tokenizer.json`` (or a local folder holding one) to count
 as the model does.
 
+The bundled tokenizer was trained on Latin-script samples: it has no token for a CJK, Thai or Indic
+character and writes each as its 2-4 UTF-8 bytes, so such a page would count ~3 tokens a character
+(English ~0.26) and pass a floor that the same page in English fails. So the text is NFC-normalised
+(NFD would count its combining marks apart) and, with ``cap_split_chars`` (on by default), a stretch
+of tokens that split characters into bytes counts at most one token per character it covers, a
+combining mark (a vowel sign, virama, tone mark) none: ``min(tokens, characters)``. That is about what
+a multilingual tokenizer gives CJK (0.6-1 token a character) and still more than it gives Thai or
+Devanagari, whose syllables it merges: an upper bound, never a count above the raw one. The exact
+measure is the model's own tokenizer: set ``tokenizer_path`` to it and ``cap_split_chars: false``.
+
 Findings go to ``record.quality["short"]``: ``token_count`` and, for responses longer than
 ``max_count_chars``, ``token_count_truncated: true`` (the count then covers only that prefix, which
 is enough to decide; tokenising a 10 MB label whole takes seconds).
@@ -13,6 +23,7 @@ is enough to decide; tokenising a 10 MB label whole takes seconds).
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +32,7 @@ from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
-VERSION = "1"
+VERSION = "2"  # 2: NFC before counting; a character split into byte tokens counts at most one (cap_split_chars)
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TOKENIZER = "assets/tokenizer/tokenizer.json"
 
@@ -35,6 +46,9 @@ class ShortConfig:
                                                           "paths resolve against the repository root")
     max_count_chars: int = option(65_536, help="longer responses are counted over this prefix only (the "
                                                "decision stays exact, see ShortStage.count)")
+    cap_split_chars: bool = option(True, help="a run of characters the tokenizer splits into byte tokens (CJK, "
+                                              "Thai, Indic with the bundled one) counts at most one token per "
+                                              "character, combining marks none; false: the tokenizer's count")
     tasks: tuple[str, ...] = option(("parse_page",), help="tasks the floor applies to; element-level records "
                                                          "(a formula, a table, a KIE answer) are short by nature "
                                                          "and pass with quality.short.skipped")
@@ -82,18 +96,61 @@ class ShortStage:
         return self._tokenizer
 
     def _encode_len(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        """Tokens of ``text`` (NFC) as the tokenizer writes them, no cap."""
+        return len(self.tokenizer.encode(unicodedata.normalize("NFC", text), add_special_tokens=False).ids)
+
+    def _count(self, text: str) -> int:
+        """Tokens of ``text`` (NFC already), split characters capped (``cap_split_chars``): tokens whose
+        character spans overlap (the byte tokens of one character, or a token reaching into the next
+        character's bytes) form a group; adjacent groups of two or more tokens form a run, which counts
+        ``min(tokens, characters that are not combining marks)``, at least 1. Other tokens count 1."""
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        if not self.cfg.cap_split_chars or text.isascii():  # an ASCII character is one byte: never split
+            return len(encoding.ids)
+        total = 0
+        run_tokens = run_start = run_end = 0  # the current run of split characters
+        group_tokens, group_start, group_end = 0, 0, -1
+
+        def close_group() -> None:
+            nonlocal total, run_tokens, run_start, run_end
+            if group_tokens > 1 and run_tokens and group_start == run_end:
+                run_tokens, run_end = run_tokens + group_tokens, group_end  # the run goes on
+                return
+            close_run()
+            if group_tokens > 1:
+                run_tokens, run_start, run_end = group_tokens, group_start, group_end
+            else:
+                total += group_tokens
+
+        def close_run() -> None:
+            nonlocal total, run_tokens
+            if run_tokens:
+                chars = sum(1 for ch in text[run_start:run_end] if not unicodedata.category(ch).startswith("M"))
+                total += min(run_tokens, max(1, chars))
+                run_tokens = 0
+
+        for start, end in encoding.offsets:
+            if start < group_end:  # overlaps the group: a piece of the same character(s)
+                group_tokens, group_end = group_tokens + 1, max(group_end, end)
+            else:
+                close_group()
+                group_tokens, group_start, group_end = 1, start, end
+        close_group()
+        close_run()
+        return total
 
     def count(self, text: str) -> tuple[int, bool]:
-        """(token count, truncated). Long texts are counted over a prefix when that settles the
-        decision: pre-tokenisation splits the prefix as it splits the whole text except at the
-        cut, so the whole text has at least ``prefix count - 1`` tokens."""
+        """(token count, truncated) of ``text`` in NFC. Long texts are counted over a prefix when that
+        settles the decision: pre-tokenisation splits the prefix as it splits the whole text except at
+        the cut, so the whole text has at least ``prefix count - 1`` tokens (a capped run cut short
+        has no more characters than the whole run, and at most one token more)."""
+        text = unicodedata.normalize("NFC", text)
         if len(text) <= self.cfg.max_count_chars:
-            return self._encode_len(text), False
-        prefix = self._encode_len(text[: self.cfg.max_count_chars])
+            return self._count(text), False
+        prefix = self._count(text[: self.cfg.max_count_chars])
         if prefix - 1 >= self.cfg.min_tokens:
             return prefix, True
-        return self._encode_len(text), False
+        return self._count(text), False
 
     def __call__(self, record: PageRecord) -> list[PageRecord]:
         text = record.response

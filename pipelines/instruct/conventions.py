@@ -6,9 +6,12 @@ and, for the box conventions, its ``elements`` (``schemas.layout``). ``CONVENTIO
 
 * ``markdown``: unchanged (today's corpus convention);
 * ``plain``: plain text: no heading marks, emphasis or footnote markers, formulas as bare LaTeX,
-  table rows as tab-separated cells;
-* ``markdown_tables``: tables as GitHub pipe tables (a spanned cell's text in its first position);
-* ``latex_tables``: tables as ``tabular`` with ``\\multicolumn`` / ``\\multirow``;
+  table rows as tab-separated cells, HTML as text (``<br>`` and block tags line breaks, ``<sup>`` /
+  ``<sub>`` as ``^`` / ``_``, entities their characters);
+* ``markdown_tables``: tables as GitHub pipe tables (a spanned cell's text in its first position; bold
+  and italic in a cell as ``**..**`` / ``*..*``);
+* ``latex_tables``: tables as ``tabular`` with ``\\multicolumn`` / ``\\multirow`` (``\\textbf{}`` /
+  ``\\textit{}`` in a cell);
 * ``nemotron_md_bbox_cls``, ``nemotron_plain_bbox``, ``nemotron_bbox_cls``: Nemotron-Parse's box
   stream ``<x_..><y_..>text<x_..><y_..><class_..>`` on its 1024 x 1280 grid, in reading order:
   Markdown text with boxes and classes (its maximal-information prompt), plain text with boxes and
@@ -29,6 +32,8 @@ text of the outer cell.
 
 from __future__ import annotations
 
+import html
+import html.entities
 import json
 import re
 from collections.abc import Callable
@@ -66,7 +71,30 @@ _TABLE_TAG = re.compile(r"<(/?)table\b[^>]*>", re.IGNORECASE)
 _HTML_TAGS = ("a|abbr|b|big|blockquote|br|caption|center|cite|code|col|colgroup|dd|del|div|dl|dt|em|figcaption|"
               "figure|font|h[1-6]|hr|i|img|ins|kbd|li|mark|ol|p|pre|q|s|samp|small|span|strike|strong|sub|sup|"
               "table|tbody|td|tfoot|th|thead|tr|tt|u|ul|var")
-_TAG = re.compile(rf"</?(?:{_HTML_TAGS})(?:\s[^<>]*)?/?>", re.IGNORECASE)
+# Real tag syntax only: a tag name, then attributes that are well formed (``name=value``, or one of a few
+# boolean names), so "a<b or b>c" and "1<p and p>0" are text (``or``, ``and`` are no attributes).
+_BOOLEAN_ATTRS = "nowrap|hidden|compact|reversed|noshade|open|checked|disabled|selected|readonly"
+_ATTRS = (r"(?:\s+(?:[A-Za-z_:][-\w:.]*\s*=\s*(?:\"[^\"<>]*\"|'[^'<>]*'|[^\s\"'=<>`]+)"
+          rf"|(?:{_BOOLEAN_ATTRS})(?=[\s/>])))*")
+
+
+def _tag_re(names: str) -> re.Pattern[str]:
+    """An opening (attributes, optional ``/``) or closing tag of one of ``names``."""
+    return re.compile(rf"<(?:(?:{names}){_ATTRS}\s*/?|/(?:{names})\s*)>", re.IGNORECASE)
+
+
+_TAG = _tag_re(_HTML_TAGS)
+_BR = re.compile(rf"(?<![ \t])[ \t]*{_tag_re('br').pattern}[ \t]*", re.IGNORECASE)  # (?<!): linear in spaces
+# block elements end a line; a run of them (and the whitespace around it) is one line break, or a blank
+# line where the text already had one
+_BLOCK_TAGS = ("p|div|li|h[1-6]|tr|table|thead|tbody|tfoot|caption|ul|ol|dl|dt|dd|blockquote|pre|figure|"
+               "figcaption|center|hr")
+_BLOCK_RUN = re.compile(rf"(?<!\s)\s*(?:{_tag_re(_BLOCK_TAGS).pattern}\s*)+", re.IGNORECASE)
+# an innermost <sup>/<sub> element; its text holds no other sup/sub tag, so that an unclosed one is
+# searched only up to the next (linear time); ``_script`` writes the ones inside first
+_SCRIPT = re.compile(rf"<(sup|sub){_ATTRS}\s*>((?:[^<]|<(?!/?su[bp]\b))*)</\1\s*>", re.IGNORECASE)
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")  # with its ';'
+_EMPHASIS_TAG = re.compile(rf"<(?:(b|strong|i|em){_ATTRS}\s*|/(b|strong|i|em)\s*)>", re.IGNORECASE)
 _HEADING = re.compile(r"^#{1,6}\s+", re.MULTILINE)
 _EMPH = re.compile(r"\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", re.DOTALL)
 _MARKER = re.compile(r"\[\^([^\]\s]+)\](:?)")
@@ -116,6 +144,77 @@ def _cell_text(text: str) -> str:
     return " ".join(text.split())
 
 
+# Inline emphasis inside a table cell: ``_tables_as(..., emphasis=True)`` writes <b>/<strong> and <i>/<em>
+# as these marks before the cells are parsed (a valid response holds no NUL), so that a cell's text
+# keeps them; ``_cell_runs`` reads them back as nested runs.
+_EMPHASIS_KIND = {"b": "B", "strong": "B", "i": "I", "em": "I"}
+_MARK_TOKEN = re.compile(r"\x00(/?)([BI])")  # \x00B opens a bold span, \x00/B closes it
+
+
+def _mark_emphasis(html_text: str) -> str:
+    def mark(m: re.Match[str]) -> str:
+        return "\x00" + ("" if m.group(1) else "/") + _EMPHASIS_KIND[(m.group(1) or m.group(2)).lower()]
+
+    return _EMPHASIS_TAG.sub(mark, html_text.replace("\x00", ""))
+
+
+def _cell_runs(text: str) -> list:
+    """A cell's text as runs: strings and ``(kind, runs)`` for its bold (``B``) and italic (``I``)
+    spans. A close without its open is dropped, one that closes an outer span closes the spans
+    inside it, and a span left open ends with the cell (as HTML ends it); a span inside one of the
+    same kind adds no mark."""
+    root: list = []
+    stack: list[tuple[str | None, list]] = [(None, root)]
+    pos = 0
+    for m in _MARK_TOKEN.finditer(text):
+        if m.start() > pos:
+            stack[-1][1].append(text[pos:m.start()])
+        pos = m.end()
+        kind = m.group(2)
+        if not m.group(1):
+            node: tuple[str, list] = (kind, [])
+            stack[-1][1].append(node)
+            stack.append(node)
+        elif any(k == kind for k, _ in stack[1:]):
+            while stack.pop()[0] != kind:
+                pass
+    if pos < len(text):
+        stack[-1][1].append(text[pos:])
+    return root
+
+
+def _render_runs(runs: list, text_fn: Callable[[str], str], wrap: Callable[[str, str], str],
+                 open_kinds: tuple[str, ...] = ()) -> str:
+    """``runs`` written with ``text_fn`` for text and ``wrap(kind, inner)`` for a span; a span's
+    outer whitespace goes outside its marks, an empty span is its text only."""
+    out = []
+    for run in runs:
+        if isinstance(run, str):
+            out.append(text_fn(run))
+            continue
+        kind, inner_runs = run
+        inner = _render_runs(inner_runs, text_fn, wrap, (*open_kinds, kind))
+        core = inner.strip()
+        if not core or kind in open_kinds:
+            out.append(inner)
+        else:
+            lead, trail = inner[: len(inner) - len(inner.lstrip())], inner[len(inner.rstrip()):]
+            out.append(lead + wrap(kind, core) + trail)
+    return "".join(out)
+
+
+def _markdown_cell(text: str) -> str:
+    """A pipe-table cell: ``|`` escaped, bold as ``**..**``, italic as ``*..*``."""
+    return _render_runs(_cell_runs(_cell_text(text)), lambda t: t.replace("|", "\\|"),
+                        lambda kind, inner: f"**{inner}**" if kind == "B" else f"*{inner}*").strip()
+
+
+def _latex_cell(text: str) -> str:
+    """A ``tabular`` cell: text escaped (``_latex_escape``), bold as ``\\textbf{}``, italic as ``\\textit{}``."""
+    return _render_runs(_cell_runs(_cell_text(text)), _latex_escape,
+                        lambda kind, inner: f"\\textbf{{{inner}}}" if kind == "B" else f"\\textit{{{inner}}}").strip()
+
+
 def table_markdown(table: Table) -> str:
     """A GFM pipe table: the first row is the header; a spanned cell's text in its first position."""
     placed = place_cells(table.rows)
@@ -124,7 +223,7 @@ def table_markdown(table: Table) -> str:
     grid = [["" for _ in range(n_cols)] for _ in range(n_rows)]
     for (r, c), (cell, dr, dc) in placed.items():
         if dr == 0 and dc == 0:
-            grid[r][c] = _cell_text(cell.text).replace("|", "\\|")
+            grid[r][c] = _markdown_cell(cell.text)
     lines = ["| " + " | ".join(row) + " |" for row in grid]
     if lines:
         lines.insert(1, "|" + "|".join("---" for _ in range(n_cols)) + "|")
@@ -168,7 +267,7 @@ def table_latex(table: Table) -> str:
                 c += 1
                 continue
             span = max(1, cell.colspan)
-            text = "" if dr else _latex_escape(_cell_text(cell.text))
+            text = "" if dr else _latex_cell(cell.text)
             if dr == 0 and cell.rowspan > 1:
                 text = f"\\multirow{{{cell.rowspan}}}{{*}}{{{text}}}"
             if span > 1:
@@ -181,44 +280,98 @@ def table_latex(table: Table) -> str:
 
 
 def table_plain(table: Table) -> str:
-    return "\n".join("\t".join(_cell_text(c.text) for c in row) for row in table.rows)
+    return "\n".join("\t".join(_cell_text(_MARK_TOKEN.sub("", c.text)) for c in row) for row in table.rows)
 
 
 def _outer_table(html: str) -> Table | None:
     """The outermost table of one ``table_spans`` span; a table nested in it is text of its outer
     cell there (``schemas.tables``' standard reading)."""
     tables = parse_html_tables(html)
-    return tables[-1] if tables else None  # the parser closes the outer table last
+    # the span starts with its outer table; a parser that does not say where a table starts lists
+    # the outer one last (it closes last)
+    at_start = [t for t in tables if getattr(t, "start", -1) == 0]
+    return at_start[0] if at_start else tables[-1] if tables else None
 
 
-def _tables_as(response: str, fn: Callable[[Table], str], flatten: bool = False) -> str:
+def _tables_as(response: str, fn: Callable[[Table], str], flatten: bool = False, emphasis: bool = False) -> str:
     """``response`` with each outermost HTML table written by ``fn``. A table holding another table
-    has no pipe-table or ``tabular`` form: it stays HTML unless ``flatten`` (its text in the outer cell)."""
+    has no pipe-table or ``tabular`` form: it stays HTML unless ``flatten`` (its text in the outer cell).
+    ``emphasis``: the cells' text keeps their bold and italic spans as marks (``_cell_runs``), which
+    ``table_markdown`` and ``table_latex`` write; not for masked text (its placeholders hold NULs)."""
     out, pos = [], 0
     for start, end, nested in table_spans(response):
-        html = response[start:end]
-        table = _outer_table(html) if flatten or not nested else None
-        out += [response[pos:start], fn(table) if table is not None else html]
+        html_table = response[start:end]
+        table = _outer_table(_mark_emphasis(html_table) if emphasis else html_table) if flatten or not nested else None
+        out += [response[pos:start], fn(table) if table is not None else html_table]
         pos = end
     return "".join(out) + response[pos:]
 
 
+def _scripts(text: str) -> str:
+    """Every ``<sup>x</sup>`` as ``^x`` and ``<sub>x</sub>`` as ``_x``: braces around more than one
+    character (``10<sup>-3</sup>`` -> ``10^{-3}``), as a formula writes them; innermost first
+    (``<sup>2<sub>i</sub></sup>`` -> ``^{2_i}``), tags inside dropped."""
+    for _ in range(8):  # nesting depth
+        text, n = _SCRIPT.subn(_script, text)
+        if not n:
+            break
+    return text
+
+
+def _script(m: re.Match[str]) -> str:
+    body = " ".join(_TAG.sub("", m.group(2)).split())
+    if not body:
+        return ""
+    mark = "^" if m.group(1).lower() == "sup" else "_"
+    return mark + (body if len(body) == 1 else "{" + body + "}")
+
+
+def _entity(m: re.Match[str]) -> str:
+    """A character reference as its character; a name HTML does not define stays text (``&parameter;``
+    is no ``&para;``)."""
+    ref = m.group(0)
+    if ref[1] == "#":
+        return html.unescape(ref)
+    return html.entities.html5.get(ref[1:], ref)
+
+
+def _block_break(m: re.Match[str]) -> str:
+    return "\n\n" if m.group(0).count("\n") >= 2 else "\n"
+
+
+def _html_as_text(text: str) -> str:
+    """HTML inside prose as plain text: ``<br>`` a line break, a run of block tags (``p``, ``div``,
+    ``li``, ``h1``-``h6``, ``tr``, ``table``, lists, ``blockquote``, ...) one line break (a blank line
+    where the text had one), ``<sup>``/``<sub>`` as ``^``/``_`` (``_script``), other tags dropped, and
+    character references (``&amp;``, ``&#8212;``; with their ``;``) as their characters. Only real tag
+    syntax is a tag: in ``a<b or b>c`` the brackets are text."""
+    text = _scripts(text)
+    text = _BR.sub("\n", text)
+    text = _BLOCK_RUN.sub(_block_break, text)
+    text = _TAG.sub("", text)
+    return _ENTITY.sub(_entity, text)
+
+
 def plain_text(markdown: str) -> str:
     """Markdown -> plain text: tables as tab-separated rows (a nested table's cells as text of its
-    outer cell), heading marks, emphasis, HTML tags and footnote markers removed (a footnote
-    definition keeps its marker as ``m``), Markdown escapes written as the character they escape,
-    formulas as bare LaTeX; code as it is. Code and formulas are found as the ``conventions`` stage
-    finds them (``pipelines.clean.conventions.mask_code_and_math``). A NUL never occurs in a valid
-    response (``schemas.page.validate``); any other is dropped, so that none poses as a placeholder."""
+    outer cell), heading marks, emphasis and footnote markers removed (a footnote definition keeps
+    its marker as ``m``), HTML as text (``_html_as_text``: line breaks for ``<br>`` and block tags,
+    ``^``/``_`` for ``<sup>``/``<sub>``, entities as characters), Markdown escapes written as the
+    character they escape, formulas as bare LaTeX; code as it is. Code and formulas are found as the
+    ``conventions`` stage finds them (``pipelines.clean.conventions.mask_code_and_math``). A NUL never
+    occurs in a valid response (``schemas.page.validate``); any other is dropped, so that none poses
+    as a placeholder."""
     text, code, formulas = mask_code_and_math(markdown.replace("\x00", ""))
     escaped: list[str] = []
     text = _ESCAPE.sub(lambda m: escaped.append(m.group(1)) or f"\x00E{len(escaped) - 1}\x00", text)
-    text = _tables_as(text, table_plain, flatten=True)
+    text = _scripts(text)  # before the tables, whose cells' tags the table parser drops
+    # a cell's text is already decoded (entities, tags): escaped again, so that the HTML pass keeps it
+    text = _tables_as(text, lambda table: html.escape(table_plain(table), quote=False), flatten=True)
     text = _HEADING.sub("", text)
     for _ in range(2):  # nested emphasis
         text = _EMPH.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
     text = _MARKER.sub(lambda m: m.group(1) if m.group(2) else "", text)
-    text = _TAG.sub("", text)
+    text = _html_as_text(text)
     text = re.sub(r"\x00E(\d+)\x00", lambda m: escaped[int(m.group(1))], text)
     text = unmask(text, code, [f.body.strip() for f in formulas])
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
@@ -257,9 +410,9 @@ def rewrite(convention: str, response: str, elements: list[Element], width: int,
     elif convention == "plain":
         out = plain_text(response)
     elif convention == "markdown_tables":
-        out = _tables_as(response, table_markdown)
+        out = _tables_as(response, table_markdown, emphasis=True)
     elif convention == "latex_tables":
-        out = _tables_as(response, table_latex)
+        out = _tables_as(response, table_latex, emphasis=True)
     elif convention == "nemotron_md_bbox_cls":
         out = nemotron_stream(elements, width, height, "markdown", True)
     elif convention == "nemotron_plain_bbox":

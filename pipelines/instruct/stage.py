@@ -26,8 +26,9 @@ from schemas.config import option
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.prompts import convention_instruction
 
-VERSION = "3"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tests pass on the checkable
-# text, a nested table's text is its outer cell's (schemas.tables)
+VERSION = "4"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tests pass on the checkable
+# text, a nested table's text is its outer cell's (schemas.tables); 4: plain writes <br> and block tags as
+# line breaks, <sup>/<sub> as ^/_, entities as characters, strips real tags only; table cells keep bold/italic
 
 
 @dataclass(frozen=True)

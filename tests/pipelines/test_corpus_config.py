@@ -83,7 +83,8 @@ def test_bundled_config_loads_typed_and_keeps_raw_source_options():
     ({"clean": {"dedup": {"exact_imag": True}}}, "clean.dedup.exact_imag: unknown key; known keys: enabled,"),
     ({"clean": {"dedup": {"minhash": {"bandz": 3}}}}, "clean.dedup.minhash.bandz: unknown key; known keys: bands,"),
     ({"clean": {"stages": [{"name": "repeats"}, {"name": "short", "min_tokns": 3}]}},
-     "clean.stages[1].min_tokns: unknown key; known keys: max_count_chars, min_tokens, tasks, tokenizer_path"),
+     "clean.stages[1].min_tokns: unknown key; known keys: cap_split_chars, max_count_chars, min_tokens, tasks, "
+     "tokenizer_path"),
     ({"clean": {"stages": [{"name": "repets"}]}}, "clean.stages[0].name: unknown stage 'repets'; known stages:"),
     ({"clean": {"stages": [{"min_tokens": 3}]}}, "clean.stages[0]: each stage is a mapping with a 'name'"),
 ])

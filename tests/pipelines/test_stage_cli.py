@@ -238,7 +238,8 @@ def test_help_lists_stages_and_options():
     assert "short_response" in done.stdout  # short's one line
     done = cli("repeats", "--help")
     assert done.returncode == 0
-    assert "min_length (int, default 512): labels shorter than this many characters are not inspected" in done.stdout
+    assert "min_length (int, default 512): labels shorter than this are not inspected; the length is in columns" \
+        in done.stdout
     assert "drop (bool, default True): stage: drop records with a loop" in done.stdout
 
 
@@ -246,7 +247,8 @@ def test_option_typo_exits_2_naming_the_key_before_any_work(corpus):
     out = corpus / "out-typo"
     done = cli("short", "--input", str(corpus / "in" / "data"), "--output", str(out), "--set", "min_tokns=3")
     assert done.returncode == 2
-    assert "short.min_tokns: unknown key; known keys: max_count_chars, min_tokens, tasks, tokenizer_path" in done.stderr
+    assert ("short.min_tokns: unknown key; known keys: cap_split_chars, max_count_chars, min_tokens, tasks, "
+            "tokenizer_path") in done.stderr
     assert not out.exists()
     done = cli("short", "--input", str(corpus / "in" / "data"), "--output", str(out), "--set", "min_tokens=many")
     assert done.returncode == 2 and "short.min_tokens: expected int" in done.stderr

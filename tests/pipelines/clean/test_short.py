@@ -121,3 +121,44 @@ def test_element_tasks_are_not_held_to_the_page_floor(stage):
     everything = ShortStage(ShortConfig(tasks=("parse_page", "transcribe_formula")))
     with pytest.raises(Dropped, match="short_response"):
         everything(formula)
+
+
+HEADINGS = {  # one heading, five scripts: each under the 64-token floor
+    "en": "Chapter One. A short history of the old city, from its founding to the present day.",
+    "zh": "第一章：这座古城从建城到今天的简要历史。",
+    "ja": "第一章：この古い町の創設から現在までの短い歴史。",
+    "th": "บทที่หนึ่ง: ประวัติศาสตร์ของเมืองนี้ตั้งแต่ก่อตั้งจนถึงปัจจุบัน",
+    "hi": "अध्याय एक: शहर का इतिहास उसकी स्थापना से आज तक।",
+}
+
+
+@pytest.mark.parametrize("lang", sorted(HEADINGS))
+def test_a_character_split_into_bytes_counts_at_most_one_token(stage, lang):
+    text = HEADINGS[lang]
+    assert stage._encode_len(text) > len(text) or lang == "en"  # the bundled tokenizer writes bytes
+    n, _ = stage.count(text)
+    assert n <= len(text)
+    with pytest.raises(Dropped, match="short_response"):
+        stage(record(text))
+
+
+def test_cap_counts_characters_without_combining_marks_and_keeps_a_long_cjk_page(stage):
+    assert stage.count("第一章：这座古城")[0] == 8  # "：" too is split into bytes
+    assert stage.count("अध्याय")[0] == 4  # 6 code points, 2 of them vowel sign / virama
+    assert stage.count("The 北京 office")[0] == stage._encode_len("The ") + 2 + stage._encode_len(" office")
+    page = "本研究旨在探讨城市化进程对区域生态环境的影响，并提出相应的政策建议。我们收集了过去二十年的遥感数据。"
+    assert len(page) >= 48 and stage.count(page * 2)[0] == len(page * 2)
+    assert stage(record(page * 2))[0].quality["short"] == {"token_count": len(page * 2)}
+
+
+def test_nfd_counts_as_nfc(stage):
+    import unicodedata
+
+    text = "L'été dernier, le café près de l'église était fermé à cause des rénovations."
+    assert stage.count(unicodedata.normalize("NFD", text)) == stage.count(text)
+
+
+def test_cap_split_chars_off_counts_as_the_tokenizer_does():
+    raw = ShortStage(ShortConfig(cap_split_chars=False))
+    assert raw.count(HEADINGS["ja"]) == (72, False)
+    assert raw(record(HEADINGS["ja"]))[0].quality["short"] == {"token_count": 72}

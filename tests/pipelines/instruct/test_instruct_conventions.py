@@ -147,7 +147,7 @@ def test_plain_text_keeps_formulas_whole_and_strips_only_html_tags() -> None:
     md = ("We need \\(a < b\\) and \\(c > d\\) for all inputs.\n\nIf x<y and y>z then done.\n\n"
           "Let \\(A^{*}B^{*}\\) be the <b>adjoint</b><br/>.\n")
     assert rewrite("plain", md, [], W, H).response == (
-        "We need a < b and c > d for all inputs.\n\nIf x<y and y>z then done.\n\nLet A^{*}B^{*} be the adjoint.\n")
+        "We need a < b and c > d for all inputs.\n\nIf x<y and y>z then done.\n\nLet A^{*}B^{*} be the adjoint\n.\n")
 
 
 def test_plain_text_finds_formulas_and_code_as_the_conventions_stage_does() -> None:
@@ -221,3 +221,49 @@ def test_latex_tables_escape_backslash_caret_and_tilde_outside_math() -> None:
     assert rewrite("latex_tables", spec, [], W, H).response == (
         "\\begin{tabular}{ll}\nPath & Growth \\\\ \\hline\n"
         "C:\\textbackslash{}temp\\textbackslash{}new & \\~{}5\\% (x\\^{}2) \\{b\\} $a^{2}_i$ \\\\\n\\end{tabular}\n")
+
+
+def test_plain_text_writes_html_breaks_blocks_scripts_and_entities() -> None:
+    def plain(md: str) -> str:
+        return rewrite("plain", md, [], W, H).response
+
+    assert plain("Address:<br>10 Main St<br/>Springfield") == "Address:\n10 Main St\nSpringfield\n"
+    assert plain("<p>First.</p><p>Second.</p>") == "First.\nSecond.\n"
+    assert plain("<ul><li>apples</li>\n<li>pears</li></ul>") == "apples\npears\n"
+    assert plain('Intro\n\n<div class="note"><h2>Title</h2>Body</div>\n\nEnd') == "Intro\n\nTitle\nBody\n\nEnd\n"
+    assert plain("10<sup>-3</sup> mol, x<sup>2</sup>, CO<sub>2</sub>, v<sub>max</sub>, <sup></sup>") == (
+        "10^{-3} mol, x^2, CO_2, v_{max},\n")
+    assert plain("AT&amp;T &lt;b&gt; &#8212; &copy; &parameter; R&D") == "AT&T <b> — © &parameter; R&D\n"
+    # a table cell's decoded text stays text
+    assert plain("<table><tr><td>a&lt;b&gt;c</td><td>x<sup>2</sup></td></tr></table>") == "a<b>c\tx^2\n"
+
+
+@pytest.mark.parametrize("md", ["If a<b or b>c then the order fails.", "Let 1<p and p>0 hold.",
+                                "Keep <s and t> apart.", "Use <london office> and x <= y."])
+def test_plain_text_keeps_angle_brackets_that_are_not_tags(md) -> None:
+    assert rewrite("plain", md, [], W, H).response == md + "\n"
+
+
+def test_plain_text_leaves_code_and_math_alone() -> None:
+    md = "Code `<br>&amp;<sup>2</sup>` and \\(a<b>c + x^{<p>}\\) and\n\n```\n<p>x</p>\n```\n"
+    assert rewrite("plain", md, [], W, H).response == (
+        "Code `<br>&amp;<sup>2</sup>` and a<b>c + x^{<p>} and\n\n```\n<p>x</p>\n```\n")
+
+
+EMPHASIS_TABLE = ("<table><tr><th>Item</th><th><i>Cost</i></th></tr>"
+                  "<tr><td><strong>Pumps</strong> &amp; valves</td><td><b> 12 </b></td></tr>"
+                  "<tr><td><b>a|b <i>c</i></b> x</td><td><em>50%</em> <b>open</td></tr></table>\n")
+
+
+def test_table_conventions_keep_bold_and_italic_in_cells() -> None:
+    md = rewrite("markdown_tables", EMPHASIS_TABLE, [], W, H).response
+    assert md == ("| Item | *Cost* |\n|---|---|\n| **Pumps** & valves | **12** |\n"
+                  "| **a\\|b *c*** x | *50%* **open** |\n")
+    tex = rewrite("latex_tables", EMPHASIS_TABLE, [], W, H).response
+    assert ("Item & \\textit{Cost} \\\\ \\hline\n\\textbf{Pumps} \\& valves & \\textbf{12} \\\\\n"
+            "\\textbf{a|b \\textit{c}} x & \\textit{50\\%} \\textbf{open} \\\\\n") in tex
+    tests = [t("format", text="Pumps", format="bold"), t("format", text="Cost", format="italic"),
+             t("table", cell="12", up="Cost", left="Pumps & valves")]
+    assert kept_tests("markdown_tables", tests, md) == tests  # no longer filtered for a dropped emphasis
+    assert rewrite("plain", EMPHASIS_TABLE, [], W, H).response == (
+        "Item\tCost\nPumps & valves\t12\na|b c x\t50% open\n")
