@@ -81,6 +81,9 @@ FONT_SIZE_PX = 24
 # MAX_NODES / MAX_GLYPHS fail (formula_too_large); maxExpand is MAX_EXPAND.
 RENDER_FORMAT = "pagemill-katex-render/2"
 MAX_BATCH = 64
+# What a batch may take beyond one deadline, per formula, before it is given up and its formulas are rendered
+# one at a time (formulas take ~5-20 ms each): a formula that never ends holds its batch ~37 s, not 64 deadlines.
+BATCH_ALLOWANCE_S = 0.5
 MAX_SEARCH_STEPS = 200_000
 # Formulas are untrusted labels: a short `\def` nesting expands to tens of thousands of glyphs and keeps
 # KaTeX and the layout busy for minutes. Each formula gets a deadline (KatexRenderer(timeout_s=...)); the
@@ -177,18 +180,25 @@ function pmRenderOne(tex, limits) {
   return pmMeasure(el);
 }
 
-window.pmRender = async (formulas, limits) => {
+window.pmRender = async (formulas, limits, timeoutMs) => {
   await window.pmReady;
-  const out = formulas.map((tex) => pmRenderOne(tex, limits));
+  const out = formulas.map((tex) => {
+    const started = performance.now();
+    const result = pmRenderOne(tex, limits);
+    const took = performance.now() - started;
+    // each formula is held to the deadline, in a batch as alone (the caller's wait only catches one that never ends)
+    return took > timeoutMs ? {error: `KaTeX took ${Math.round(took)} ms (over ${timeoutMs} ms)`,
+                               reason: "katex_timeout"} : result;
+  });
   document.getElementById("host").textContent = "";
   return out;
 };
 
 // Starts one render and returns at once: the caller waits for pmResult with a deadline, so a formula
 // that never finishes cannot hold the caller (page.evaluate itself has no timeout).
-window.pmStart = (formulas, limits) => {
+window.pmStart = (formulas, limits, timeoutMs) => {
   window.pmResult = null;
-  setTimeout(() => window.pmRender(formulas, limits).then((r) => { window.pmResult = r; }), 0);
+  setTimeout(() => window.pmRender(formulas, limits, timeoutMs).then((r) => { window.pmResult = r; }), 0);
 };
 """
 
@@ -404,14 +414,16 @@ class KatexRenderer:
             self._page = None
 
     def _render_batch(self, latexes: list[str]) -> list[dict] | None:
-        """The formulas rendered in the page within ``timeout_s`` each (the batch's deadline is their sum);
-        None when the deadline passed (the page, still busy, is closed). The render starts in the page and
-        is waited for from here: ``page.evaluate`` has no timeout, and a busy page runs no timers."""
+        """The formulas rendered in the page, each that took over ``timeout_s`` a ``katex_timeout`` (timed in
+        the page); None when the whole batch is not back within ``timeout_s`` + ``BATCH_ALLOWANCE_S`` a
+        formula (one formula that never ends: the page, still busy, is closed). The render starts in the page
+        and is waited for from here: ``page.evaluate`` has no timeout, and a busy page runs no timers."""
         page = self._open_page()
-        page.evaluate("([xs, limits]) => window.pmStart(xs, limits)", [latexes, self.limits])
+        page.evaluate("([xs, limits, ms]) => window.pmStart(xs, limits, ms)", [latexes, self.limits,
+                                                                               self.timeout_s * 1000])
         try:
-            handle = page.wait_for_function("() => window.pmResult", timeout=self.timeout_s * 1000 * len(latexes),
-                                            polling=2)
+            handle = page.wait_for_function("() => window.pmResult", polling=2,
+                                            timeout=(self.timeout_s + BATCH_ALLOWANCE_S * len(latexes)) * 1000)
         except PlaywrightTimeoutError:
             self._drop_page()
             return None

@@ -1,4 +1,5 @@
-"""Formula render check: drop formula labels KaTeX cannot render (reason ``katex_error``).
+"""Formula render check: drop formula labels KaTeX cannot render (reasons ``katex_error``,
+``katex_timeout``, ``formula_too_large``: ``schemas.math_render`` says when).
 
 Formula crops (LaTeX-OCR, UniMER: task ``transcribe_formula``, ``response_format: latex``) carry
 labels written for LaTeX, some with macros or environments KaTeX does not know; a label that cannot
@@ -18,7 +19,9 @@ from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 
-VERSION = "1"
+# 2: KaTeX refuses commands needing trust (\href, \url, \includegraphics, \html...), expands macros at most
+#    500 times and caps a rendering's size (formula_too_large); a formula past its deadline is katex_timeout
+VERSION = "2"
 
 
 @dataclass(frozen=True)

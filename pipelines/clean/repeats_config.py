@@ -40,9 +40,10 @@ class RepeatsConfig:
                                               "empty tables are kept unless they fill the tail")
     form_min_chars: int = option(8192, help="form units (blanks and fill marks with short labels: `Name: ____`, "
                                             "`1. (A) (B) (C)`, `| ○ | ○ |`) follow the empty-unit rule and their "
-                                            "exact loop must run this many characters, traced before the tail; "
-                                            "gapped and near-exact loops of them are not loops (numbered answer "
-                                            "rows): a blank form or answer sheet of a page or two is kept")
+                                            "loops must run this many characters (exact: traced before the tail; "
+                                            "gapped and near-exact, numbered answer rows: within the tail, so "
+                                            "never by default): a blank form or answer sheet of a page or two is "
+                                            "kept")
     gapped: bool = option(True, help="look for gapped loops too")
     gapped_min_copies: Bands = option(((8, 24), (32, 8), (128, 5), (512, 3)),
                                       help="gapped: copies needed per band of normalised unit length")

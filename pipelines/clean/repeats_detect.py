@@ -44,8 +44,8 @@ covered characters; units that look like table rows (HTML ``<tr>``/``<td>``, Mar
 ``&`` with ``\\``) need more coverage, and units with no letter or digit outside markup (empty
 cells, separator rows; not one- or two-character symbol runs; emoji and other symbols are text)
 need the tail nearly full. So do form rows (blanks and fill marks with labels no longer than them:
-``Name: ____ Company: ____``, ``1. (A) (B) (C)``), whose exact loops must also run
-``form_min_chars`` and whose gapped or near-exact repeats are never loops: blank forms and answer
+``Name: ____ Company: ____``, ``1. (A) (B) (C)``; not the brackets of ``f(x)``), whose loops, exact,
+gapped or near-exact, must also run ``form_min_chars``: blank forms and answer
 sheets repeat a row for a page or two, a degeneration loop goes on. Labels shorter than
 ``min_length`` columns (``text_width``: CJK characters count 3) are not inspected. Gapped
 repeats must keep their numbers regular (each number stays or steps by a constant from copy to

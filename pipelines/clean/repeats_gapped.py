@@ -250,8 +250,8 @@ class GappedSearch:
         if covered < needs[1]:
             return None
         self.settled = True
-        if unit_class(unit) == "form":
-            return None  # numbered blank rows, answer rows: a form (see RepeatsConfig.form_min_chars)
+        if covered < self.cfg.form_min_chars and unit_class(unit) == "form":
+            return None  # numbered blank rows, answer rows: a form of a page or two (RepeatsConfig.form_min_chars)
         # Identical copies, or copies inside an exactly periodic stretch (seen at another period),
         # are the exact detector's business; the first copy may have absorbed deleted characters
         # of the text before the loop, so it does not count.

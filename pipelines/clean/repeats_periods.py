@@ -33,11 +33,14 @@ def _band_table(bands: Bands) -> tuple[int, ...]:
     return tuple(band_copies(bands, p) or 0 for p in range(bands[-1][0] + 1))
 
 
-# Blanks and fill marks of forms and answer sheets: underscores, dot leaders, circles and boxes to
-# tick, brackets (of an option letter too: ``(A)``, ``[ ]``).
-_FILL = frozenset("_\uff3f.\u2026\u2025\u00b7\u30fb\u25cb\u25ef\u25cf\u25a1\u25a0\u2610\u2611\u2612\u25fb\u25fc"
-                  "\u25fd\u25fe\u25a2()[]\uff08\uff09\u3010\u3011\u3014\u3015")
-_OPTION = re.compile(r"[(\[\uff08]\s?[A-Za-z]\s?[)\]\uff09]")
+# Blanks and fill marks of forms and answer sheets: underscores, ellipses and middle dots, circles
+# and boxes to tick. Brackets and single full stops are not fills: ``f(x)``, ``a[i]`` and prose are
+# not forms. A run of three or more full stops (a dot leader), an empty box ``[ ]`` and an option
+# letter ``(A)`` ... ``(E)`` not written after a word (``f(a)`` is an argument) count as fills too
+# (``_FILL_RUNS``).
+_FILL = frozenset("_\uff3f\u2026\u2025\u00b7\u30fb\u25cb\u25ef\u25cf\u25a1\u25a0\u2610\u2611\u2612\u25fb"
+                  "\u25fc\u25fd\u25fe\u25a2")
+_FILL_RUNS = re.compile(r"\.{3,}|\[\s?\]|(?<![\w)\]])[(\[\uff08]\s?[A-Ea-e]\s?[)\]\uff09]")
 _LABEL = re.compile(r"[^\W_]+(?:[ \-/][^\W_]+)*")
 
 
@@ -61,13 +64,15 @@ def unit_class(unit: str) -> str:
 
 
 def _form_like(content: str) -> bool:
-    """Three blanks or fill marks at least, as many as label characters, and labels of at most four
-    words (runs of letters and digits)."""
+    """Three blanks or fill marks at least (an option letter counts 3), as many as label characters,
+    and labels of at most four words (runs of letters and digits)."""
     if len(content.strip()) <= 2:
         return False
-    fills = 3 * len(_OPTION.findall(content))
+    fills = 0
+    for run in _FILL_RUNS.findall(content):
+        fills += len(run) if run[0] == "." else 3
     if fills:
-        content = _OPTION.sub(" ", content)
+        content = _FILL_RUNS.sub(" ", content)
     fills += sum(c in _FILL for c in content)
     if fills < 3:
         return False

@@ -409,11 +409,21 @@ def test_form_units_are_held_to_the_empty_rule_and_must_run_long():
     assert unit_class("|  |  |  |\n") == "empty" and unit_class("<tr><td></td></tr>") == "empty"
     assert unit_class("x_{i} + ") == "text" and unit_class("The total was paid (a) in full.") == "text"
     assert unit_class("| Total | 0.5 |\n") == "table"
+    # brackets of math and code are no fills: their loops are text loops
+    assert unit_class("f(x) + g(x) + h(x) = ") == "text" and unit_class("a[i][j] = b[i][j];\n") == "text"
+    assert unit_class("f(a) + g(b) + h(c) = ") == "text" and unit_class("Section 1. ... \n") == "text"
+    head = prose(8)
+    assert find_loop(head + "f(x) + g(x) + h(x) = " * 60) == Loop("exact", 21, 60, (len(head), len(head) + 1260))
+    assert find_loop(head + "a[i][j] = b[i][j];\n" * 60) is not None
     # a model looping on a form row for pages is still caught: the loop runs past form_min_chars
     row = "Name: ______________________ Company: ____________________\n"
     text = prose(40) + row * 200
     assert find_loop(text) == Loop("exact", len(row), 200, (len(text) - 200 * len(row), len(text)))
     assert find_loop(text, RepeatsConfig(form_min_chars=len(row) * 201)) is None
+    # numbered form rows are a gapped loop when they cover form_min_chars of the tail (never, by default)
+    rows = prose(40) + "".join(f"{i}. (A) (B) (C) (D) (E)\n" for i in range(1, 700))
+    assert find_loop(rows, RepeatsConfig(form_min_chars=512)).kind == "gapped"
+    assert find_loop(rows) is None
 
 
 @pytest.mark.parametrize("unit, count", [
