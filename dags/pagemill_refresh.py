@@ -62,8 +62,12 @@ def pagemill_python() -> str:
 def run_key(run_id: str) -> str:
     """The run id made safe for paths, object keys and a command line: what the corpus job keeps as its
     ``--version`` unchanged (``pipelines.refresh.version_name`` also strips ``-`` from the ends; a leading
-    ``-`` would read as an option)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("-") or "v"
+    ``-`` would read as an option). ValueError for a run id made only of dots: ``..`` would put the work
+    folder and the corpus version in ``work_root``'s parent (path separators already become ``_``)."""
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("-") or "v"
+    if set(key) == {"."}:
+        raise ValueError(f"run id {run_id!r}: made only of dots, it names no folder of its own")
+    return key
 
 
 def work_dir(work_root: str, run_id: str) -> str:

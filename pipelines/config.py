@@ -104,7 +104,9 @@ def _clean(cfg: CleanConfig, base: Path) -> CleanConfig:
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> CorpusConfig:
     """Load a YAML config (default: ``configs/corpus.yaml``); ``overrides`` patch top-level sections."""
-    path = Path(path) if path else DEFAULT_CONFIG
+    # resolved: relative input paths are made absolute from the config's folder, never from the working
+    # directory (a relative ``--config configs/x.yaml``, as the Airflow DAG passes, gave a base of ``.``)
+    path = Path(path).resolve() if path else DEFAULT_CONFIG
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")

@@ -69,6 +69,8 @@ from pipelines.refresh import (
     READ_STAGE,
     UNITS_FILE,
     PreviousRun,
+    PreviousRunError,
+    _same_folder,
     carried_events,
     carried_letters,
     carried_rows,
@@ -77,9 +79,11 @@ from pipelines.refresh import (
     decide,
     describe_unit,
     legacy_carried_letters,
+    resolve_previous,
     reused_keys,
     stage_fingerprints,
     units_table,
+    verify_run,
     version_name,
     write_fingerprint,
 )
@@ -102,11 +106,13 @@ from pipelines.validate_stage import validate_record
 from pipelines.write import (
     DEAD_LETTERS,
     PAGES,
+    OutputBusy,
     ShardedTable,
     ShardPlan,
     SpillStat,
     WriteConfig,
     merge_spill_stats,
+    output_lock,
     plan_shards,
     write_dropped_samples,
     write_shard,
@@ -332,9 +338,11 @@ def unit_accounting(infos: list, counts: list[tuple]) -> dict[str, Any]:
     return {"planned": len(planned), "finished": len(planned & finished), "missing": missing[:100]}
 
 
-def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_args: list[str]) -> None:
+def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_args: list[str],
+             spill_dir: str | None = None) -> None:
     """The last step: manifest.json from the summed counts, shard and dead-letter results; the units
-    table an incremental refresh reads (``refresh/units.parquet``)."""
+    table an incremental refresh reads (``refresh/units.parquet``). Removes this run's temporary folder
+    (``spill_dir``, ``_tmp/<run>/``: never another run's) and ``_tmp`` when that leaves it empty."""
     routed = by_kind(items, Kind.COUNT, Kind.SHARD, Kind.DEAD_FILE, Kind.SAMPLE_FILE, Kind.DEDUP_FILE,
                      Kind.UNIT_INFO, Kind.UNIT_COUNT, Kind.REFRESH)
     shards = sorted(routed[Kind.SHARD], key=lambda s: s["file"])
@@ -362,11 +370,23 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
              if "/".join(p.replace("\\", "/").split("/")[-2:]) not in keep
              and "/".join(p.replace("\\", "/").split("/")[-3:]) not in keep]
     io.delete(stale)
-    io.delete_tree(io.join(out, "_tmp"))
+    if spill_dir:
+        io.delete_tree(spill_dir)
+    remove_empty_tmp(out)
     if routed[Kind.UNIT_INFO]:
         io.write_bytes_atomic(io.join(out, UNITS_FILE),
                               units_table(routed[Kind.UNIT_INFO], routed[Kind.UNIT_COUNT]))
     io.write_bytes_atomic(io.join(out, "manifest.json"), manifest.to_json().encode("utf-8"))
+
+
+def remove_empty_tmp(output: str) -> None:
+    """``<output>/_tmp`` when no run keeps anything there any more (a local output; an object store has
+    no empty folders)."""
+    if "://" not in output:
+        try:
+            os.rmdir(os.path.join(output, "_tmp"))
+        except OSError:  # absent, or another run's folder is in it
+            pass
 
 
 # --- the steps: named composite transforms over the one envelope collection ---------------------
@@ -660,16 +680,16 @@ class WriteManifest(beam.PTransform):
     """Every step's results, gathered -> ``manifest.json`` (and stale files removed). The one last
     step that depends on everything: Beam's DaskRunner computes only the last transform's graph."""
 
-    def __init__(self, cfg: CorpusConfig, started: float, beam_args: list[str]):
+    def __init__(self, cfg: CorpusConfig, started: float, beam_args: list[str], spill_dir: str | None = None):
         super().__init__()
-        self.cfg, self.started, self.beam_args = cfg, started, beam_args
+        self.cfg, self.started, self.beam_args, self.spill_dir = cfg, started, beam_args, spill_dir
 
     def expand(self, results):
         return (
             results
             | "Results" >> beam.Flatten()
             | "GatherResults" >> GatherAll()
-            | "Manifest" >> beam.Map(finalize, self.cfg, self.started, self.beam_args)
+            | "Manifest" >> beam.Map(finalize, self.cfg, self.started, self.beam_args, self.spill_dir)
         )
 
 
@@ -714,7 +734,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
     # Branches that could carry nothing are not built, and composites hand their collections to the one
     # Flatten that needs them, not through a Flatten of their own: on Beam's portable runners each Flatten
     # and each unused step is a round trip (~20-25 ms in the local runner).
-    tuple(results) | "WriteManifest" >> WriteManifest(cfg, started, beam_args)
+    tuple(results) | "WriteManifest" >> WriteManifest(cfg, started, beam_args, spill_dir)
 
 
 def scratch_dir(spill_dir: str) -> str:
@@ -746,7 +766,7 @@ def fast_path(cfg: CorpusConfig, args: list[str], previous: str, started: float)
     if planned is None:
         return None, None
     manifest = carry_whole([info for _, _, info in planned], previous, cfg.run.output,
-                           write_fingerprint(cfg, stage_order(cfg)), run_metadata(cfg, args), started)
+                           write_fingerprint(cfg, stage_order(cfg)), run_metadata(cfg, args), started, verified=True)
     return manifest, planned
 
 
@@ -754,9 +774,35 @@ def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | N
         fast: bool = True) -> RunManifest:
     """Run the DAG and return the manifest it wrote (raises if the run does not balance).
     ``previous``: refresh incrementally from that run (a run folder or a releases root); with ``fast``
-    an unchanged rerun copies the previous run's files without starting Beam (``fast_path``)."""
+    an unchanged rerun copies the previous run's files without starting Beam (``fast_path``).
+
+    The run holds ``output_lock`` on its output folder throughout (``OutputBusy`` when another run holds
+    it). A previous run must be a finished one whose shards are those its manifest lists
+    (``refresh.verify_run``; ``PreviousRunError``); the output folder itself makes a full run
+    (``previous_unless_output``). Before anything in the output is
+    replaced, its ``manifest.json`` is removed: until the new one is written (last), the folder reads as
+    an unfinished run, never as the old run over new shards."""
     started = time.time()
     args = list(cfg.run.beam_args) + list(beam_args or [])
+    with output_lock(cfg.run.output):
+        previous = previous_unless_output(previous, cfg.run.output)
+        if previous is not None:
+            verify_run(check_previous(previous))
+        return _run_locked(cfg, args, previous, fast, started)
+
+
+def previous_unless_output(previous: str | None, output: str) -> str | None:
+    """``previous``, or None (a full run) when it is the output folder itself: a rerun of the same
+    ``--releases ROOT --version V`` once ``LATEST`` names ``V`` (an Airflow retry or "Clear"). A run cannot
+    carry from the folder it replaces: its manifest goes first, and a run stopped midway would leave none."""
+    if previous is not None and _same_folder(resolve_previous(previous), output):
+        print(f"pipelines.corpus: the previous run {resolve_previous(previous)} is the output folder: a full run",
+              file=sys.stderr)
+        return None
+    return previous
+
+
+def _run_locked(cfg: CorpusConfig, args: list[str], previous: str | None, fast: bool, started: float) -> RunManifest:
     planned = None
     if previous is not None and fast:
         manifest, planned = fast_path(cfg, args, previous, started)
@@ -769,6 +815,10 @@ def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | N
     except BaseException:  # e.g. no relabel endpoint: its workers and temporary folder go with it
         discard(p)
         raise
+    # the commit phase starts: no file of an earlier run in this folder may be read as this run's
+    old_manifest = io.join(cfg.run.output, "manifest.json")
+    if io.exists(old_manifest):
+        io.delete([old_manifest])
     result = p.run()
     try:
         result.wait_until_finish()
@@ -800,8 +850,16 @@ def main(argv: list[str] | None = None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     overrides: dict = {"run": {}}
     previous = args.previous
+    if args.releases and args.output:  # LATEST would name a folder that is not under the releases root
+        print("pipelines.corpus: --releases writes ROOT/<version>: it does not take --output (use --version to "
+              "name the folder, or --output with --previous without --releases)", file=sys.stderr)
+        return 2
     if args.releases:
-        version = version_name(args.version or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        try:
+            version = version_name(args.version or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        except ValueError as exc:  # "..": the releases root's parent
+            print(f"pipelines.corpus: --version: {exc}", file=sys.stderr)
+            return 2
         overrides["run"]["output"] = io.join(args.releases, version)
         if previous is None and io.exists(io.join(args.releases, LATEST)):
             previous = args.releases
@@ -811,6 +869,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides["run"]["max_dead_letter_rate"] = args.max_dead_letter_rate
     try:
         cfg = load_config(args.config, overrides)
+        previous = previous_unless_output(previous, cfg.run.output)
         if previous:
             check_previous(previous)
     except (ValueError, FileNotFoundError) as exc:  # a config typo (ConfigError), no such file, no run at --previous
@@ -824,7 +883,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with quiet_stderr():
                 manifest = run(cfg, quiet_beam_args(beam_args), previous, not args.no_fast_path)
-    except ConnectionError as exc:  # relabel.client.ServerUnavailable: no endpoint, checked before any record
+    except (ConnectionError, OutputBusy, PreviousRunError) as exc:
+        # relabel.client.ServerUnavailable: no endpoint, checked before any record; another run writing the
+        # output; a previous run that did not finish or whose shards are not its manifest's
         print(f"pipelines.corpus: {exc}", file=sys.stderr)
         return 2
     print(manifest.summary_table())

@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 from pipelines import io
 from pipelines.io import content_id as file_digest
 from pipelines.sources.base import input_bases, relative_to_inputs
+from pipelines.write import shard_problems
 from schemas.deadletter import DeadLetter
 from schemas.manifest import RunManifest
 from schemas.page import PAGE_SCHEMA
@@ -69,6 +70,13 @@ KIND_MODULES = {"jinaocrsynth": ("synth.pages", "synth.render_html", "synth.rend
 UNITS_SCHEMA = pa.schema([(n, pa.string()) for n in ("key", "name", "source", "content", "config", "stages",
                                                      "counts")])
 LEGACY_LETTERS = "dead_letters"  # a units table written before dead letters named their unit held them here
+# The content of a unit none of whose named files could be found: never reused (``decide``, ``carry_whole``)
+UNHASHED = "unhashed:"
+
+
+class PreviousRunError(ValueError):
+    """The previous run's folder is not one finished run: no manifest (an interrupted run), or shards that
+    are not the ones its manifest lists (rows, bytes, sha256)."""
 
 
 class UnitInfo(NamedTuple):
@@ -123,6 +131,13 @@ def _version(module_name: str) -> str:
     return str(getattr(sys.modules[module_name], "VERSION", "0"))
 
 
+def _class_version(cls: type) -> str:
+    """A reader's code version: the class's own ``VERSION`` when it has one (a module may hold several
+    readers, each versioned on its own), else its module's."""
+    own = getattr(cls, "VERSION", None)
+    return str(own) if own is not None else _version(cls.__module__)
+
+
 def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
     """source name -> {stage: fingerprint} for the stages a source's records pass before writing."""
     from pipelines.clean.registry import stage_class
@@ -136,11 +151,11 @@ def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
         # their content, not their name, goes in the fingerprint
         named = getattr(cls, "content_paths", None)
         contents = [folder_digest(p) for p in named(spec)] if named is not None else []
-        shared[spec["name"]] = _sha([spec["name"], _version(cls.__module__), portable(dict(spec)), contents])
+        shared[spec["name"]] = _sha([spec["name"], _class_version(cls), portable(dict(spec)), contents])
     out = {}
     for settings in cfg.sources:
         cls = source_class(settings.kind)
-        versions = [_version(cls.__module__)] + [_version(m) for m in KIND_MODULES.get(settings.kind, ())]
+        versions = [_class_version(cls)] + [_version(m) for m in KIND_MODULES.get(settings.kind, ())]
         fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name != "paths"}
         out[settings.name] = {"read": _sha(["read", settings.kind, versions, portable(fields)]), **shared}
     return out
@@ -164,8 +179,14 @@ def _listdir(folder: str) -> tuple[str, ...]:
         return ()
 
 
+def _is_file(path: str) -> bool:
+    """A local file, by an absolute path or one relative to the working directory."""
+    return "://" not in path and os.path.isfile(path)
+
+
 def _files_and_shape(unit: Any) -> tuple[list[str], Any]:
-    """The files a unit reads (to hash) and its shape with paths kept (to name)."""
+    """The files a unit reads (to hash) and its shape with paths kept (to name). Local paths count
+    whether absolute or relative (to the working directory: a config's relative paths once stayed so)."""
     if hasattr(unit, "_fields") and {"root", "rel"} <= set(unit._fields):  # local_folder's FolderFile
         return [io.join(unit.root, unit.rel)], {k: getattr(unit, k) for k in unit._fields}
     if isinstance(unit, tuple) and len(unit) == 2 and all(isinstance(x, str) for x in unit) \
@@ -181,7 +202,7 @@ def _files_and_shape(unit: Any) -> tuple[list[str], Any]:
 
     def collect(x):
         if isinstance(x, str):
-            if ("://" in x and not x.startswith("synth://")) or (os.path.isabs(x) and os.path.isfile(x)):
+            if ("://" in x and not x.startswith("synth://")) or _is_file(x):
                 files.append(x)
         elif isinstance(x, dict):
             for v in x.values():
@@ -192,6 +213,34 @@ def _files_and_shape(unit: Any) -> tuple[list[str], Any]:
 
     collect(shape)
     return files, shape
+
+
+def _missing_paths(unit: Any, files: list[str]) -> list[str]:
+    """When none of the files a unit reads can be found: the local paths it names (strings with a path
+    separator) that are neither a file nor a folder, and its own files that are missing. Its content is
+    then unknown (a hash of nothing would match any previous run's). Empty when any file was found,
+    or when the unit names no local path (a block of synthetic pages)."""
+    if any("://" in f or os.path.isfile(f) for f in files):
+        return []
+    _, shape = _files_and_shape(unit)
+    named: list[str] = []
+
+    def collect(x):
+        if isinstance(x, str):
+            if "://" not in x and ("/" in x or os.sep in x):
+                named.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                collect(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                collect(v)
+
+    collect(shape)
+    missing = [x for x in named if not os.path.exists(x)]
+    # a unit's own files that the reader would read (a FolderFile's root/rel, a training pair's .md)
+    missing += [f for f in files if "://" not in f and not os.path.isfile(f)]
+    return sorted(set(missing))
 
 
 _sources: dict = {}
@@ -227,8 +276,12 @@ def describe_unit(settings, unit: Any, fingerprints: dict[str, str]) -> UnitInfo
     except Exception:  # e.g. an unreadable parquet: hash its files; the reader dead-letters it
         content = None
     if content is None:
-        hashed = sorted({s for f in files for s in (_siblings(f) if "://" not in f else [f])})
-        content = _sha([[relative_to_inputs(f, bases), file_digest(f)] for f in hashed])
+        missing = _missing_paths(unit, files)
+        if missing:  # never a hash of nothing: a unit whose files cannot be found is read, not reused
+            content = UNHASHED + _sha([relative_to_inputs(f, bases) for f in missing])
+        else:
+            hashed = sorted({s for f in files for s in (_siblings(f) if "://" not in f else [f])})
+            content = _sha([[relative_to_inputs(f, bases), file_digest(f)] for f in hashed])
     config = _sha([FORMAT, fingerprints])
     return UnitInfo(_sha([name, content, config]), name, settings.name, content, config,
                     json.dumps(fingerprints, sort_keys=True))
@@ -252,7 +305,21 @@ def check_previous(uri: str) -> str:
     if not io.exists(io.join(folder, UNITS_FILE)):
         raise ValueError(f"previous run {folder}: no {UNITS_FILE} (a run from before incremental refresh, "
                          f"or not a corpus output); run without --previous once")
+    if not io.exists(io.join(folder, "manifest.json")):
+        raise PreviousRunError(f"previous run {folder}: no manifest.json: a run into that folder did not finish "
+                               f"(interrupted or failed), so its files are not one run's; rerun it, or refresh "
+                               f"from another run")
     return folder
+
+
+def verify_run(folder: str, manifest: RunManifest | None = None) -> None:
+    """``PreviousRunError`` unless the run folder's page shards are the ones its manifest lists."""
+    manifest = manifest or io.read_run_manifest(folder)
+    problems = shard_problems(folder, manifest.shards)
+    if problems:
+        raise PreviousRunError(f"run {folder}: its shards are not the ones its manifest.json lists "
+                               f"({'; '.join(problems[:3])}{'; ...' if len(problems) > 3 else ''}): a later run "
+                               f"into that folder was interrupted, or its files were changed; rerun it")
 
 
 @dataclass
@@ -396,11 +463,13 @@ def decide(current: Iterable[UnitInfo], previous: PreviousRun | None) -> Decisio
     by_name = {row["name"]: row for row in previous.units.values()}
     reused, process = {}, []
     for u in units:
-        if u.key in previous.units:
+        if u.key in previous.units and not u.content.startswith(UNHASHED):
             reused[u.key] = previous.units[u.key]
             continue
         old = by_name.get(u.name)
-        if old is None:
+        if u.content.startswith(UNHASHED):
+            reason = "input files not found"
+        elif old is None:
             reason = "added"
         elif old["content"] != u.content:
             reason = "content changed"
@@ -486,8 +555,14 @@ def units_table(infos: Iterable[UnitInfo], counts: Iterable[tuple]) -> bytes:
 
 
 def version_name(text: str) -> str:
-    """A folder-safe release version (Airflow run ids hold ':' and '+')."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "v"
+    """A folder-safe release version (Airflow run ids hold ':' and '+'). ValueError for a name with a path
+    separator or made only of dots (``..`` would write into the releases root's parent, ``.`` into it)."""
+    if "/" in text or "\\" in text:
+        raise ValueError(f"version {text!r}: a version is one folder name, without / or \\")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "v"
+    if set(name) == {"."}:
+        raise ValueError(f"version {text!r}: a version made only of dots names no folder of its own")
+    return name
 
 
 # In this module, not in pipelines/corpus.py: run as ``python -m pipelines.corpus`` that is ``__main__``, and
@@ -530,14 +605,19 @@ def _same_folder(a: str, b: str) -> bool:
 
 
 def carry_whole(infos: Iterable[UnitInfo], previous_uri: str, output: str, fingerprint: str,
-                run: dict, started: float) -> RunManifest | None:
+                run: dict, started: float, verified: bool = False) -> RunManifest | None:
     """The fast path of an unchanged rerun. When the planned units are exactly the previous run's (same
     keys: every unit reused, none removed) and its ``write_fingerprint`` is ``fingerprint``, copy the
     files its manifest lists (shards, dedup losers, dead letters, dropped samples) and its units table
     to ``output``, and write a manifest with its counts (timings zeroed: no work was done), ``run``
     as run metadata (``seconds``: since ``started``) and a refresh summary saying every unit was reused.
-    Returns that manifest, or None (nothing written) when anything differs or is missing: the caller runs the DAG."""
+    Returns that manifest, or None (nothing written) when anything differs or is missing: the caller runs the DAG.
+    The previous run's page shards must be the ones its manifest lists (rows, bytes, sha256: ``verify_run``;
+    ``verified``: the caller checked): ``PreviousRunError`` when they are not, since the DAG would carry
+    pages from them too."""
     infos = set(infos)
+    if any(u.content.startswith(UNHASHED) for u in infos):
+        return None
     try:
         previous = PreviousRun.load(previous_uri)
         body = json.loads(io.read_bytes(io.join(previous.folder, "manifest.json")))
@@ -551,6 +631,8 @@ def carry_whole(infos: Iterable[UnitInfo], previous_uri: str, output: str, finge
     files += list(body["dead_letter_files"]) + list(body.get("dropped_sample_files", [])) + [UNITS_FILE]
     if not all(io.exists(io.join(previous.folder, f)) for f in files):
         return None
+    if not verified:
+        verify_run(previous.folder, previous.manifest)
     stale = [p for folder in ("data", "dead_letter", "dropped", LOSER_PAGES_FOLDER)
              for p in io.match(io.join(output, folder, "*.parquet"))
              if not any(p.replace("\\", "/").endswith("/" + f) for f in files)]

@@ -19,7 +19,9 @@ The release folder (``--out``):
   dead-letter reasons, the domain/task/language mix, unit-test types, the pipeline version and
   config hash, and how to load it.
 - ``manifest.json``: the corpus run's manifest, as written; ``release.json``: what this step wrote
-  (shards with rows, bytes and row groups; version; config hash).
+  (shards with rows, bytes, sha256 and row groups; version; config hash). It is removed when a build
+  starts and written last, so a folder whose build failed or was killed has none and ``--skip-build``
+  refuses it; ``--skip-build`` also checks each listed shard's size and sha256.
 
 Shards are written streaming (record batches of the corpus shards, never the corpus in memory),
 under temporary names until their count is known; a rerun on the same corpus writes byte-identical
@@ -58,7 +60,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipelines import io
-from pipelines.write import RowGroupCuts, parquet_writer, row_bytes
+from pipelines.write import RowGroupCuts, file_sha256, parquet_writer, row_bytes, shard_problems
 from schemas.config import ConfigError, load, option, parse_sets
 from schemas.manifest import ManifestError, RunManifest
 from schemas.page import PAGE_SCHEMA, features
@@ -216,6 +218,7 @@ class SplitWriter:
             io.rename(shard.pop("partial"), final)
             shard["file"] = name
             shard["bytes"] = _size(final)
+            shard["sha256"] = file_sha256(final)
         return [{"file": s["file"], **{k: v for k, v in s.items() if k != "file"}} for s in self.shards]
 
 
@@ -266,6 +269,14 @@ def build_release(corpus: str, out: str, cfg: ReleaseConfig = ReleaseConfig(), r
         raise ReleaseError(f"{corpus}/manifest.json does not balance: {manifest.imbalances()[:3]}")
     if manifest.records_written == 0:  # checked before out is touched: an earlier release there stays whole
         raise ReleaseError(f"{corpus} holds no pages: nothing to release")
+    problems = shard_problems(corpus, manifest.shards, hash_remote=True)
+    if problems:  # e.g. an interrupted rerun into the corpus folder: checked before out is touched
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ReleaseError(f"corpus shard {problems[0]}{more}: {corpus} is not the run its manifest.json "
+                           f"describes (a rerun into it failed or was stopped, or its files changed); rerun the corpus")
+    # release.json is written last: until then the folder is no release (--skip-build refuses it), so a build
+    # that fails or is killed midway never leaves new shards under the previous release's summary
+    io.delete([io.join(out, "release.json")] if io.exists(io.join(out, "release.json")) else [])
     mix = Mix()
     shards: list[dict] = []
     for split, files in sorted(corpus_files(manifest).items()):
@@ -497,12 +508,21 @@ def check_release(folder: str, load: bool = True) -> dict[str, Any]:
     if not [f for c in meta["configs"] for f in c.get("data_files") or []]:
         raise ReleaseError("README.md's configs name no data files: nothing to publish")
     summary = io.join(folder, "release.json")
-    if io.exists(summary):  # its shards must all be there: a push deletes the Hub's data/ first
-        shards = json.loads(io.read_bytes(summary)).get("shards") or []
-        missing = [s["file"] for s in shards if not io.exists(io.join(folder, s["file"]))]
-        if not shards or missing:
-            raise ReleaseError(f"release.json lists {len(shards)} shards, {len(missing)} of them missing "
-                               f"({', '.join(missing[:3])}): rebuild the release")
+    if not io.exists(summary):  # written last by a build: none means the build failed or was stopped midway
+        raise ReleaseError(f"no release.json in {folder}: its build did not finish (it failed or was stopped), so "
+                           f"its shards and card may not match; rebuild the release")
+    # its shards must all be there, as built: a push deletes the Hub's data/ first
+    shards = json.loads(io.read_bytes(summary)).get("shards") or []
+    problems = shard_problems(folder, shards)
+    if not shards or problems:
+        raise ReleaseError(f"release.json lists {len(shards)} shards, {len(problems)} of them missing or changed "
+                           f"({'; '.join(problems[:3])}): rebuild the release")
+    listed = {s["file"] for s in shards}
+    extra = [p for p in io.match(io.join(folder, "data", "*.parquet"))
+             if "data/" + p.replace("\\", "/").rsplit("/", 1)[-1] not in listed]
+    if extra:
+        raise ReleaseError(f"data/ holds {len(extra)} shard(s) release.json does not list "
+                           f"({', '.join(e.rsplit('/', 1)[-1] for e in extra[:3])}): rebuild the release")
     if load:
         import datasets
 
@@ -612,10 +632,13 @@ def main(argv: list[str] | None = None) -> int:
         except HFValidationError as exc:
             parser.error(f"--repo-id {args.repo_id!r}: {str(exc).splitlines()[0]}")
     if not args.skip_build:
+        release = None
         try:
             release = build_release(args.corpus, args.out, cfg, args.repo_id)
             check_release(args.out)
         except (ReleaseError, ManifestError) as exc:  # no corpus run there, one that does not balance, failed checks
+            if release is not None:  # built but failed its checks: not a release --skip-build may push
+                io.delete([io.join(args.out, "release.json")])
             print(f"release failed: {args.corpus} -> {args.out}: {exc}", file=sys.stderr)
             return 2
         print(f"release: {args.out}: {sum(release.pages.values())} pages in {len(release.shards)} shards "

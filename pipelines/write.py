@@ -39,13 +39,15 @@ split) of ``shard_bytes``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io as _io
 import json
+import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -437,6 +439,43 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     return result
 
 
+def file_sha256(uri: str) -> str:
+    """sha256 of a file's bytes (local, or a store's: read through), in blocks."""
+    digest = hashlib.sha256()
+    with io.open_read(uri) as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def shard_problems(folder: str, shards: Iterable[dict], hash_remote: bool = False) -> list[str]:
+    """How ``folder``'s shards differ from what a manifest lists for them (``file``, ``rows``, ``bytes``,
+    ``sha256``): a missing file, another row count (the Parquet footer), size or sha256. Local files are
+    hashed (about ``sha256sum``'s time: ~1 s per GB); an object store's are checked by size and row count
+    unless ``hash_remote`` (hashing downloads them). What an entry lacks (an older manifest) is not checked."""
+    problems = []
+    for shard in shards:
+        path = io.join(folder, shard["file"])
+        if not io.exists(path):
+            problems.append(f"{shard['file']} is missing")
+            continue
+        try:
+            with io.open_read(path) as f:
+                rows = pq.ParquetFile(f).metadata.num_rows
+                size = f.seek(0, 2)
+        except (OSError, pa.ArrowException) as exc:
+            problems.append(f"{shard['file']} cannot be read: {exc}")
+            continue
+        if "rows" in shard and rows != int(shard["rows"]):
+            problems.append(f"{shard['file']} holds {rows} rows, the manifest says {shard['rows']}")
+            continue
+        if "bytes" in shard and size != int(shard["bytes"]):
+            problems.append(f"{shard['file']} is {size} bytes, the manifest says {shard['bytes']}")
+        elif shard.get("sha256") and ("://" not in path or hash_remote) and file_sha256(path) != shard["sha256"]:
+            problems.append(f"{shard['file']}'s sha256 is not the manifest's")
+    return problems
+
+
 def repeated_ids(sorted_ids: pa.ChunkedArray | pa.Array, limit: int = 10) -> list[str]:
     """Up to ``limit`` ids that more than one row holds, from the shard's ids in sorted order. Readers
     dead-letter a page read twice from one input unit (``pipelines.accounting.account_rows``); this
@@ -559,3 +598,64 @@ def write_dropped_samples(stage_reason: tuple[str, str], records: list[PageRecor
     pq.write_table(pa.Table.from_pylist(rows, schema=PAGE_SCHEMA), buf, compression="zstd")
     io.write_bytes_atomic(io.join(dropped_dir, name), buf.getvalue())
     return f"dropped/{name}"
+
+
+# --- the output folder's lock --------------------------------------------------------------------------------
+
+LOCK_FILE = ".lock"  # in the output folder: held (flock) by the run writing there
+_held_locks: list[int] = []
+
+
+def _close_locks_in_child() -> None:
+    # A forked worker shares the launcher's open lock: it drops its copy (only close, never LOCK_UN, which
+    # would release the launcher's lock too), so the lock ends with the run, not with a warm worker.
+    for fd in _held_locks:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held_locks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_locks_in_child)
+
+
+class OutputBusy(RuntimeError):
+    """Another run is writing into the same output folder."""
+
+
+@contextlib.contextmanager
+def output_lock(output: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``<output>/.lock`` (``fcntl.flock``, not blocking) while a run writes
+    ``output``: a second run into the same folder is refused (``OutputBusy``) instead of replacing,
+    sweeping or deleting the first one's files. The lock ends with the process (even when killed); the
+    file stays, empty (removing it would let two runs lock two different files; empty, it is the same file
+    after every run). A folder the lock made is removed again when the run left nothing else in it (it
+    failed before writing: no output folder, as before the lock). An object-store output has no lock:
+    runs into one must not overlap (docs/architecture.md)."""
+    if "://" in output:
+        yield
+        return
+    import fcntl
+
+    created = not os.path.isdir(output)
+    os.makedirs(output, exist_ok=True)
+    path = os.path.join(output, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OutputBusy(f"{output} is being written by another run (it holds {path}): wait for it to end, "
+                         f"or write another --output") from None
+    _held_locks.append(fd)
+    try:
+        yield
+    finally:
+        _held_locks.remove(fd)
+        if created and os.listdir(output) == [LOCK_FILE]:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+                os.rmdir(output)
+        os.close(fd)  # releases the lock (forked workers closed their copies)

@@ -42,6 +42,13 @@ def main() -> None:
                               module.corpus_command(base | {"previous": "P", "runner_args": "--a=1 --b"}, "R")]
     out["work_dir"] = module.work_dir("/w", "manual__2026-01-05T00:00:00+00:00")
     out["run_keys"] = {run_id: module.run_key(run_id) for run_id in ("weekly-", "-rerun", "a:b+c", "--")}
+    refused = {}
+    for run_id in ("..", ".", "-..-"):  # made only of dots: the work folder's parent
+        try:
+            refused[run_id] = module.run_key(run_id)
+        except ValueError as exc:
+            refused[run_id] = f"ValueError: {exc}"
+    out["dot_run_keys"] = refused
     if args.test:
         for t in dag.tasks:
             t.retries = 0

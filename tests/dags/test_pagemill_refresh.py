@@ -93,6 +93,8 @@ def test_the_dag_imports_with_its_shape(airflow):
     from pipelines.refresh import version_name
 
     assert all(version_name(key) == key and not key.startswith("-") for key in found["run_keys"].values())
+    # a run id of dots would name work_root's parent (or work_root itself) as the run's folders
+    assert all(v.startswith("ValueError") for v in found["dot_run_keys"].values()), found["dot_run_keys"]
 
 
 def samples_config(tmp_path: Path) -> Path:

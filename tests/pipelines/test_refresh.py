@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from pipelines import corpus, refresh
 from pipelines.config import load_config
@@ -274,3 +275,161 @@ def test_releases_root_keeps_versions_side_by_side_with_a_latest_pointer(samples
     assert second["run"]["refresh"]["units_processed"] == 0
     assert second["run"]["refresh"]["previous"] == str(releases / "v1")
     assert digests(releases / "v1", "data") == digests(releases / version, "data")
+
+
+# --- what a refresh trusts of its inputs and of the previous run --------------------------------------
+
+
+def europeana_config(samples: Path, root: Path) -> Path:
+    """``root/configs/x.yaml`` with the europeana source under ``root/samples`` named by relative paths."""
+    raw = yaml.safe_load(small_corpus_config(samples, root / "work").read_text())
+    raw["sources"] = [s for s in raw["sources"] if s["name"] == "europeana-newspapers"]
+    for source in raw["sources"]:
+        source["paths"] = [p.replace(f"{samples}/", "samples/") for p in source["paths"]]
+    shutil.copytree(samples / "europeana", root / "samples" / "europeana")
+    (root / "configs").mkdir()
+    (root / "configs" / "x.yaml").write_text(yaml.safe_dump(raw))
+    return root / "configs" / "x.yaml"
+
+
+def test_a_relative_config_path_still_hashes_the_input_files(samples, tmp_path, monkeypatch):
+    """``--config configs/x.yaml`` (what the Airflow DAG passes) once made the inputs' base ``.``: their
+    paths stayed relative, no file was hashed and an edited input was reused (stale pages)."""
+    from pipelines import io
+
+    europeana_config(samples, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("configs/x.yaml")
+    assert all(Path(p).is_absolute() and p.startswith(str(tmp_path)) for s in cfg.sources for p in s.paths)
+    before = {info.name: info.content for _, _, info in corpus.plan_in_process(cfg)}
+    shard = next((tmp_path / "samples" / "europeana").rglob("*.parquet"))
+    table = pq.read_table(shard)
+    pq.write_table(table.slice(0, table.num_rows - 1), shard)
+    io.content_id.cache_clear()
+    after = {info.name: info.content for _, _, info in corpus.plan_in_process(cfg)}
+    assert set(after) == set(before) and all(after[n] != before[n] for n in before)
+
+
+def test_relative_unit_files_are_hashed_and_units_whose_files_are_gone_are_read(samples, tmp_path, monkeypatch):
+    from pipelines import io
+
+    cfg = load_config(europeana_config(samples, tmp_path))
+    settings = cfg.sources[0]
+    monkeypatch.chdir(tmp_path)
+    shard = next(Path("samples/europeana").rglob("*.parquet"))
+    fingerprints = refresh.stage_fingerprints(cfg)[settings.name]
+    info = refresh.describe_unit(settings, str(shard), fingerprints)
+    pq.write_table(pq.read_table(shard).slice(1), shard)
+    io.content_id.cache_clear()
+    assert refresh.describe_unit(settings, str(shard), fingerprints).content != info.content
+    # a unit naming files that cannot be found is never hashed as nothing: its content is unknown, it is read
+    gone = refresh.describe_unit(settings, "samples/europeana/gone/x.parquet", fingerprints)
+    assert gone.content.startswith(refresh.UNHASHED)
+    previous = refresh.PreviousRun("", {gone.key: {**gone._asdict(), "counts": "[]"}}, None)
+    decision = refresh.decide([gone], previous)
+    assert decision.reused == {} and decision.process == [(gone.key, "input files not found")]
+
+
+def test_a_reader_class_version_is_in_the_refresh_key(samples, tmp_path, monkeypatch):
+    """A module may hold several readers, each with its own ``VERSION`` (olmocr_mix's train-dir reader)."""
+    from pipelines.sources import source_class
+
+    cfg = load_config(small_corpus_config(samples, tmp_path))
+    before = refresh.stage_fingerprints(cfg)
+    monkeypatch.setattr(source_class("local_folder"), "VERSION", "99", raising=False)
+    after = refresh.stage_fingerprints(cfg)
+    kinds = {s.name: s.kind for s in cfg.sources}
+    assert {n for n in before if before[n]["read"] != after[n]["read"]} == {
+        n for n, kind in kinds.items() if kind == "local_folder"} != set()
+
+
+def copy_run(out: Path, target: Path) -> Path:
+    shutil.copytree(out, target, ignore=shutil.ignore_patterns(".lock"))
+    return target
+
+
+def test_an_interrupted_run_leaves_no_manifest_and_is_no_previous_run(first, samples, tmp_path, monkeypatch):
+    """A rerun into a finished run's folder removes its manifest.json before anything there is replaced, so
+    a run stopped midway never leaves the old manifest and units table over new shards."""
+    from pipelines import release
+    from schemas.manifest import ManifestError
+
+    _, out = first
+    rerun = copy_run(out, tmp_path / "work" / "out")
+    real = corpus.new_pipeline
+
+    def killed_midway(*args, **kwargs):
+        pipeline = real(*args, **kwargs)
+
+        def run():
+            assert not (rerun / "manifest.json").exists()  # gone before any shard is written
+            raise KeyboardInterrupt  # a SIGTERM/SIGKILL while the run writes
+
+        pipeline.run = run
+        return pipeline
+
+    monkeypatch.setattr(corpus, "new_pipeline", killed_midway)
+    cfg = load_config(small_corpus_config(samples, tmp_path / "work"))
+    with pytest.raises(KeyboardInterrupt):
+        corpus.run(cfg, IN_MEMORY)
+    assert not (rerun / "manifest.json").exists() and (rerun / refresh.UNITS_FILE).exists()
+    with pytest.raises(refresh.PreviousRunError, match="no manifest.json"):
+        corpus.run(load_config(small_corpus_config(samples, tmp_path / "next")), IN_MEMORY, previous=str(rerun))
+    with pytest.raises(ManifestError):
+        release.build_release(str(rerun), str(tmp_path / "rel"))
+
+
+def test_a_previous_run_whose_shards_are_not_its_manifests_is_refused(first, samples, tmp_path, capsys):
+    """Same rows, another file (what an interrupted rerun into the folder can leave): neither the fast path
+    nor the DAG carries pages from it."""
+    _, out = first
+    previous = copy_run(out, tmp_path / "previous")
+    shard = next((previous / "data").glob("*.parquet"))
+    table = pq.read_table(shard)
+    pq.write_table(table, shard, row_group_size=3)
+    with pytest.raises(refresh.PreviousRunError, match="sha256|bytes"):
+        run(samples, tmp_path / "a", previous=previous)
+    infos = [refresh.UnitInfo(**{k: row[k] for k in refresh.UnitInfo._fields})
+             for row in refresh.PreviousRun.load(str(previous)).units.values()]
+    fingerprint = json.loads((previous / "manifest.json").read_text())["run"]["refresh"]["write_fingerprint"]
+    with pytest.raises(refresh.PreviousRunError):
+        refresh.carry_whole(infos, str(previous), str(tmp_path / "b"), fingerprint, {}, 0.0)
+    assert not (tmp_path / "b").exists()
+    config = small_corpus_config(samples, tmp_path / "c")
+    assert corpus.main(["--config", str(config), "--previous", str(previous), *IN_MEMORY]) == 2
+    assert "its shards are not the ones its manifest.json lists" in capsys.readouterr().err
+
+
+def test_runs_into_one_output_folder_never_overlap_and_keep_each_others_tmp(samples, tmp_path, capsys):
+    """A second run into a folder another run is writing is refused (exit 2); a run removes only its own
+    ``_tmp/<run>/``."""
+    config = small_corpus_config(samples, tmp_path)
+    cfg = load_config(config)
+    with corpus.output_lock(cfg.run.output):  # (pipelines.write.output_lock)
+        assert corpus.main(["--config", str(config), *IN_MEMORY]) == 2
+        assert "is being written by another run" in capsys.readouterr().err
+        assert not (Path(cfg.run.output) / "manifest.json").exists()
+    other = Path(cfg.run.output) / "_tmp" / "otherrun" / "spill.arrow"  # a run that is still going
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"spilled")
+    manifest, out = run(samples, tmp_path)
+    assert other.read_bytes() == b"spilled" and sorted(p.name for p in (out / "_tmp").iterdir()) == ["otherrun"]
+    other.unlink()
+    other.parent.rmdir()
+    run(samples, tmp_path)
+    assert not (out / "_tmp").exists()
+
+
+def test_releases_take_no_output_and_no_version_made_of_dots(samples, tmp_path, capsys):
+    config = small_corpus_config(samples, tmp_path)
+    releases = tmp_path / "releases"
+    assert corpus.main(["--config", str(config), "--releases", str(releases), "--version", "v2",
+                        "--output", str(tmp_path / "elsewhere"), *IN_MEMORY]) == 2
+    assert "does not take --output" in capsys.readouterr().err
+    for version in ("..", ".", "a/b"):
+        assert corpus.main(["--config", str(config), "--releases", str(releases), "--version", version,
+                            *IN_MEMORY]) == 2
+        assert "--version" in capsys.readouterr().err
+    assert not releases.exists() and not (tmp_path / "elsewhere").exists()
+    with pytest.raises(ValueError):
+        refresh.version_name("..")

@@ -440,3 +440,61 @@ def test_the_config_hash_leaves_out_where_the_run_wrote():
 
     assert manifest_config_hash(manifest("out/a", 64)) == manifest_config_hash(manifest("releases/v2", 64))
     assert manifest_config_hash(manifest("out/a", 64)) != manifest_config_hash(manifest("out/a", 32))
+
+
+def test_a_corpus_whose_shards_are_not_its_manifests_is_refused_before_out_is_touched(corpus, tmp_path, capsys):
+    """An interrupted rerun into a corpus folder can leave new shards under an older manifest (same page
+    count): the build checks each shard's rows, bytes and sha256 against the manifest first."""
+    import shutil
+
+    from pipelines.release import main
+    from pipelines.write import file_sha256
+
+    changed = tmp_path / "changed"
+    shutil.copytree(corpus, changed)
+    body = json.loads((changed / "manifest.json").read_text())
+    for shard in body["shards"]:  # what a run's manifest records of each shard
+        path = changed / shard["file"]
+        shard.update(bytes=path.stat().st_size, sha256=file_sha256(str(path)))
+    (changed / "manifest.json").write_text(json.dumps(body))
+    out = tmp_path / "rel"
+    assert main(["--corpus", str(changed), "--out", str(out)]) == 0
+    before = tree(out)
+    shard = changed / "data" / "train-00000-of-00001.parquet"
+    table = pq.read_table(shard)  # the same rows, written again: another file
+    pq.write_table(table.replace_schema_metadata(PAGE_SCHEMA.metadata), shard, row_group_size=5)
+    assert main(["--corpus", str(changed), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "corpus shard data/train-00000-of-00001.parquet" in err and "rerun the corpus" in err
+    assert tree(out) == before  # the earlier release stays whole
+
+
+def test_a_build_that_fails_midway_leaves_no_release_skip_build_accepts(corpus, tmp_path, capsys, monkeypatch):
+    """release.json is removed when a build starts and written last, with each shard's sha256: a build that
+    fails (or is killed) after its shards are renamed in is refused by --skip-build, and so is a shard
+    changed after the build."""
+    import pipelines.release as release
+
+    out = tmp_path / "rel"
+    assert release.main(["--corpus", str(corpus), "--out", str(out)]) == 0
+    summary = json.loads((out / "release.json").read_text())
+    assert all(s["sha256"] == hashlib.sha256((out / s["file"]).read_bytes()).hexdigest() for s in summary["shards"])
+    other = write_corpus(tmp_path / "other", {("alpha", "train"): 12})
+
+    def killed(*args, **kwargs):
+        raise release.ReleaseError("stopped after the shards")
+
+    with monkeypatch.context() as m:
+        m.setattr(release, "render_card", killed)
+        assert release.main(["--corpus", str(other), "--out", str(out)]) == 2
+    assert not (out / "release.json").exists() and (out / "README.md").exists()
+    capsys.readouterr()
+    assert release.main(["--out", str(out), "--skip-build", "--repo-id", REPO_ID]) == 2
+    assert "no release.json" in capsys.readouterr().err
+
+    assert release.main(["--corpus", str(corpus), "--out", str(out)]) == 0
+    shard = out / summary["shards"][0]["file"]
+    table = pq.read_table(shard)
+    pq.write_table(table, shard, row_group_size=3)  # the same rows, another file
+    assert release.main(["--out", str(out), "--skip-build", "--repo-id", REPO_ID]) == 2
+    assert "1 of them missing or changed" in capsys.readouterr().err
