@@ -14,8 +14,9 @@ PROMPTS: dict[tuple[str, str], str] = {
     ("transcribe_table", "zh"): "将图中的表格转写为 HTML 表格。",
     ("transcribe_formula", "en"): "Transcribe the formula in this image in LaTeX.",
     ("transcribe_formula", "zh"): "将图中的公式转写为 LaTeX。",
-    ("caption", "en"): "Describe this image in one paragraph.",
-    ("caption", "zh"): "用一段话描述这张图片。",
+    # caption: a figure's crop (pipelines/instruct/tasks.py), answered with the caption printed under it
+    ("caption", "en"): "Write a caption for this figure.",
+    ("caption", "zh"): "为这幅图写一条图注。",
     # chart_to_table and kie: the element-level readers' defaults (pipelines/sources/elements.py)
     ("chart_to_table", "en"): "Extract the data shown in this chart as an HTML table.",
     ("chart_to_table", "zh"): "将图表中的数据提取为 HTML 表格。",
@@ -62,6 +63,16 @@ CONVENTION_PROMPTS: dict[tuple[str, str], str] = {
                            "\"bbox\": [x0, y0, x1, y1] in pixels, \"text\"}]} in reading order.",
     ("json_layout", "zh"): "以 JSON 返回此页面的版面：{\"width\", \"height\", \"elements\": [{\"class\", "
                            "\"bbox\": [x0, y0, x1, y1]（像素）, \"text\"}]}，按阅读顺序。",
+}
+# CommonForms (pipelines/sources/elements.py): form-field detection, answered as
+# {"fields": [{"type", "bbox"}]} on a 0-1000 grid, in reading order; the reader's default instruction.
+FORM_FIELD_PROMPTS: dict[str, str] = {
+    "en": "Find the fillable fields of this form. Answer with JSON only: {\"fields\": [{\"type\": \"text\" | "
+          "\"checkbox\" | \"signature\", \"bbox\": [x0, y0, x1, y1]}]}, boxes on a 0-1000 grid of the page "
+          "(top-left origin), fields in reading order (top to bottom, then left to right).",
+    "zh": "找出此表格中所有可填写的字段。只回答 JSON：{\"fields\": [{\"type\": \"text\" | \"checkbox\" | "
+          "\"signature\", \"bbox\": [x0, y0, x1, y1]}]}，坐标为页面上 0-1000 的网格（原点在左上角），"
+          "字段按阅读顺序排列（从上到下，再从左到右）。",
 }
 # Key information extraction: the JSON schema of the fields goes where {schema} is.
 KIE_PROMPTS: dict[str, str] = {

@@ -162,20 +162,27 @@ def _cell_runs(text: str) -> list:
     """A cell's text as runs: strings and ``(kind, runs)`` for its bold (``B``) and italic (``I``)
     spans. A close without its open is dropped, one that closes an outer span closes the spans
     inside it, and a span left open ends with the cell (as HTML ends it); a span inside one of the
-    same kind adds no mark."""
+    same kind adds no mark and no run (so runs nest two deep at most, however deep the tags)."""
     root: list = []
     stack: list[tuple[str | None, list]] = [(None, root)]
+    inner_same = {"B": 0, "I": 0}  # spans opened inside one of their kind, not yet closed
     pos = 0
     for m in _MARK_TOKEN.finditer(text):
         if m.start() > pos:
             stack[-1][1].append(text[pos:m.start()])
         pos = m.end()
         kind = m.group(2)
+        is_open = any(k == kind for k, _ in stack[1:])
         if not m.group(1):
+            if is_open:
+                inner_same[kind] += 1
+                continue
             node: tuple[str, list] = (kind, [])
             stack[-1][1].append(node)
             stack.append(node)
-        elif any(k == kind for k, _ in stack[1:]):
+        elif inner_same[kind]:
+            inner_same[kind] -= 1
+        elif is_open:
             while stack.pop()[0] != kind:
                 pass
     if pos < len(text):

@@ -17,8 +17,11 @@ from pipelines.clean.conventions import find_formulas
 from schemas.layout import Element
 from schemas.prompts import CONVENTION_PROMPTS, PROMPTS
 
-_LANG = {"en": {"en": "English", "zh": "Chinese", "fr": "French", "de": "German", "ja": "Japanese"},
-         "zh": {"en": "英文", "zh": "中文", "fr": "法文", "de": "德文", "ja": "日文"}}
+# page languages by their ISO 639-1 code (a record's BCP 47 tag up to its first "-": zh-Hant is zh)
+_LANG = {"en": {"en": "English", "zh": "Chinese", "fr": "French", "de": "German", "ja": "Japanese",
+                "es": "Spanish", "it": "Italian", "pt": "Portuguese", "nl": "Dutch", "ru": "Russian", "ko": "Korean"},
+         "zh": {"en": "英文", "zh": "中文", "fr": "法文", "de": "德文", "ja": "日文", "es": "西班牙文",
+                "it": "意大利文", "pt": "葡萄牙文", "nl": "荷兰文", "ru": "俄文", "ko": "韩文"}}
 _NAMES = {"en": {"table": ("table", "tables"), "formula": ("formula", "formulas"), "picture": ("figure", "figures"),
                  "list_item": ("list item", "list items"), "section_header": ("section heading", "section headings"),
                  "footnote": ("footnote", "footnotes")},
@@ -61,8 +64,9 @@ def dynamic_instruction(task: str, convention: str | None, language: str, page_l
         base = PROMPTS[(task, language)]
         return rng.choice([_REGION[task][zh], base, f"{_REGION[task][zh]} {base}"])
     if task == "caption":
-        return rng.choice(["用一段话描述这幅插图的内容。", "这幅图展示了什么？请写一段说明。"] if zh else
-                          ["Write the caption this figure would have.", "What does this figure show? "
-                           "Describe it in one paragraph."])
+        # the response is the figure's printed caption, so every variant asks for a caption
+        return rng.choice(["为这幅图写一条图注。", "这幅图的图注应当怎么写？"] if zh else
+                          ["Write a caption for this figure.", "Write the caption this figure would have.",
+                           "What caption belongs under this figure?"])
     directive = CONVENTION_PROMPTS[(convention or "markdown", language)]
     return _content_sentence(_counts(elements, response), language, page_language, rng) + " " + directive

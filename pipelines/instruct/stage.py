@@ -11,7 +11,10 @@ prompt in English or Chinese (Chinese pages always, others at ``zh_prompt_share`
 page's element crops, KIE and VQA records follow (``pipelines.instruct.tasks``). Every output records
 its choice in ``metadata["instruct"]`` (``convention``, ``prompt_language``, ``dynamic``) and counts
 ``task:<task>``, ``convention:<c>``, ``prompt:<lang>`` and ``dynamic`` in the manifest's counters.
-Records of other tasks or formats pass through with their counters.
+A ``parse_page`` record with a plain-text response (``response_format: text``: historical OCR and
+transcriptions) keeps its response and gets the ``plain`` convention's prompt (or a dynamic one with the
+``plain`` directive), counted as above with ``convention:plain``; it has no derived records. Records of other
+tasks or formats pass through with their counters.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from schemas.config import option
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.prompts import convention_instruction
 
-VERSION = "4"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tests pass on the checkable
+VERSION = "5"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tests pass on the checkable
 # text, a nested table's text is its outer cell's (schemas.tables); 4: plain writes <br> and block tags as
-# line breaks, <sup>/<sub> as ^/_, entities as characters, strips real tags only; table cells keep bold/italic
+# line breaks, <sup>/<sub> as ^/_, entities as characters, strips real tags only; table cells keep bold/italic;
+# 5: caption crops stop short of the caption and ask for one ("Write a caption for this figure."); crop responses
+# in their task's corpus form (formulas bare LaTeX via the conventions stage's rewrite_formula, no math tests;
+# no trailing newline); plain-text parse_page records get the plain convention's prompt
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,21 @@ class InstructStage:
     def is_dynamic(self, record: PageRecord) -> bool:
         return self._rng(record, "dynamic").random() < self.cfg.dynamic_share
 
+    def _instruction(self, record: PageRecord, convention: str, language: str, dynamic: bool) -> str:
+        return (dynamic_instruction("parse_page", convention, language, record.language, record.elements,
+                                    record.response, f"{self.cfg.seed}:{record.id}")
+                if dynamic else convention_instruction(convention, language))
+
+    def _plain_text_page(self, record: PageRecord) -> PageRecord:
+        """A plain-text transcription: its response as it is, the ``plain`` convention's prompt."""
+        language, dynamic = self.prompt_language(record), self.is_dynamic(record)
+        page = replace(record, instruction=self._instruction(record, "plain", language, dynamic),
+                       provenance=[*record.provenance, self._step])
+        return _count(page, "plain", language, dynamic)
+
     def __call__(self, record: PageRecord) -> list[PageRecord]:
+        if record.task == "parse_page" and record.response_format == "text":
+            return [self._plain_text_page(record)]
         if record.task != "parse_page" or record.response_format != "markdown":
             return [_count(record, None, None, False)]
         language = self.prompt_language(record)
@@ -120,9 +140,7 @@ class InstructStage:
         kept = record.unit_tests if convention == "markdown" else kept_tests(convention, record.unit_tests,
                                                                              out.response)
         dynamic = self.is_dynamic(record)
-        instruction = (dynamic_instruction("parse_page", convention, language, record.language, record.elements,
-                                           record.response, f"{self.cfg.seed}:{record.id}")
-                       if dynamic else convention_instruction(convention, language))
+        instruction = self._instruction(record, convention, language, dynamic)
         page = replace(record, response=out.response, response_format=out.response_format, instruction=instruction,
                        unit_tests=kept, provenance=[*record.provenance, self._step])
         results = [_count(page, convention, language, dynamic)]

@@ -2,8 +2,12 @@
 
 * ``crop_records``: each ``table`` / ``formula`` element of a page with boxes becomes a
   ``transcribe_table`` / ``transcribe_formula`` record (the crop as image, the element's reference
-  as response, the page's ``table`` / ``math`` tests that pass on it); a ``picture`` followed by its
-  ``caption`` becomes a ``caption`` record (the picture's crop, the caption as response).
+  as response, the page's ``table`` tests that pass on it); a ``picture`` followed by its ``caption``
+  becomes a ``caption`` record (the picture's crop, cut short of the caption's box so that the caption
+  is not in it; the caption as response, the instruction asks for a caption). Responses are in the
+  form of the corpus's records of the same task: a table's HTML, a formula as bare LaTeX (the
+  ``conventions`` stage's ``rewrite_formula``, as on LaTeX-OCR and UniMER labels; no ``math`` tests,
+  which read delimited equations only), a caption's text; none ends with a newline.
 * ``kie_record``: a page whose ``metadata["fields"]`` holds its key fields (synthetic invoices and
   forms, ``synth.fields``) becomes a ``kie`` record: the JSON schema of the fields in the
   instruction, the fields as JSON in the response (``check_kie`` validates it against the schema).
@@ -22,6 +26,7 @@ from dataclasses import replace
 
 from PIL import Image
 
+from pipelines.clean.conventions import rewrite_formula
 from schemas.images import ImageEncoding, encode_image
 from schemas.layout import Element
 from schemas.page import PageRecord, image_sha256, page_id
@@ -46,25 +51,54 @@ def _derived(record: PageRecord, transform: str, *, image: bytes | None = None, 
                    quality={}, metadata={**record.metadata, "derived_from": record.id, "transform": transform})
 
 
-def _crop(page: Image.Image, el: Element, pad: int) -> tuple[bytes, int, int]:
-    box = (max(0, int(el.x0) - pad), max(0, int(el.y0) - pad),
-           min(page.width, int(el.x1 + 0.999) + pad), min(page.height, int(el.y1 + 0.999) + pad))
+def _crop_box(el: Element, pad: int, width: int, height: int) -> tuple[int, int, int, int]:
+    return (max(0, int(el.x0) - pad), max(0, int(el.y0) - pad),
+            min(width, int(el.x1 + 0.999) + pad), min(height, int(el.y1 + 0.999) + pad))
+
+
+def _overlaps(box: tuple[int, int, int, int], el: Element) -> bool:
+    return box[0] < el.x1 and el.x0 < box[2] and box[1] < el.y1 and el.y0 < box[3]
+
+
+def _clear_of(box: tuple[int, int, int, int], el: Element, pad: int) -> tuple[int, int, int, int] | None:
+    """``box`` (a picture's padded crop) cut back so that it does not reach ``el`` (its caption): the
+    padding toward the caption's side goes; ``None`` when the picture's own box overlaps the caption."""
+    x0, y0, x1, y1 = box
+    if not _overlaps(box, el):
+        return box
+    if el.y0 >= y1 - pad:  # caption below
+        y1 = int(el.y0)
+    elif el.y1 <= y0 + pad:  # above
+        y0 = int(el.y1 + 0.999)
+    elif el.x0 >= x1 - pad:  # right
+        x1 = int(el.x0)
+    elif el.x1 <= x0 + pad:  # left
+        x0 = int(el.x1 + 0.999)
+    out = (x0, y0, x1, y1)
+    return out if x1 > x0 and y1 > y0 and not _overlaps(out, el) else None
+
+
+def _crop(page: Image.Image, box: tuple[int, int, int, int]) -> tuple[bytes, int, int]:
     crop = page.crop(box)
     return encode_image(crop, _ENCODING), crop.width, crop.height
 
 
 def _element_tests(tests: list[str], cls: str, response: str) -> list[str]:
-    """The page's tests about this element: ``math`` tests of exactly its formula, ``table`` tests
-    that pass on its table (cheap: no rendering)."""
+    """The page's tests about this element: ``table`` tests that pass on its table (cheap: no
+    rendering). A formula crop keeps none: its response is bare LaTeX, and a ``math`` test reads only
+    delimited equations (``\\( \\)``, ``\\[ \\]``, ``$``), so it would fail on the record's own response."""
     kept = []
     for line in tests:
         test = unit_test_from_json(line)
-        if cls == "formula" and test.type == "math" and test.math.strip() in response:
-            if test.check(response)[0]:
-                kept.append(line)
-        elif cls == "table" and test.type == "table" and test.check(response)[0]:
+        if cls == "table" and test.type == "table" and test.check(response)[0]:
             kept.append(line)
     return kept
+
+
+def _response(el: Element, text: str) -> str:
+    """A crop's response in its task's corpus form: a formula as bare LaTeX (the ``conventions``
+    stage's formula-label normalisation), others their text; stripped, no trailing newline."""
+    return rewrite_formula(text)[0] if el.cls == "formula" else text.strip()
 
 
 def crop_records(record: PageRecord, kinds: tuple[str, ...] = ("table", "formula", "picture"),
@@ -80,20 +114,25 @@ def crop_records(record: PageRecord, kinds: tuple[str, ...] = ("table", "formula
             return nxt.text.strip() if nxt is not None and nxt.cls == "caption" else ""
         return elements[i].text.strip()
 
+    def box(i: int) -> tuple[int, int, int, int] | None:  # a picture's crop stops short of its caption
+        b = _crop_box(elements[i], pad, record.width, record.height)
+        return _clear_of(b, elements[i + 1], pad) if elements[i].cls == "picture" else b
+
     chosen = [i for i, el in enumerate(elements) if el.cls in kinds and el.x1 - el.x0 >= min_px
-              and el.y1 - el.y0 >= min_px and target(i)]
+              and el.y1 - el.y0 >= min_px and target(i) and box(i) is not None]
     if limit is not None and len(chosen) > limit:
         chosen = sorted(random.Random(f"crops:{seed}:{record.id}").sample(chosen, limit))
     if not chosen:
         return out
     with Image.open(io.BytesIO(record.image)) as page:
         page.load()
-        crops = [(i, _crop(page, elements[i], pad)) for i in chosen]
+        crops = [(i, _crop(page, box(i))) for i in chosen]
     for i, (image, w, h) in crops:
-        el, response = elements[i], target(i)
+        el = elements[i]
+        response = _response(el, target(i))
         task = CROP_TASKS[el.cls]
         out.append(_derived(record, f"crop:{el.cls}:{el.order}", image=image, width=w, height=h, task=task,
-                            instruction=default_instruction(task, language), response=response + "\n",
+                            instruction=default_instruction(task, language), response=response,
                             response_format=CROP_FORMATS[el.cls],
                             unit_tests=_element_tests(record.unit_tests, el.cls, response)))
     return out

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipelines.sources.base import SourcePage, SourceSettings, require_task
@@ -35,6 +35,7 @@ from pipelines.sources.historical import _ParquetHistoricalSource
 from pipelines.sources.table_labels import to_html
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
+from schemas.prompts import FORM_FIELD_PROMPTS, default_instruction
 
 
 def image_cell(value: Any, column: str) -> bytes:
@@ -114,15 +115,23 @@ def _objects(value: Any) -> list[dict[str, Any]]:
 
 
 class CommonFormsSource(_ElementSource):
-    """CommonForms pages -> ``kie`` records listing the form's fields (type and box) as JSON."""
+    """CommonForms pages -> ``kie`` records listing the form's fields (type and box) as JSON. The default
+    instruction is the form-field prompt (``schemas.prompts.FORM_FIELD_PROMPTS``: field types, boxes, the
+    0-1000 grid), not the generic KIE one; a source's own ``instruction`` is kept."""
 
+    VERSION = "3"  # 2: historical.VERSION; 3: the default instruction is FORM_FIELD_PROMPTS
     TASK = "kie"
     RESPONSE_FORMAT = "json"
     COLUMNS = ("id", "image_id", "image", "file_name", "width", "height", "objects")
 
     def __init__(self, settings: SourceSettings):
         super().__init__(settings)
+        language = settings.instruction_language
+        if (settings.task == self.TASK and language in FORM_FIELD_PROMPTS
+                and settings.instruction == default_instruction(self.TASK, language)):
+            self.instruction = FORM_FIELD_PROMPTS[language]
         self.required = ("image", "width", "height", "objects")
+        self._provenance = replace(self._provenance, version=self.VERSION)
 
     def _source_id(self, record: dict[str, Any], fallback_id: str) -> str:
         value = record.get("id")

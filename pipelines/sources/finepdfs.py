@@ -47,7 +47,63 @@ from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 from schemas.pdf_pages import pdf_page_count
 
-VERSION = "3"  # 2: a file_path outside warc_root is unsafe_path; 3: a PDF over max_pdf_bytes is pdf_too_large
+VERSION = "4"  # 2: a file_path outside warc_root is unsafe_path; 3: a PDF over max_pdf_bytes is pdf_too_large;
+# 4: languages as BCP 47 tags with ISO 639-1 codes (``eng_Latn`` -> ``en``, ``cmn_Hani`` -> ``zh-Hani``), as the
+# other sources write them, not FinePDFs' raw ``<ISO 639-3>_<Script>`` labels (``bcp47_language``)
+
+# ISO 639-3 (and 639-2/T) -> ISO 639-1, for every language that has a 639-1 code; the individual languages
+# that FinePDFs' GlotLID labels use for a macrolanguage's standard variety map to the macrolanguage's code
+# (cmn -> zh, arb -> ar, pes -> fa, swh -> sw, ...), as CLDR's aliases do. No maintained library for this
+# (langcodes, pycountry) is a dependency, hence the table.
+_ISO639_1 = dict(pair.split(":") for pair in """
+aar:aa abk:ab afr:af aka:ak amh:am ara:ar arg:an asm:as ava:av ave:ae aym:ay aze:az bak:ba bam:bm bel:be ben:bn
+bis:bi bod:bo bos:bs bre:br bul:bg cat:ca ces:cs cha:ch che:ce chu:cu chv:cv cor:kw cos:co cre:cr cym:cy dan:da
+deu:de div:dv dzo:dz ell:el eng:en epo:eo est:et eus:eu ewe:ee fao:fo fas:fa fij:fj fin:fi fra:fr fry:fy ful:ff
+gla:gd gle:ga glg:gl glv:gv grn:gn guj:gu hat:ht hau:ha heb:he her:hz hin:hi hmo:ho hrv:hr hun:hu hye:hy ibo:ig
+ido:io iii:ii iku:iu ile:ie ina:ia ind:id ipk:ik isl:is ita:it jav:jv jpn:ja kal:kl kan:kn kas:ks kat:ka kau:kr
+kaz:kk khm:km kik:ki kin:rw kir:ky kom:kv kon:kg kor:ko kua:kj kur:ku lao:lo lat:la lav:lv lim:li lin:ln lit:lt
+ltz:lb lub:lu lug:lg mah:mh mal:ml mar:mr mkd:mk mlg:mg mlt:mt mon:mn mri:mi msa:ms mya:my nau:na nav:nv nbl:nr
+nde:nd ndo:ng nep:ne nld:nl nno:nn nob:nb nor:no nya:ny oci:oc oji:oj ori:or orm:om oss:os pan:pa pli:pi pol:pl
+por:pt pus:ps que:qu roh:rm ron:ro run:rn rus:ru sag:sg san:sa sin:si slk:sk slv:sl sme:se smo:sm sna:sn snd:sd
+som:so sot:st spa:es sqi:sq srd:sc srp:sr ssw:ss sun:su swa:sw swe:sv tah:ty tam:ta tat:tt tel:te tgk:tg tgl:tl
+tha:th tir:ti ton:to tsn:tn tso:ts tuk:tk tur:tr twi:tw uig:ug ukr:uk urd:ur uzb:uz ven:ve vie:vi vol:vo wln:wa
+wol:wo xho:xh yid:yi yor:yo zha:za zho:zh zul:zu
+cmn:zh arb:ar pes:fa swh:sw ekk:et lvs:lv zsm:ms npi:ne ory:or khk:mn uzn:uz azj:az plt:mg gaz:om als:sq ydd:yi
+pbt:ps kmr:ku
+""".split())
+# A language's usual script (ISO 15924), where it is not Latin; a label in that script needs no script subtag.
+# Chinese (``-``) has none: Simplified, Traditional and undistinguished Han (Hans, Hant, Hani) are all written
+# out, as the IANA registry gives zh no Suppress-Script. Korean: GlotLID writes Hangul (Hang) where CLDR's
+# default is Kore (Hangul + Han); both are the default here.
+_SCRIPTS = dict(pair.split(":") for pair in """
+ab:Cyrl ae:Avst am:Ethi ar:Arab as:Beng av:Cyrl ba:Cyrl be:Cyrl bg:Cyrl bn:Beng bo:Tibt ce:Cyrl cu:Cyrl cv:Cyrl
+dv:Thaa dz:Tibt el:Grek fa:Arab gu:Gujr he:Hebr hi:Deva hy:Armn ii:Yiii iu:Cans ja:Jpan ka:Geor kk:Cyrl km:Khmr
+kn:Knda ko:Kore ks:Arab kv:Cyrl ky:Cyrl lo:Laoo mk:Cyrl ml:Mlym mn:Cyrl mr:Deva my:Mymr ne:Deva or:Orya os:Cyrl
+pa:Guru ps:Arab ru:Cyrl sa:Deva sd:Arab si:Sinh sr:Cyrl ta:Taml te:Telu tg:Cyrl th:Thai ti:Ethi tt:Cyrl ug:Arab
+uk:Cyrl ur:Arab yi:Hebr zh:-
+yue:Hant ckb:Arab azb:Arab pnb:Arab skr:Arab prs:Arab glk:Arab mzn:Arab bal:Arab sdh:Arab ary:Arab arz:Arab
+apc:Arab ajp:Arab acm:Arab aeb:Arab ars:Arab acq:Arab bho:Deva mai:Deva mag:Deva awa:Deva hne:Deva new:Deva
+sat:Olck mni:Beng syr:Syrc shn:Mymr sah:Cyrl tyv:Cyrl udm:Cyrl mhr:Cyrl myv:Cyrl mdf:Cyrl bxr:Cyrl xal:Cyrl
+krc:Cyrl kbd:Cyrl lez:Cyrl ady:Cyrl alt:Cyrl
+""".split())
+_DEFAULT_ALSO = {"ko": ("Hang",)}
+_GLOT_LABEL = re.compile(r"([a-z]{3})_([A-Z][a-z]{3})")
+
+
+def bcp47_language(label: str) -> str:
+    """A FinePDFs language label (``<ISO 639-3>_<ISO 15924 script>``, GlotLID's) as the BCP 47 tag the other
+    sources write: the ISO 639-1 code where the language has one, else the 639-3 code, plus the script as a
+    subtag only where it is not the language's usual one (``eng_Latn`` -> ``en``, ``cmn_Hani`` -> ``zh-Hani``,
+    ``zho_Hans`` -> ``zh-Hans``, ``srp_Latn`` -> ``sr-Latn``, ``rus_Cyrl`` -> ``ru``, ``ceb_Latn`` -> ``ceb``).
+    A language missing from ``_SCRIPTS`` is taken to be written in Latin script by default. Any other label
+    (already a tag, ``und``) is returned as it is."""
+    m = _GLOT_LABEL.fullmatch(label or "")
+    if not m:
+        return label
+    code = _ISO639_1.get(m.group(1), m.group(1))
+    script = m.group(2)
+    default = _SCRIPTS.get(code, "Latn")
+    return code if script == default or script in _DEFAULT_ALSO.get(code, ()) else f"{code}-{script}"
 
 COLUMNS: tuple[str, ...] = (
     "text", "id", "dump", "url", "date", "file_path", "offset", "token_count", "language",
@@ -383,8 +439,8 @@ class FinePdfsSource:
             )
 
         s = self.settings
-        language = record["language"] or s.language
-        per_page = record["per_page_languages"] or []
+        language = bcp47_language(record["language"]) if record["language"] else s.language
+        per_page = [bcp47_language(x) if isinstance(x, str) else x for x in record["per_page_languages"] or []]
         metadata = {
             "url": record["url"],
             "dump": record["dump"],

@@ -119,6 +119,8 @@ class _ParquetHistoricalSource:
         self.batch_size = self.options.batch_size
         #: columns a file must have (subclasses set them from their settings).
         self.required: tuple[str, ...] = ()
+        #: the prompt every record carries (a subclass may give a better default than the task's)
+        self.instruction = settings.instruction
         self._provenance = ProvenanceStep(f"read:{settings.kind}", VERSION, params_hash(dict(settings.options or {})))
 
     # -- Source protocol ---------------------------------------------------------------------
@@ -188,7 +190,7 @@ class _ParquetHistoricalSource:
             domain=s.domain,
             language=language or s.language,
             license=s.license,
-            instruction=s.instruction,
+            instruction=self.instruction,
             task=s.task,
             split=s.split,
             quality=quality or {},

@@ -84,23 +84,32 @@ def text_image(lines: list[str], size: tuple[int, int] = (360, 80), font: str = 
     return _png(image, fmt)
 
 
-def table_image(rows: list[list[str]], fmt: str = "JPEG") -> bytes:
+def table_image(rows: list[list[str]], fmt: str = "JPEG", spans: dict[tuple[int, int], int] | None = None) -> bytes:
+    """A ruled table; ``spans`` maps (row, cell index) to the columns that cell spans (a merged cell)."""
+    spans = spans or {}
     w, h = 110, 28
-    image = Image.new("RGB", (w * max(len(r) for r in rows) + 2, h * len(rows) + 2), "white")
+    n_cols = max(sum(spans.get((r, c), 1) for c in range(len(row))) for r, row in enumerate(rows))
+    image = Image.new("RGB", (w * n_cols + 2, h * len(rows) + 2), "white")
     draw = ImageDraw.Draw(image)
     face = _font(FONT, 14)
     for r, row in enumerate(rows):
+        x = 0
         for c, text in enumerate(row):
-            draw.rectangle([c * w, r * h, (c + 1) * w, (r + 1) * h], outline="black")
-            draw.text((c * w + 6, r * h + 6), text, fill="black", font=face)
+            span = spans.get((r, c), 1)
+            draw.rectangle([x * w, r * h, (x + span) * w, (r + 1) * h], outline="black")
+            draw.text((x * w + 6, r * h + 6), text, fill="black", font=face)
+            x += span
     return _png(image, fmt)
 
 
 def chart_image(values: list[int]) -> bytes:
+    """One bar per value (up to four fit), coloured in turn."""
     image = Image.new("RGB", (320, 200), "white")
     draw = ImageDraw.Draw(image)
+    step = 60 if len(values) <= 4 else 260 // len(values)
     for i, v in enumerate(values):
-        draw.rectangle([30 + 60 * i, 180 - 1.5 * v, 70 + 60 * i, 180], fill=("steelblue", "orange", "green")[i % 3])
+        draw.rectangle([30 + step * i, 180 - 1.5 * v, 30 + step * i + step * 2 // 3, 180],
+                       fill=("steelblue", "orange", "green", "purple")[i % 4])
     draw.line([20, 180, 300, 180], fill="black")
     return _png(image)
 
@@ -136,6 +145,44 @@ def _test(pdf: str, kind: str, n: int, **fields) -> dict:
             **fields}
 
 
+def tidal_pdf(title: str, paras: list[str], formula: str, table: list[list[str]]) -> bytes:
+    """pdf_00000's page: the paragraphs, the last one ending with ``formula`` (DejaVu, for the Greek and
+    the fraction), then a ruled table, so that everything its reference Markdown holds is on the page."""
+    from reportlab.lib.pagesizes import letter
+    from reportlab.pdfbase import pdfmetrics
+    from reportlab.pdfbase.ttfonts import TTFont
+    from reportlab.pdfgen import canvas
+
+    pdfmetrics.registerFont(TTFont("DejaVuSans", FONT))
+    buf = io.BytesIO()
+    c = canvas.Canvas(buf, pagesize=letter, invariant=1)
+    c.setTitle(title)
+    y = letter[1] - 72
+    c.setFont("Helvetica-Bold", 16)
+    c.drawString(72, y, paras[0])
+    y -= 28
+    c.setFont("Helvetica", 10)
+    for i, para in enumerate(paras[1:]):
+        last = i == len(paras) - 2
+        text = para.rstrip(".") + ", where" if last else para
+        c.drawString(72, y, text)
+        if last:
+            c.setFont("DejaVuSans", 10)
+            c.drawString(72 + c.stringWidth(text + " ", "Helvetica", 10), y, formula + ".")
+            c.setFont("Helvetica", 10)
+        y -= 20
+    y -= 10
+    for r, row in enumerate(table):
+        for col, text in enumerate(row):
+            c.rect(72 + 90 * col, y - 6, 90, 20)
+            c.setFont("Helvetica-Bold" if r == 0 else "Helvetica", 10)
+            c.drawString(78 + 90 * col, y, text)
+        y -= 20
+    c.showPage()
+    c.save()
+    return buf.getvalue()
+
+
 def build_synthmix(root: Path) -> None:
     base = root / "olmocr-synthmix"
     training = base / "training" / "general"
@@ -155,7 +202,10 @@ def build_synthmix(root: Path) -> None:
         "pdf_00003_page1": "# Missing PDF\n\nThis page has a reference but no PDF.\n",
     }
     for stem, (title, paras) in SYNTH_PAGES.items():
-        if stem != "pdf_00003_page1":
+        if stem == "pdf_00000_page1":  # its reference has a formula and a table: the page shows them
+            pdf = tidal_pdf(title, paras, "P = ½ ρ A v³", [["Site", "Range"], ["Fundy", "11.7"], ["Severn", "10.4"]])
+            (training / f"{stem}.pdf").write_bytes(pdf)
+        elif stem != "pdf_00003_page1":
             (training / f"{stem}.pdf").write_bytes(text_pdf([paras], title=title))
         if stem in references:
             (training / f"{stem}.md").write_text(FRONT + references[stem], encoding="utf-8")
@@ -259,6 +309,10 @@ def build_mmtab(root: Path) -> None:
                       "dataset_name": image_id.split("_")[0], "original_query": "None", "answer_list": [],
                       "original_query_type": query_type})
     for image_id, rows in TABLES.items():
+        if image_id == "WTQ_202":  # the image shows what the LaTeX label holds: its last row's merged cell
+            rows, spans = [*weather[:2], ["Madrid, Spain", "2769"]], {(2, 0): 2}
+            (images / f"{image_id}.jpg").write_bytes(table_image(rows, spans=spans))
+            continue
         (images / f"{image_id}.jpg").write_bytes(table_image(rows))
     (base / "MMTab-eval_test_data_49K.json").write_text(json.dumps(items, indent=1), encoding="utf-8")
     pretrain = [["Planet", "Moons"], ["Mars", "2"], ["Jupiter", "95"]]
@@ -283,8 +337,12 @@ def build_synthchartnet(root: Path) -> None:
               "<ecel><ched>2022<ched>2023<nl><fcel>North<fcel>12<fcel>18<nl><fcel>South<fcel>9<fcel>30<nl></chart>")
     bad = "<loc_1><loc_1><loc_9><loc_9><_Chart_><lcel>x<fcel>1<nl></chart>"
     rows = []
+    # the bars are the label's values (good: Q1-Q3; merged: North and South, 2022 and 2023); the bad and empty
+    # labels are dead letters, whatever their chart shows
+    bars = {0: [40, 65, 90], 1: [12, 18, 9, 30]}
     for i, (label, image) in enumerate(((good, True), (merged, True), (bad, True), ("", True), (good, False))):
-        rows.append({"images": [{"bytes": chart_image([40 + 7 * i, 65, 90 - 9 * i]), "path": None}] if image else [],
+        values = bars.get(i, [40 + 7 * i, 65, 90 - 9 * i])
+        rows.append({"images": [{"bytes": chart_image(values), "path": None}] if image else [],
                      "texts": [{"assistant": label, "source": "SynthChartNet", "user": "<chart>"}]})
     schema = pa.schema([("images", pa.list_(IMAGE)), ("texts", pa.list_(pa.struct(
         [("assistant", pa.string()), ("source", pa.string()), ("user", pa.string())])))])

@@ -20,7 +20,7 @@ import pandas as pd
 from reportlab.lib.pagesizes import letter
 from reportlab.pdfgen import canvas
 
-from samples.make.pdfs import paragraphs, text_pdf
+from samples.make.pdfs import _wrap, paragraphs, text_pdf
 
 SEED = 1025
 
@@ -32,9 +32,12 @@ def rotated_pdf(paras: list[str]) -> bytes:
     c.translate(letter[0], 0)
     c.rotate(90)
     y = letter[0] - 72
-    for para in paras:
-        c.drawString(72, y, para[:110])
-        y -= 14
+    c.setFont("Helvetica", 10)
+    for para in paras:  # every word of the label is on the page: paragraphs wrapped, not cut
+        for line in _wrap(para, 95):
+            c.drawString(72, y, line)
+            y -= 13
+        y -= 8
     c.showPage()
     c.save()
     return buf.getvalue()

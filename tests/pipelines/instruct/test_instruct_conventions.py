@@ -267,3 +267,13 @@ def test_table_conventions_keep_bold_and_italic_in_cells() -> None:
     assert kept_tests("markdown_tables", tests, md) == tests  # no longer filtered for a dropped emphasis
     assert rewrite("plain", EMPHASIS_TABLE, [], W, H).response == (
         "Item\tCost\nPumps & valves\t12\na|b c x\t50% open\n")
+
+
+def test_deeply_nested_emphasis_in_a_cell_is_one_span() -> None:
+    # untrusted labels: 1,200 nested <b> (or alternating <b><i>) once overflowed the stack and dead-lettered the page
+    for cell, md, tex in [("<b>" * 1200 + "x" + "</b>" * 1200 + " y", "**x** y", "\\textbf{x} y"),
+                          ("<b><i>" * 600 + "x" + "</i></b>" * 600, "***x***", "\\textbf{\\textit{x}}"),
+                          ("<b>a<b>b</b>c</b>d", "**abc**d", "\\textbf{abc}d")]:
+        table = f"<table><tr><th>h</th></tr><tr><td>{cell}</td></tr></table>\n"
+        assert f"| {md} |" in rewrite("markdown_tables", table, [], W, H).response
+        assert tex in rewrite("latex_tables", table, [], W, H).response

@@ -37,8 +37,8 @@ def test_crops_are_element_records_with_their_own_tests() -> None:
     assert Image.open(io.BytesIO(table.image)).size == (table.width, table.height) == (568, 108)  # box + 4 px
     assert table.response.strip() == ELEMENTS[4].text and table.response_format == "html"
     assert [json.loads(x)["type"] for x in table.unit_tests] == ["table"]
-    assert [json.loads(x)["type"] for x in crops["transcribe_formula"].unit_tests] == ["math"]
-    assert crops["caption"].response == "Figure 1: Pumps\n" and crops["caption"].height == 178
+    assert crops["transcribe_formula"].unit_tests == []  # bare LaTeX: a math test reads delimited equations only
+    assert crops["caption"].response == "Figure 1: Pumps" and crops["caption"].height == 178
     for c in crops.values():
         assert validate(c) == [] and c.id != rec.id and c.metadata["derived_from"] == rec.id and not c.elements
     assert len(crop_records(rec, limit=1)) == 1
@@ -152,3 +152,48 @@ def test_dynamic_prompt_counts_formulas_not_citation_brackets() -> None:
         "This document page is in English. Convert")
     both = cited + "\n\\[ E = mc^2 \\]\n\n`\\[x\\]` in code\n"
     assert "; it holds 1 formula. " in dynamic_instruction("parse_page", "markdown", "en", "en", [], both, "0:x")
+
+
+def _figure_page(caption_box: tuple[int, int, int, int]):
+    elements = [element("picture", (40, 330, 300, 500), 0, ""),
+                element("caption", caption_box, 1, "Figure 1. Share of urban records by quarter (64.4% in total).")]
+    return record(elements=elements)
+
+
+def test_caption_crop_asks_for_a_caption_and_leaves_the_caption_out() -> None:
+    rec = _figure_page((40, 502, 300, 520))  # 2 px under the picture: inside the 4 px padding
+    (cap,) = crop_records(rec, ("picture",))
+    assert cap.task == "caption" and cap.instruction == "Write a caption for this figure."
+    assert cap.response == "Figure 1. Share of urban records by quarter (64.4% in total)."
+    assert cap.height == 502 - 326 and Image.open(io.BytesIO(cap.image)).size == (cap.width, cap.height)
+    assert crop_records(rec, ("picture",), language="zh")[0].instruction == "为这幅图写一条图注。"
+    assert crop_records(_figure_page((40, 480, 300, 520)), ("picture",)) == []  # caption over the picture
+    for seed in range(20):
+        assert "caption" in dynamic_instruction("caption", None, "en", "en", [], "", str(seed)).lower()
+
+
+def test_crop_responses_have_the_corpus_form_of_their_task() -> None:
+    elements = ELEMENTS[:5] + [element("picture", (40, 330, 300, 500), 5, ""),
+                               element("caption", (40, 505, 300, 520), 6, "Figure 1: Pumps\n")] + ELEMENTS[5:6]
+    elements = [replace(e, order=i) for i, e in enumerate(elements)]
+    formula = next(e for e in elements if e.cls == "formula")
+    elements[elements.index(formula)] = replace(formula, text="\\[ E = m c ^ { 2 } \\]")
+    crops = {c.task: c for c in crop_records(record(elements=elements))}
+    assert crops["transcribe_formula"].response == "E=mc^{2}"  # as the conventions stage writes latex labels
+    assert crops["transcribe_formula"].response_format == "latex"
+    assert all(not c.response.endswith("\n") for c in crops.values())
+
+
+def test_plain_text_transcriptions_get_the_plain_prompt() -> None:
+    cfg = InstructConfig(zh_prompt_share=0.0, dynamic_share=0.0)
+    rec = record(response="Le Journal des débats\nParis, 2 mars 1850.", response_format="text", elements=[],
+                 unit_tests=[], language="fr")
+    (page,) = InstructStage(cfg)(rec)
+    assert page.instruction == CONVENTION_PROMPTS[("plain", "en")] and page.response == rec.response
+    assert page.metadata["instruct"] == {"convention": "plain", "prompt_language": "en", "dynamic": False}
+    assert page.quality["instruct"]["counters"] == {"task:parse_page": 1, "prompt:en": 1, "convention:plain": 1}
+    assert page.provenance[-1].stage == "instruct:instruct"
+    (zh,) = InstructStage(cfg)(replace(rec, language="zh-Hant"))
+    assert zh.instruction == CONVENTION_PROMPTS[("plain", "zh")]
+    (dyn,) = InstructStage(replace(cfg, dynamic_share=1.0))(rec)
+    assert "French" in dyn.instruction and dyn.instruction.endswith(CONVENTION_PROMPTS[("plain", "en")])

@@ -362,3 +362,17 @@ def test_corpus_config_lists_every_new_kind():
     kinds = {s.kind for s in cfg.sources}
     assert {"olmocr_synthmix", "formula_lines", "mmtab", "synthchartnet", "commonforms", "rvl_cdip"} <= kinds
     assert {s.language for s in cfg.sources if s.name == "jssoda"} == {"ja"}
+
+
+def test_commonforms_default_instruction_names_field_types_boxes_and_grid(root):
+    from schemas.prompts import FORM_FIELD_PROMPTS, default_instruction
+
+    rows = read(source("commonforms", task="kie"), root / "commonforms/data/test-00000-of-00001.parquet")
+    page = next(p for r in rows.values() for p in r.pages)
+    assert page.instruction == FORM_FIELD_PROMPTS["en"] != default_instruction("kie")
+    assert all(w in page.instruction for w in ('"fields"', "checkbox", "signature", "bbox", "0-1000"))
+    assert page.provenance[0].version == "3"
+    own = build_source(SourceSettings(name="cf", kind="commonforms", paths=(), task="kie", instruction="Mine."))
+    assert own.instruction == "Mine."  # a source's own instruction is kept
+    zh = build_source(SourceSettings(name="cf", kind="commonforms", paths=(), task="kie", instruction_language="zh"))
+    assert zh.instruction == FORM_FIELD_PROMPTS["zh"]

@@ -145,13 +145,13 @@ def test_read_sample_rows_pages_and_texts(built: pathlib.Path) -> None:
 
     page = first.pages[0]
     assert (page.source, page.payload_kind, page.pdf_page_index, page.language) == (
-        "finepdfs", "pdf", 0, "eng_Latn")
+        "finepdfs", "pdf", 0, "en")
     assert (page.domain, page.license, page.instruction, page.task, page.split, page.response_format) == (
         "web_pdf", "odc-by", "Transcribe the page.", "parse_page", "train", "markdown")
     assert page.metadata == {
         "url": "https://www.example.com/docs/000.pdf", "dump": "CC-MAIN-2024-10",
         "date": sample.WARC_DATE, "file_path": sample.WARC_FILE_PATH, "offset": table[0]["offset"],
-        "extractor": "docling", "page_language": "eng_Latn",
+        "extractor": "docling", "page_language": "en",
     }
     assert page.quality["token_count"] == table[0]["token_count"]
     assert page.quality["full_doc_lid_score"] == table[0]["full_doc_lid_score"]
@@ -161,7 +161,7 @@ def test_read_sample_rows_pages_and_texts(built: pathlib.Path) -> None:
 
     assert [(s.stage, s.version) for s in page.provenance] == [("read:finepdfs", VERSION)]
     assert page.provenance[0].params_hash == params_hash({"warc_root": str(built / "finepdfs" / "warc")})
-    assert fra[0].pages[0].language == "fra_Latn"
+    assert fra[0].pages[0].language == "fr"
 
     # Every emitted page's label is what that page of the PDF actually shows.
     for row in eng + fra:
@@ -429,3 +429,14 @@ def test_a_rows_file_path_cannot_leave_warc_root(built: pathlib.Path, tmp_path: 
     remote = WarcFetcher("s3://commoncrawl")
     assert remote.uri("s3://commoncrawl/crawl-data/x.warc.gz") == "s3://commoncrawl/crawl-data/x.warc.gz"
     assert remote.uri("crawl-data/x.warc.gz") == "s3://commoncrawl/crawl-data/x.warc.gz"
+
+
+def test_finepdfs_language_labels_become_iso_639_1_tags():
+    from pipelines.sources.finepdfs import bcp47_language
+
+    cases = {"eng_Latn": "en", "fra_Latn": "fr", "rus_Cyrl": "ru", "jpn_Jpan": "ja", "kor_Hang": "ko",
+             "arb_Arab": "ar", "cmn_Hani": "zh-Hani", "zho_Hans": "zh-Hans", "zho_Hant": "zh-Hant",
+             "srp_Latn": "sr-Latn", "srp_Cyrl": "sr", "hin_Latn": "hi-Latn", "ceb_Latn": "ceb", "yue_Hant": "yue",
+             "ckb_Arab": "ckb", "und": "und", "en": "en"}
+    assert {k: bcp47_language(k) for k in cases} == cases
+    assert all(bcp47_language(k).split("-")[0] == "zh" for k in ("cmn_Hani", "zho_Hans", "zho_Hant"))
