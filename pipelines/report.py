@@ -6,8 +6,8 @@ Writes ``<out>/index.html``: the manifest's totals and per-stage counts as table
 per source, domain, task and language, label lengths, drops and dead letters by stage and reason,
 unit-test types per page, image sizes and dedup cluster sizes; the incremental-refresh summary when
 the run had one; and a gallery of sample pages per source (the first by id, i.e. a hash-random
-pick) with their labels and unit tests, each checked on the label by ``schemas.unit_tests``. Every
-image is a ``data:`` URI, so the one file opens anywhere.
+pick, those with unit tests before those without) with their labels and unit tests, each checked on
+the label by ``schemas.unit_tests``. Every image is a ``data:`` URI, so the one file opens anywhere.
 
 The shards are streamed a row group at a time, reading only the small columns; only the gallery's
 rows are read whole. Memory grows with the number of sources and clusters, not pages.
@@ -49,7 +49,8 @@ class CorpusStats:
     sizes: np.ndarray = field(default_factory=lambda: np.zeros((len(SIDE_BINS) - 1,) * 2, dtype=np.int64))
     test_types: Counter = field(default_factory=Counter)  # pages having at least one test of a type
     tests_per_page: Counter = field(default_factory=Counter)
-    gallery_ids: dict[str, list[str]] = field(default_factory=dict)
+    gallery_ids: dict[str, list[str]] = field(default_factory=dict)  # source -> the first pages with unit tests
+    _untested: dict[str, list[str]] = field(default_factory=dict)  # source -> the first pages without any
     clusters: Counter = field(default_factory=Counter)  # cluster size -> clusters
     duplicate_reasons: Counter = field(default_factory=Counter)
 
@@ -66,14 +67,22 @@ class CorpusStats:
                                     np.clip(table.column("height").to_numpy(), 0, SIDE_BINS[-1] - 1),
                                     bins=[SIDE_BINS, SIDE_BINS])
         self.sizes += hist.astype(np.int64)
-        for tests in table.column("unit_tests").to_pylist():
-            tests = tests or []
+        all_tests = [tests or [] for tests in table.column("unit_tests").to_pylist()]
+        for tests in all_tests:
             self.tests_per_page[len(tests)] += 1
             self.test_types.update({json.loads(t).get("type", "?") for t in tests})
-        for page_id, source in zip(table.column("id").to_pylist(), sources):
-            chosen = self.gallery_ids.setdefault(source, [])
-            if len(chosen) < per_source:
-                chosen.append(page_id)
+        for page_id, source, tests in zip(table.column("id").to_pylist(), sources, all_tests):
+            tested = self.gallery_ids.setdefault(source, [])
+            untested = self._untested.setdefault(source, [])
+            if tests and len(tested) < per_source:
+                tested.append(page_id)
+            elif not tests and len(untested) < per_source:
+                untested.append(page_id)
+
+    def gallery(self, per_source: int) -> set[str]:
+        """The gallery's pages: per source, those with unit tests first, then those without."""
+        return {i for source, tested in self.gallery_ids.items()
+                for i in (tested + self._untested.get(source, []))[:per_source]}
 
 
 def collect(corpus: str, manifest: RunManifest, per_source: int) -> CorpusStats:
@@ -289,7 +298,7 @@ def build_report(corpus: str, out: str, per_source: int = 4) -> str:
     """Write ``<out>/index.html`` for the corpus at ``corpus``; return its path."""
     manifest = io.read_run_manifest(corpus)
     stats = collect(corpus, manifest, per_source)
-    chosen = {i for ids in stats.gallery_ids.values() for i in ids}
+    chosen = stats.gallery(per_source)
     page = render_html(corpus, manifest, stats, gallery_rows(corpus, manifest, chosen))
     path = io.join(out, "index.html")
     io.write_bytes_atomic(path, page.encode("utf-8"))
