@@ -103,7 +103,8 @@ def document_tables(text: str) -> tuple[Table, ...]:
 
 @lru_cache(maxsize=16)
 def _pubtabnet_tables(text: str) -> tuple[Any, ...]:
-    return tuple(parse_document_tables(text, document_tables(text)))
+    # a text without "|" has no Markdown table: lxml alone reads it (parse_document_tables)
+    return tuple(parse_document_tables(text, document_tables(text) if "|" in text else None))
 
 
 def _parse(text: Any, role: str) -> tuple[Sequence[Table] | None, str | None]:

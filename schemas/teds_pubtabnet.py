@@ -140,7 +140,12 @@ def markdown_table_html(table: Table) -> str:
 def parse_document_tables(text: str, tables: list[Table] | tuple[Table, ...] | None = None) -> list[Any]:
     """The page's tables as lxml ``<table>`` elements, in document order: of ``parse_tables(text)``
     (or ``tables``, already parsed from ``text``), each HTML table not nested in another, its text
-    ``text[start:end]`` parsed by lxml, and each Markdown pipe table rendered by ``markdown_table_html``."""
+    ``text[start:end]`` parsed by lxml, and each Markdown pipe table rendered by ``markdown_table_html``.
+    A text with no ``|`` holds no Markdown table: lxml parses it whole (the same tables, in the same order,
+    without the standard reading's parse first)."""
+    if tables is None and "|" not in text:
+        return lxml_html.document_fromstring(text, parser=_PARSER).xpath("//table[not(ancestor::table)]") \
+            if "<table" in text.lower() else []
     out: list[Any] = []
     for table in parse_tables(text) if tables is None else tables:
         if table.source == "markdown":

@@ -28,6 +28,7 @@ CHAR_WORD_SCRIPTS = (
     "\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf"
     "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\U00020000-\U0003ffff"
 )
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 # Planes whose combining marks and format characters are collected (the others hold none in use).
 _PLANES = (0x00000, 0x10000, 0xE0000)
 _MIX1 = _U64(0xBF58476D1CE4E5B9)
@@ -82,8 +83,11 @@ def normalize_words(text: str) -> list[str]:
     words; punctuation, symbols and whitespace dropped; words split as ``word_regex`` says (CJK,
     Thai ... one character each). Markdown markup is punctuation, so a Markdown and an HTML table
     with the same cells give the same words."""
+    text = _TAG.sub(" ", text)
+    if text.isascii():  # no marks, no CJK, nothing NFKC changes: the words are the runs of letters and digits
+        return _ASCII_WORD.findall(text.lower())
     _, deleted = _unicode_tables()
-    text = unicodedata.normalize("NFKC", _TAG.sub(" ", text).translate(deleted))
+    text = unicodedata.normalize("NFKC", text.translate(deleted))
     return word_regex().findall(unicodedata.normalize("NFKC", text.casefold()))
 
 
