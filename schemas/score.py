@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidate", required=True, type=Path, help="candidate transcription to score")
     parser.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     parser.add_argument("--teds-convention", choices=TEDS_CONVENTIONS, default=DEFAULT_TEDS_CONVENTION,
-                        help="TEDS/TEDS-S table normalisation: omnidocbench (thead/tbody unwrapped, th labels, "
-                             "whitespace collapsed) or pubtabnet (PubTabNet's metric.py as written); "
+                        help="TEDS/TEDS-S table normalisation: omnidocbench (OmniDocBench's: thead/tbody unwrapped, th "
+                             "as td, NFKC, whitespace collapsed) or pubtabnet (PubTabNet's metric.py as written); "
                              f"default {DEFAULT_TEDS_CONVENTION}")
     args = parser.parse_args(argv)
     texts = []
