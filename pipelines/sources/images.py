@@ -27,7 +27,9 @@ Source ``options`` keys read by ``ImageResolver.from_options``: the fields of ``
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.client
 import ipaddress
 import os
 import socket
@@ -57,22 +59,29 @@ def check_public_host(url: str, allow_hosts: tuple[str, ...] = ()) -> None:
     host = (parts.hostname or "").lower()
     if not host:
         raise RecordError("bad_image_url", f"{url}: URL has no usable host")
-    names = {h.lower() for h in allow_hosts}
-    if host in names:
-        return
+    try:
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        public_addresses(host, port, allow_hosts, url)
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise RecordError("image_unavailable", f"{url}: cannot resolve {host}: {exc}") from None
+
+
+def public_addresses(host: str, port: int, allow_hosts: tuple[str, ...], url: str) -> list[str]:
+    """The addresses ``host`` resolves to, once (``bad_image_url`` if any is not public and not allowed, as
+    ``check_public_host`` says); resolution errors (``socket.gaierror``) propagate, so callers may retry."""
+    host = host.lower()
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = [str(info[4][0]).split("%", 1)[0] for info in infos]
+    if host in {h.lower() for h in allow_hosts}:
+        return addresses
     networks = []
     for entry in allow_hosts:
         try:
             networks.append(ipaddress.ip_network(entry.strip(), strict=False))
         except ValueError:
             continue  # a host name
-    try:
-        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError, ValueError) as exc:
-        raise RecordError("image_unavailable", f"{url}: cannot resolve {host}: {exc}") from None
-    for info in infos:
-        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+    for text in addresses:
+        addr = ipaddress.ip_address(text)
         if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
             addr = addr.ipv4_mapped
         if any(addr in net for net in networks):
@@ -80,6 +89,56 @@ def check_public_host(url: str, allow_hosts: tuple[str, ...] = ()) -> None:
         if not addr.is_global or addr.is_multicast:
             raise RecordError("bad_image_url", f"{url}: host {host} resolves to {addr}, not a public address "
                                                f"(allow_hosts lists hosts and networks that may be fetched)")
+    return addresses
+
+
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """Connects to an address ``public_addresses`` checked, resolved once: a name whose DNS answer changes
+    between the check and the connection (DNS rebinding) cannot reach loopback or the LAN."""
+
+    def __init__(self, *args, allow_hosts: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.allow_hosts = allow_hosts
+
+    def _pinned_socket(self) -> socket.socket:
+        url = f"http://{self.host}:{self.port}/"
+        addresses = public_addresses(self.host, self.port, self.allow_hosts, url)
+        return socket.create_connection((addresses[0], self.port), self.timeout, self.source_address)
+
+    def connect(self) -> None:
+        self.sock = self._pinned_socket()
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """``_PinnedHTTPConnection`` over TLS, verified for the URL's host name (SNI)."""
+
+    def __init__(self, *args, allow_hosts: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.allow_hosts = allow_hosts
+
+    _pinned_socket = _PinnedHTTPConnection._pinned_socket
+
+    def connect(self) -> None:
+        self.sock = self._context.wrap_socket(self._pinned_socket(), server_hostname=self.host)
+
+
+class _PinnedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, allow_hosts: tuple[str, ...]):
+        super().__init__()
+        self.allow_hosts = allow_hosts
+
+    def http_open(self, req):  # type: ignore[override]
+        return self.do_open(functools.partial(_PinnedHTTPConnection, allow_hosts=self.allow_hosts), req)
+
+
+class _PinnedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, allow_hosts: tuple[str, ...]):
+        super().__init__()
+        self.allow_hosts = allow_hosts
+
+    def https_open(self, req):  # type: ignore[override]
+        return self.do_open(functools.partial(_PinnedHTTPSConnection, allow_hosts=self.allow_hosts), req,
+                            context=self._context)
 
 
 class _SafeRedirects(urllib.request.HTTPRedirectHandler):
@@ -229,8 +288,17 @@ class ImageResolver:
             raise
 
     def _http_get(self, url: str) -> bytes:
-        check_public_host(url, self.allow_hosts)
-        opener = urllib.request.build_opener(_SafeRedirects(self.allow_hosts))
+        parts = urlsplit(url)
+        proxies = urllib.request.getproxies()  # also holds "no" (no_proxy): a proxy is one for the scheme or "all"
+        if {parts.scheme.lower(), "all"} & set(proxies) and not urllib.request.proxy_bypass(parts.hostname or ""):
+            # the proxy resolves and connects: only the name can be checked here (once, before the request)
+            check_public_host(url, self.allow_hosts)
+            opener = urllib.request.build_opener(_SafeRedirects(self.allow_hosts))
+        else:  # every connection, redirects and retries included, goes to an address checked when it is made
+            if not parts.hostname:
+                raise RecordError("bad_image_url", f"{url}: URL has no usable host")
+            opener = urllib.request.build_opener(_SafeRedirects(self.allow_hosts), _PinnedHTTPHandler(self.allow_hosts),
+                                                 _PinnedHTTPSHandler(self.allow_hosts))
         request = urllib.request.Request(url, headers={"User-Agent": self.user_agent})
         last = ""
         for attempt in range(self.retries + 1):

@@ -470,6 +470,50 @@ def test_http_refuses_hosts_that_are_not_public(server, tmp_path):
     assert ImageResolver.from_options({"allow_hosts": ["127.0.0.1"]}).allow_hosts == ("127.0.0.1",)
 
 
+def test_http_connects_to_the_address_it_checked(server, tmp_path, monkeypatch):
+    """DNS rebinding: a name that resolves to a public address when checked and to loopback a moment later must
+    not reach loopback. The connection is made to the checked address (no connection really leaves: it is
+    recorded and refused here, so the test reaches no network)."""
+    import socket
+
+    port = int(server.url.rsplit(":", 1)[1])
+    answers = iter(["93.184.216.34"] + ["127.0.0.1"] * 10)
+    real_getaddrinfo, dialled = socket.getaddrinfo, []
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host == "rebind.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def create_connection(address, *args, **kwargs):
+        dialled.append(address[0])
+        raise ConnectionRefusedError("no network in tests")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    with pytest.raises(RecordError) as exc:
+        ImageResolver(allow_http=True, timeout_s=5, retries=0).fetch(f"http://rebind.test:{port}/page.jpg")
+    assert exc.value.reason == "image_unavailable" and dialled == ["93.184.216.34"] and server.hits == {}
+
+
+def test_a_name_that_does_not_resolve_for_a_moment_is_retried(server, tmp_path, monkeypatch):
+    import socket
+
+    port = int(server.url.rsplit(":", 1)[1])
+    real_getaddrinfo, failures = socket.getaddrinfo, [socket.gaierror(socket.EAI_AGAIN, "Temporary failure")]
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host == "flaky.test":
+            if failures:
+                raise failures.pop()
+            return real_getaddrinfo("127.0.0.1", *args, **kwargs)
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    resolver = ImageResolver(allow_http=True, timeout_s=5, retries=2, allow_hosts=("127.0.0.1",))
+    assert resolver.fetch(f"http://flaky.test:{port}/page.jpg") == JPEG + b"page-bytes" and not failures
+
+
 def test_http_disabled_and_mirror_first(server, tmp_path):
     url = f"{server.url}/page.jpg"
     with pytest.raises(RecordError) as exc:
