@@ -58,14 +58,15 @@ def save_checkpoint(path: str | Path, model, processor, optimizer=None, schedule
                     state: dict[str, Any] | None = None) -> Path:
     """Write the model (transformers layout), optimizer tensors and a JSON trainer state.
 
-    The files are written into a scratch folder next to ``path`` and then moved in, the trainer state
-    last: a save that fails or is killed while writing (seconds for a real model) leaves the checkpoint
-    already in ``path`` as it was, so ``--resume`` from the folder a run saves into in place stays safe.
-    Other files in ``path`` (the training logs) are kept.
+    The files are written into a scratch folder inside ``path`` (the same file system, even when ``path``
+    is a mount point or a link to another disk) and then moved in, the trainer state last: a save that
+    fails or is killed while writing (seconds for a real model) leaves the checkpoint already in ``path``
+    as it was, so ``--resume`` from the folder a run saves into in place stays safe. Other files in
+    ``path`` (the training logs) are kept.
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{path.name}.saving-", dir=path.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".saving-", dir=path) as tmp:
         scratch = Path(tmp)
         model.save_pretrained(scratch)
         processor.save_pretrained(scratch)

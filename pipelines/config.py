@@ -10,6 +10,7 @@ its path (``sources[2].options.warc_roott: unknown key; known keys: ...``).
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -104,9 +105,10 @@ def _clean(cfg: CleanConfig, base: Path) -> CleanConfig:
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> CorpusConfig:
     """Load a YAML config (default: ``configs/corpus.yaml``); ``overrides`` patch top-level sections."""
-    # resolved: relative input paths are made absolute from the config's folder, never from the working
-    # directory (a relative ``--config configs/x.yaml``, as the Airflow DAG passes, gave a base of ``.``)
-    path = Path(path).resolve() if path else DEFAULT_CONFIG
+    # absolute: relative input paths are made absolute from the config's folder, never from the working
+    # directory (a relative ``--config configs/x.yaml``, as the Airflow DAG passes, gave a base of ``.``);
+    # not resolved, so a config reached through a symlink takes its paths from the link's folder
+    path = Path(os.path.abspath(path)) if path else DEFAULT_CONFIG
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")

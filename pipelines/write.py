@@ -44,6 +44,7 @@ import hashlib
 import io as _io
 import json
 import os
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -643,17 +644,24 @@ def output_lock(output: str) -> Iterator[None]:
     os.makedirs(output, exist_ok=True)
     path = os.path.join(output, LOCK_FILE)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    locked = True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise OutputBusy(f"{output} is being written by another run (it holds {path}): wait for it to end, "
                          f"or write another --output") from None
-    _held_locks.append(fd)
+    except OSError as exc:  # a file system without locks (NFS without lockd: ENOLCK): run, unlocked
+        locked = False
+        print(f"pipelines: cannot lock {path} ({exc.strerror or exc}): runs into {output} must not overlap",
+              file=sys.stderr)
+    if locked:
+        _held_locks.append(fd)
     try:
         yield
     finally:
-        _held_locks.remove(fd)
+        if locked:
+            _held_locks.remove(fd)
         if created and os.listdir(output) == [LOCK_FILE]:
             with contextlib.suppress(OSError):
                 os.remove(path)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import random
 from collections import Counter
 from dataclasses import replace
@@ -60,20 +61,21 @@ def _overlaps(box: tuple[int, int, int, int], el: Element) -> bool:
     return box[0] < el.x1 and el.x0 < box[2] and box[1] < el.y1 and el.y0 < box[3]
 
 
-def _clear_of(box: tuple[int, int, int, int], el: Element, pad: int) -> tuple[int, int, int, int] | None:
-    """``box`` (a picture's padded crop) cut back so that it does not reach ``el`` (its caption): the
-    padding toward the caption's side goes; ``None`` when the picture's own box overlaps the caption."""
+def _clear_of(box: tuple[int, int, int, int], picture: Element, el: Element) -> tuple[int, int, int, int] | None:
+    """``box`` (``picture``'s padded crop) cut back so that it does not reach ``el`` (its caption): the
+    padding toward the caption's side goes (the side read from the two elements' own boxes); ``None``
+    when the picture's own box overlaps the caption."""
     x0, y0, x1, y1 = box
     if not _overlaps(box, el):
         return box
-    if el.y0 >= y1 - pad:  # caption below
-        y1 = int(el.y0)
-    elif el.y1 <= y0 + pad:  # above
-        y0 = int(el.y1 + 0.999)
-    elif el.x0 >= x1 - pad:  # right
-        x1 = int(el.x0)
-    elif el.x1 <= x0 + pad:  # left
-        x0 = int(el.x1 + 0.999)
+    if el.y0 >= picture.y1:  # caption below
+        y1 = min(y1, math.floor(el.y0))
+    elif el.y1 <= picture.y0:  # above
+        y0 = max(y0, math.ceil(el.y1))
+    elif el.x0 >= picture.x1:  # right
+        x1 = min(x1, math.floor(el.x0))
+    elif el.x1 <= picture.x0:  # left
+        x0 = max(x0, math.ceil(el.x1))
     out = (x0, y0, x1, y1)
     return out if x1 > x0 and y1 > y0 and not _overlaps(out, el) else None
 
@@ -98,7 +100,10 @@ def _element_tests(tests: list[str], cls: str, response: str) -> list[str]:
 def _response(el: Element, text: str) -> str:
     """A crop's response in its task's corpus form: a formula as bare LaTeX (the ``conventions``
     stage's formula-label normalisation), others their text; stripped, no trailing newline."""
-    return rewrite_formula(text)[0] if el.cls == "formula" else text.strip()
+    if el.cls != "formula":
+        return text.strip()
+    formula = rewrite_formula(text)[0]
+    return formula if formula.strip("$\\[]() \n") else ""  # delimiters around nothing: no formula
 
 
 def crop_records(record: PageRecord, kinds: tuple[str, ...] = ("table", "formula", "picture"),
@@ -116,10 +121,10 @@ def crop_records(record: PageRecord, kinds: tuple[str, ...] = ("table", "formula
 
     def box(i: int) -> tuple[int, int, int, int] | None:  # a picture's crop stops short of its caption
         b = _crop_box(elements[i], pad, record.width, record.height)
-        return _clear_of(b, elements[i + 1], pad) if elements[i].cls == "picture" else b
+        return _clear_of(b, elements[i], elements[i + 1]) if elements[i].cls == "picture" else b
 
     chosen = [i for i, el in enumerate(elements) if el.cls in kinds and el.x1 - el.x0 >= min_px
-              and el.y1 - el.y0 >= min_px and target(i) and box(i) is not None]
+              and el.y1 - el.y0 >= min_px and _response(el, target(i)) and box(i) is not None]
     if limit is not None and len(chosen) > limit:
         chosen = sorted(random.Random(f"crops:{seed}:{record.id}").sample(chosen, limit))
     if not chosen:

@@ -124,6 +124,24 @@ def test_a_save_that_fails_midway_leaves_the_checkpoint_in_place_as_it_was(small
     assert "optimizer.safetensors" not in {f.name for f in (tmp_path / "c").iterdir()}  # not the old run's
 
 
+def test_a_checkpoint_folder_linked_to_another_disk_saves(tmp_path):
+    """The scratch folder is inside the checkpoint folder, so moving the files in never crosses file systems
+    (a checkpoint folder that is a mount point or a link to /dev/shm failed with EXDEV)."""
+    import os
+    import shutil
+    import tempfile
+
+    other = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        (tmp_path / "c").symlink_to(other, target_is_directory=True)
+        loaded = build_tiny("tiny")
+        save_checkpoint(tmp_path / "c", loaded.model, loaded.processor, state={"step": 3})
+        assert load_checkpoint(tmp_path / "c", build_tiny("tiny", seed=3).model)["step"] == 3
+        assert not [p for p in os.listdir(other) if p.startswith(".saving-")]
+    finally:
+        shutil.rmtree(other)
+
+
 def test_missing_checkpoint_and_tokenizer_mismatch_fail_before_training(tmp_path):
     with pytest.raises(ModelLoadError, match="not a local folder"):
         load(str(tmp_path / "nope"))

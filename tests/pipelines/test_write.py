@@ -312,3 +312,23 @@ def test_the_planner_combine_sums_spills_and_losers_across_bundles(tmp_path):
     assert sum(p.rows for p in planned) == len(records) - len(gone)
     with pytest.raises(ValueError, match="unexpected envelope kind 'dead'"):
         fn.add_input(fn.create_accumulator(), Envelope(Kind.DEAD, None))
+
+
+def test_an_output_on_a_file_system_without_locks_runs_unlocked(tmp_path, monkeypatch, capsys):
+    """flock failing with ENOLCK (NFS without lockd): the run goes on with a warning, the descriptor is
+    closed, and a folder the lock made and nothing else used is removed."""
+    import errno
+    import fcntl
+    import os
+
+    from pipelines.write import output_lock
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    fds = len(os.listdir("/proc/self/fd"))
+    with output_lock(str(tmp_path / "out")):
+        assert (tmp_path / "out").is_dir()
+    assert not (tmp_path / "out").exists() and len(os.listdir("/proc/self/fd")) == fds
+    assert "cannot lock" in capsys.readouterr().err

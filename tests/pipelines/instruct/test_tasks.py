@@ -16,7 +16,7 @@ from pipelines.instruct.dynamic import dynamic_instruction
 from pipelines.instruct.stage import InstructConfig, InstructStage
 from pipelines.instruct.tasks import check_kie, check_vqa, crop_records, kie_record, kie_schema, vqa_records
 from schemas.config import ConfigError
-from schemas.layout import element
+from schemas.layout import Element, element
 from schemas.page import validate
 from schemas.prompts import CONVENTION_PROMPTS
 from schemas.similarity import METRICS
@@ -170,6 +170,25 @@ def test_caption_crop_asks_for_a_caption_and_leaves_the_caption_out() -> None:
     assert crop_records(_figure_page((40, 480, 300, 520)), ("picture",)) == []  # caption over the picture
     for seed in range(20):
         assert "caption" in dynamic_instruction("caption", None, "en", "en", [], "", str(seed)).lower()
+
+
+@pytest.mark.parametrize("picture, caption, crop", [
+    ((40, 330, 300, 500.2), (40, 500.6, 300, 520), (36, 326, 304, 500)),  # fractional edges, 0.4 px apart
+    ((40, 330, 300, 500.2), (40, 500.9, 300, 520), (36, 326, 304, 500)),
+    ((40, 330, 300, 500), (40, 300, 300, 329.5), (36, 330, 304, 504)),  # above
+    ((40, 330, 300, 500), (301.5, 330, 420, 500), (36, 326, 301, 504)),  # right
+])
+def test_the_caption_side_is_read_from_the_elements_own_boxes(picture, caption, crop) -> None:
+    elements = [Element("picture", *picture, 0), Element("caption", *caption, 1, "Figure 1. A pump.")]
+    (cap,) = crop_records(record(elements=elements), ("picture",))
+    assert (cap.width, cap.height) == (crop[2] - crop[0], crop[3] - crop[1])
+
+
+@pytest.mark.parametrize("text", ["$$", "$$ $$", "\\[ \\]", "\\(\\)"])
+def test_a_formula_of_delimiters_only_gives_no_crop(text) -> None:
+    formula = next(e for e in ELEMENTS if e.cls == "formula")
+    elements = [replace(e, text=text) if e is formula else e for e in ELEMENTS]
+    assert not [c for c in crop_records(record(elements=elements)) if c.task == "transcribe_formula"]
 
 
 def test_crop_responses_have_the_corpus_form_of_their_task() -> None:
