@@ -198,21 +198,20 @@ def _files_and_shape(unit: Any) -> tuple[list[str], Any]:
         shape = unit._asdict()
     else:
         shape = unit
-    files: list[str] = []
-
-    def collect(x):
-        if isinstance(x, str):
-            if ("://" in x and not x.startswith("synth://")) or _is_file(x):
-                files.append(x)
-        elif isinstance(x, dict):
-            for v in x.values():
-                collect(v)
-        elif isinstance(x, (list, tuple)):
-            for v in x:
-                collect(v)
-
-    collect(shape)
+    files = [x for x in _strings(shape) if ("://" in x and not x.startswith("synth://")) or _is_file(x)]
     return files, shape
+
+
+def _strings(x: Any) -> Iterator[str]:
+    """The strings in a unit's shape (nested dicts, lists and tuples), in order."""
+    if isinstance(x, str):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _strings(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _strings(v)
 
 
 def _missing_paths(unit: Any, files: list[str]) -> list[str]:
@@ -223,20 +222,7 @@ def _missing_paths(unit: Any, files: list[str]) -> list[str]:
     if any("://" in f or os.path.isfile(f) for f in files):
         return []
     _, shape = _files_and_shape(unit)
-    named: list[str] = []
-
-    def collect(x):
-        if isinstance(x, str):
-            if "://" not in x and ("/" in x or os.sep in x):
-                named.append(x)
-        elif isinstance(x, dict):
-            for v in x.values():
-                collect(v)
-        elif isinstance(x, (list, tuple)):
-            for v in x:
-                collect(v)
-
-    collect(shape)
+    named = [x for x in _strings(shape) if "://" not in x and ("/" in x or os.sep in x)]
     missing = [x for x in named if not os.path.exists(x)]
     # a unit's own files that the reader would read (a FolderFile's root/rel, a training pair's .md)
     missing += [f for f in files if "://" not in f and not os.path.isfile(f)]
