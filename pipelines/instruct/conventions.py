@@ -39,7 +39,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pipelines.clean.conventions import mask_code_and_math, unmask
+from pipelines.clean.conventions import mask_code_and_math, strip_formula_delimiters, unmask
 from schemas.layout import Element, grid_box, nemotron_class
 from schemas.tables import Table, parse_html_tables, place_cells
 from schemas.unit_tests import unit_test_from_json, unit_test_to_json
@@ -432,6 +432,9 @@ def rewrite(convention: str, response: str, elements: list[Element], width: int,
 
 
 NO_CONVENTION = "-"  # records without a recorded response convention (the instruct stage did not run)
+# Formula crops (task transcribe_formula) answer one bare formula; their ``math`` tests read it as a display
+# equation (``checkable``).
+FORMULA_CONVENTION = "latex_formula"
 
 
 def record_convention(metadata: str | dict | None) -> str:
@@ -446,8 +449,11 @@ def checkable(convention: str | None, response: str) -> str:
     stream's / JSON layout's element texts in order, separated by blank lines. ``model.eval`` and
     ``model.rewards`` score a completion's tests on this text too, so a model's output need not be
     well formed: JSON that does not parse as a layout (a truncated completion) is read as it is, and a
-    box stream's text is whatever its complete ``<x_><y_>text<x_><y_>`` groups hold. Any other
-    convention (``None``, ``markdown``, unknown) reads the response as it is."""
+    box stream's text is whatever its complete ``<x_><y_>text<x_><y_>`` groups hold. A bare formula
+    (``FORMULA_CONVENTION``) is read as one display equation (its own delimiters, if a completion wrote
+    any, taken off first). Any other convention (``None``, ``markdown``, unknown) reads the response as it is."""
+    if convention == FORMULA_CONVENTION:
+        return f"\\[ {strip_formula_delimiters(response)} \\]\n"
     if convention == "json_layout":
         try:
             elements = json.loads(response)["elements"]

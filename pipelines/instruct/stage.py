@@ -22,19 +22,20 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, replace
 
-from pipelines.instruct.conventions import CONVENTIONS, applicable, kept_tests, rewrite
+from pipelines.instruct.conventions import CONVENTIONS, FORMULA_CONVENTION, applicable, kept_tests, rewrite
 from pipelines.instruct.dynamic import dynamic_instruction
 from pipelines.instruct.tasks import crop_records, kie_record, vqa_records
 from schemas.config import option
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.prompts import convention_instruction
 
-VERSION = "5"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tests pass on the checkable
+VERSION = "6"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tests pass on the checkable
 # text, a nested table's text is its outer cell's (schemas.tables); 4: plain writes <br> and block tags as
 # line breaks, <sup>/<sub> as ^/_, entities as characters, strips real tags only; table cells keep bold/italic;
 # 5: caption crops stop short of the caption and ask for one ("Write a caption for this figure."); crop responses
 # in their task's corpus form (formulas bare LaTeX via the conventions stage's rewrite_formula, no math tests;
-# no trailing newline); plain-text parse_page records get the plain convention's prompt
+# no trailing newline); plain-text parse_page records get the plain convention's prompt; 6: formula crops are
+# convention latex_formula and keep their formula's math tests, read as a display equation (checkable)
 
 
 @dataclass(frozen=True)
@@ -150,5 +151,6 @@ class InstructStage:
                 rec = replace(rec, instruction=dynamic_instruction(rec.task, None, language, rec.language, [],
                                                                    rec.response, f"{self.cfg.seed}:{rec.id}"))
             rec = replace(rec, provenance=[*record.provenance, self._step])
-            results.append(_count(rec, None, language, dyn))
+            convention = FORMULA_CONVENTION if rec.task == "transcribe_formula" else None
+            results.append(_count(rec, convention, language, dyn))
         return results

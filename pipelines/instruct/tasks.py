@@ -6,8 +6,8 @@
   becomes a ``caption`` record (the picture's crop, cut short of the caption's box so that the caption
   is not in it; the caption as response, the instruction asks for a caption). Responses are in the
   form of the corpus's records of the same task: a table's HTML, a formula as bare LaTeX (the
-  ``conventions`` stage's ``rewrite_formula``, as on LaTeX-OCR and UniMER labels; no ``math`` tests,
-  which read delimited equations only), a caption's text; none ends with a newline.
+  ``conventions`` stage's ``rewrite_formula``, as on LaTeX-OCR and UniMER labels; its formula's ``math``
+  tests, read as a display equation: convention ``latex_formula``), a caption's text; none ends with a newline.
 * ``kie_record``: a page whose ``metadata["fields"]`` holds its key fields (synthetic invoices and
   forms, ``synth.fields``) becomes a ``kie`` record: the JSON schema of the fields in the
   instruction, the fields as JSON in the response (``check_kie`` validates it against the schema).
@@ -28,6 +28,7 @@ from dataclasses import replace
 from PIL import Image
 
 from pipelines.clean.conventions import rewrite_formula
+from pipelines.instruct.conventions import FORMULA_CONVENTION, checkable
 from schemas.images import ImageEncoding, encode_image
 from schemas.layout import Element
 from schemas.page import PageRecord, image_sha256, page_id
@@ -86,13 +87,16 @@ def _crop(page: Image.Image, box: tuple[int, int, int, int]) -> tuple[bytes, int
 
 
 def _element_tests(tests: list[str], cls: str, response: str) -> list[str]:
-    """The page's tests about this element: ``table`` tests that pass on its table (cheap: no
-    rendering). A formula crop keeps none: its response is bare LaTeX, and a ``math`` test reads only
-    delimited equations (``\\( \\)``, ``\\[ \\]``, ``$``), so it would fail on the record's own response."""
+    """The page's tests about this element: ``math`` tests of its formula (the same formula once both are
+    in the corpus form) that pass on the crop's response read as a display equation (``checkable`` of
+    ``FORMULA_CONVENTION``), ``table`` tests that pass on its table."""
     kept = []
     for line in tests:
         test = unit_test_from_json(line)
-        if cls == "table" and test.type == "table" and test.check(response)[0]:
+        if cls == "formula" and test.type == "math" and rewrite_formula(test.math)[0] == response:
+            if test.check(checkable(FORMULA_CONVENTION, response))[0]:
+                kept.append(line)
+        elif cls == "table" and test.type == "table" and test.check(response)[0]:
             kept.append(line)
     return kept
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from PIL import Image
 
+from model.eval import score_prediction
 from model.rewards import TERMS, RewardConfig
 from pipelines.clean.registry import stage_config
 from pipelines.instruct.dynamic import dynamic_instruction
@@ -37,7 +38,11 @@ def test_crops_are_element_records_with_their_own_tests() -> None:
     assert Image.open(io.BytesIO(table.image)).size == (table.width, table.height) == (568, 108)  # box + 4 px
     assert table.response.strip() == ELEMENTS[4].text and table.response_format == "html"
     assert [json.loads(x)["type"] for x in table.unit_tests] == ["table"]
-    assert crops["transcribe_formula"].unit_tests == []  # bare LaTeX: a math test reads delimited equations only
+    formula = crops["transcribe_formula"]  # bare LaTeX, and its formula's math test, read as a display equation
+    assert [json.loads(x)["type"] for x in formula.unit_tests] == ["math"] and "$" not in formula.response
+    assert score_prediction(formula.response, formula.response, formula.unit_tests, "latex_formula")[1][0]["passed"]
+    assert not score_prediction(formula.response, formula.response, formula.unit_tests)[1][0]["passed"]
+    assert score_prediction(f"$${formula.response}$$", "", formula.unit_tests, "latex_formula")[1][0]["passed"]
     assert crops["caption"].response == "Figure 1: Pumps" and crops["caption"].height == 178
     for c in crops.values():
         assert validate(c) == [] and c.id != rec.id and c.metadata["derived_from"] == rec.id and not c.elements
@@ -98,6 +103,9 @@ def test_stage_rewrites_counts_and_derives() -> None:
                                                     "convention:nemotron_md_bbox_cls": 1}
     assert [json.loads(x)["type"] for x in page.unit_tests] == ["present", "order", "table", "math"]
     assert sorted(r.task for r in out) == ["kie", "parse_page", "transcribe_formula", "transcribe_table", "vqa"]
+    formula = next(r for r in out if r.task == "transcribe_formula")
+    assert formula.metadata["instruct"]["convention"] == "latex_formula"  # what eval and rewards read it by
+    assert formula.quality["instruct"]["counters"]["convention:latex_formula"] == 1
     assert all(validate(r) == [] for r in out) and page.provenance[-1].stage == "instruct:instruct"
     assert TESTS == record().unit_tests  # the input's tests are not edited in place
 
