@@ -28,7 +28,9 @@ from classifiers.features import (
 )
 
 ALL_FEATURES: tuple[str, ...] = INPUT_FEATURES + LABEL_FEATURES
-READ_COLUMNS = ["id", "source", "domain", "split", "image", "image_sha256", "response", "text_layer"]
+# task, response_format, metadata: whether the label is one formula (``features.formula_label``)
+READ_COLUMNS = ["id", "source", "domain", "split", "image", "image_sha256", "response", "text_layer", "task",
+                "response_format", "metadata"]
 FEATURE_SCHEMA = pa.schema([
     ("id", pa.string()), ("source", pa.string()), ("domain", pa.string()), ("split", pa.string()),
     ("image_sha256", pa.string()),
@@ -48,7 +50,7 @@ def extract_row(row: dict[str, Any]) -> dict[str, Any]:
     grey, colour, shape = decode_grey(image)
     f = image_features(grey, colour, shape)
     f.update(text_layer_features(row.get("text_layer")))
-    f.update(label_features(row.get("response")))
+    f.update(label_features(row.get("response"), row.get("task"), row.get("response_format"), row.get("metadata")))
     return {"id": row["id"], "source": row.get("source") or "", "domain": row.get("domain") or "",
             "split": row.get("split") or "train", "image_sha256": row.get("image_sha256") or "",
             "features": np.array([f[n] for n in ALL_FEATURES], np.float32), "thumb": layout_thumbnail(grey),

@@ -10,6 +10,8 @@ Three groups, each a ``dict[str, float]`` with a fixed key order (``IMAGE_FEATUR
 * PDF text layer, when the record has one (``text_layer``): length, lines, digits, scripts, math glyphs;
 * label (the record's ``response``), when it has one: HTML/Markdown table tags and cells, LaTeX glyph
   classes (fractions, big operators, Greek, accents, fonts, matrices) and math density, scripts, length.
+  A formula label (a ``transcribe_formula`` crop's one bare formula, as LaTeX-OCR and UniMER records hold,
+  or any label that is one bare formula) counts as one display formula (``formula_label``).
 
 The classifiers see only what an unlabelled page has (image + text layer: ``input_features``); the
 label features give the weak labels (``weak_labels``) and the model card. The image work runs on a
@@ -27,6 +29,9 @@ import cv2
 import numpy as np
 
 import schemas.images  # noqa: F401  (glibc keeps page-sized buffers on its heap: decodes skip page faults)
+from pipelines.clean.conventions import strip_formula_delimiters
+from pipelines.instruct.conventions import FORMULA_CONVENTION, record_convention
+from schemas.formula_metrics import find_math
 from schemas.png import decode_png
 
 WORK_WIDTH = 384  # px: the downscaled page the image features are computed on
@@ -354,13 +359,77 @@ def text_layer_features(text: str | None) -> dict[str, float]:
     }
 
 
-def label_features(response: str | None) -> dict[str, float]:
-    """The ``LABEL_FEATURES`` of a label (Markdown with HTML tables and LaTeX math; zero when absent)."""
+FORMULA_TASK = "transcribe_formula"
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_TEXT_ARG = re.compile(r"\\(?:text[a-z]*|mbox|emph)\s*\{[^{}]*\}")
+_PROSE = re.compile(r"[A-Za-z]{3,}\s+[A-Za-z]{3,}\s+[A-Za-z]{3,}")  # three words in a row, LaTeX commands out
+_MATHY = re.compile(r"[=_^+<>]")  # a relation, an operator or a script
+# Not one formula: a blank line, a Markdown heading, an HTML tag, a LaTeX tabular, a double quote (JSON); on a
+# label of several lines, a Markdown list item or table row.
+_NOT_FORMULA = re.compile(r"\n[ \t]*\n|^#{1,6} |</?(table|tr|td|th|p|div|br|span|img)\b[^<>]*>|\\begin\{tabular|\"",
+                          re.M | re.I)
+_TABLE_TASKS = frozenset({"transcribe_table", "chart_to_table", "kie"})  # labels that are tables or JSON
+_MD_LINE = re.compile(r"^\s*([-*+] |\d+[.)] |\|.*\|\s*$)", re.M)
+
+
+def is_formula_record(task: str | None = None, response_format: str | None = None,
+                      metadata: str | dict | None = None) -> bool:
+    """A record whose label is one bare formula by what it says of itself: task ``transcribe_formula``, a
+    ``latex`` response with no other task, or the instruct convention ``latex_formula`` in its metadata (a
+    JSON string, as in a corpus row, or a dict). Metadata that does not parse says nothing."""
+    if task == FORMULA_TASK or (response_format == "latex" and not task):
+        return True
+    if not metadata or (isinstance(metadata, str) and FORMULA_CONVENTION not in metadata):
+        return False
+    try:
+        return record_convention(metadata) == FORMULA_CONVENTION
+    except (ValueError, TypeError, AttributeError):
+        return False
+
+
+def formula_label(response: str | None, task: str | None = None, response_format: str | None = None,
+                  metadata: str | dict | None = None) -> str | None:
+    """The formula of a label that is one formula, delimiters taken off (``strip_formula_delimiters``), else None.
+
+    A formula record's label (``is_formula_record``) is one formula whatever it holds, as its ``math`` tests read
+    it (``pipelines.instruct.conventions.checkable``: one display equation). Any other label (not a table, chart
+    or KIE task's, nor an HTML or JSON one) is one bare formula when it has a LaTeX command, no math delimiters
+    (``schemas.formula_metrics.find_math`` finds none), no blank line, Markdown heading, HTML tag, tabular or
+    double quote (JSON), no Markdown list item or table row when it has several lines, no prose (three words in
+    a row once the commands and ``\\text{..}`` arguments are out), and something of math: a relation, ``+``, a
+    script, a Unicode math glyph or a LaTeX math command (fraction, big operator, Greek, accent, math font,
+    matrix)."""
+    if not response or not response.strip():
+        return None
+    if is_formula_record(task, response_format, metadata):
+        return strip_formula_delimiters(response)
+    if task in _TABLE_TASKS or response_format in ("html", "json") or "\\" not in response:
+        return None
+    text = response.strip()
+    if not _COMMAND.search(text) or _NOT_FORMULA.search(text) or ("\n" in text and _MD_LINE.search(text)) \
+            or find_math(text) \
+            or _PROSE.search(_COMMAND.sub(" ", _TEXT_ARG.sub(" ", text))):
+        return None
+    if _MATHY.search(text) or _MATH_GLYPHS.search(text) or any(p.search(text) for p in _LATEX_CLASSES.values()):
+        return text
+    return None
+
+
+def label_features(response: str | None, task: str | None = None, response_format: str | None = None,
+                   metadata: str | dict | None = None) -> dict[str, float]:
+    """The ``LABEL_FEATURES`` of a label (Markdown with HTML tables and LaTeX math; zero when absent).
+
+    ``task``, ``response_format``, ``metadata``: the record's, when known. A label that is one formula
+    (``formula_label``: a formula crop's, or one bare formula) is one display formula, all of it math."""
     if not response or not response.strip():
         return dict.fromkeys(LABEL_FEATURES, 0.0)
     latex = "\\" in response  # no backslash: no LaTeX command, no \[ or \( math
-    display = [m.group(0) for m in _DISPLAY.finditer(response)] if latex or "$$" in response else []
-    inline = [m.group(0) for m in _INLINE.finditer(response)] if latex or "$" in response else []
+    formula = formula_label(response, task, response_format, metadata)
+    if formula is not None:
+        display, inline = [formula], []
+    else:
+        display = [m.group(0) for m in _DISPLAY.finditer(response)] if latex or "$$" in response else []
+        inline = [m.group(0) for m in _INLINE.finditer(response)] if latex or "$" in response else []
     math_spans = display + inline
     f = {
         "lb_present": 1.0,
@@ -384,7 +453,8 @@ def label_features(response: str | None) -> dict[str, float]:
 
 
 def page_features(record: Any, grey: np.ndarray | None = None) -> dict[str, float]:
-    """Every feature of a ``PageRecord`` (or a row dict with ``image``, ``text_layer``, ``response``).
+    """Every feature of a ``PageRecord`` (or a row dict with ``image``, ``text_layer``, ``response``, and
+    optionally ``task``, ``response_format``, ``metadata``).
 
     ``grey``: the page already decoded and downscaled by another stage (shares the decode)."""
     get = (lambda k: record.get(k)) if isinstance(record, dict) else (lambda k: getattr(record, k, None))
@@ -397,7 +467,7 @@ def page_features(record: Any, grey: np.ndarray | None = None) -> dict[str, floa
         colour, shape = None, None
     out = image_features(grey, colour, shape)
     out.update(text_layer_features(get("text_layer")))
-    out.update(label_features(get("response")))
+    out.update(label_features(get("response"), get("task"), get("response_format"), get("metadata")))
     return out
 
 

@@ -2,12 +2,13 @@
 
 ``python -m classifiers.train --corpus out/corpus --errors out/model/errors.json --out out/classifiers``
 
-Targets per failure mode (``model.errors``: ``<test type>@<domain>`` with failing example ids): the
-failing pages are positives, and so are the pages carrying the weak label the test type maps to
-(``TYPE_WEAK_LABELS``: a ``table`` failure -> pages whose label has an HTML table, ``math`` -> a display
-formula, ``order`` -> >= 3 text columns; a ``historical-*`` domain adds the historical pages); a type with
-no weak label falls back to the failing pages plus the pages of the mode's domain. Without failure
-modes, the weak labels themselves are the modes (``weak:html_table`` ...).
+Targets per failure mode (``model.errors``: ``<test type>@<domain>`` with its ``failing_ids``, every failing
+page up to ``model.errors``' bound, and ``example_ids``): the failing pages are positives, and so are the
+pages carrying the weak label the test type maps to (``TYPE_WEAK_LABELS``: a ``table`` failure -> pages
+whose label has an HTML table, ``math`` -> a display formula, a formula crop's bare-LaTeX label included,
+``order`` -> >= 3 text columns; a ``historical-*`` domain adds the historical pages); a type with no weak
+label falls back to the failing pages plus the pages of the mode's domain. Without failure modes, the weak
+labels themselves are the modes (``weak:html_table`` ...).
 
 Inputs are only what an unlabelled page has (``INPUT_FEATURES``: image and text layer, plus the page
 embedding), so the classifiers can flag pages with no label yet. Per mode: a calibrated (sigmoid)
@@ -182,8 +183,11 @@ def modes_from_errors(path: str | None) -> list[dict]:
             raise InputError(f"{path}: failure_modes must be a list of objects with a name "
                              "(python -m model.errors writes it)")
         if modes:
+            # failing_ids (model.errors: every failing page of the mode, up to its bound) with the example ids
+            # (all a report had before it, or all a hand-written one may name), each id once, in report order
             return [{"name": m["name"], "test_type": m.get("test_type", ""), "domain": m.get("domain", ""),
-                     "failing_ids": list(m.get("example_ids") or []) + list(m.get("failing_ids") or [])}
+                     "failing_ids": list(dict.fromkeys([*(m.get("example_ids") or []),
+                                                        *(m.get("failing_ids") or [])]))}
                     for m in modes]
         log.warning("train: %s names no failure modes; training the weak labels as modes", path)
     return [{"name": f"weak:{w}", "test_type": "", "domain": "", "weak": w, "failing_ids": []} for w in WEAK_LABELS]
@@ -296,8 +300,8 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
         save_model(model, folder / "model.skops")
         w, b = fit_head(emb, y, cfg.seed)
         np.savez(folder / "head.npz", weight=w, bias=np.float32(b))
-        seed_ids = [i for i in mode["failing_ids"] if i in set(pages.ids)]
         pos = {i: k for k, i in enumerate(pages.ids)}
+        seed_ids = [i for i in mode["failing_ids"] if i in pos]
         write_embeddings(folder / "seeds.parquet", seed_ids,
                          emb[[pos[i] for i in seed_ids]] if seed_ids else np.zeros((0, emb.shape[1]), np.float32))
         (folder / "training_ids.txt").write_text("".join(f"{i}\t{int(t)}\n" for i, t in zip(pages.ids, y)))

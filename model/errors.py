@@ -134,12 +134,16 @@ def _mode(name: str, kind: str, domain: str, n: int, failed: list[tuple[EvalReco
     for r, t in failed:
         per_record[r.id].append(t)
         sources[r.source] += 1
-    ids = sorted(per_record, key=lambda i: (-len(per_record[i]), i))[:examples]
+    ranked = sorted(per_record, key=lambda i: (-len(per_record[i]), i))
+    ids = ranked[:examples]
     rate = len(failed) / n
     return {"name": name, "test_type": kind, "domain": domain, "tests": n, "failed": len(failed),
             "fail_rate": rate, "description": f"{name}: {rate:.0%} of {n} {kind} tests fail",
             "sources": dict(sorted(sources.items(), key=lambda kv: (-kv[1], kv[0]))),
             "example_ids": ids,
+            # every failing page (most failed tests first, then by id), bounded at 2,000 ids (~70 KB a mode):
+            # classifiers.train's positives and retrieval seeds
+            "failing_ids": ranked[:2000],
             "example_explanations": [per_record[i][0].explanation[:EXPLANATION_CHARS] for i in ids]}
 
 

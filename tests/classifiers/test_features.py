@@ -172,3 +172,61 @@ def test_unruled_table_rows_are_cell_lines():
     assert ft["line_crossings"] == 0
     assert ft["cell_line_run"] >= 6 and ft["cell_lines"] >= 6
     assert fp["cell_line_run"] <= 1
+
+
+FORMULA_CROPS = [r"x^{2}+y^{2}=r^{2}", r"\frac{a}{b}+\sqrt{x_{1}}", r"\alpha\beta\gamma", "∀h∈A:\\ ρ(h)≤α(h)",
+                 r"A=\begin{pmatrix}\frac{1}{5}&t_{21}\\8&t_{12}\end{pmatrix}", r"$$E=mc^{2}$$"]
+
+
+@pytest.mark.parametrize("latex", FORMULA_CROPS)
+def test_a_formula_crops_bare_latex_label_is_one_display_formula(latex):
+    # LaTeX-OCR / UniMER records: task transcribe_formula, response_format latex, one bare formula (or, as a
+    # completion may write it, one formula in its own delimiters: still one)
+    f = label_features(latex, "transcribe_formula", "latex")
+    assert f["lb_display_math"] == 1 and f["lb_inline_math"] == 0
+    assert f["lb_math_share"] > 0.5
+    assert weak_labels(f)["display_formula"]
+    # the instruct stage's convention alone says so too, and a latex response with no task
+    meta = '{"instruct": {"convention": "latex_formula", "dynamic": false}}'
+    assert label_features(latex, metadata=meta)["lb_display_math"] == 1
+    assert label_features(latex, response_format="latex")["lb_display_math"] == 1
+    assert label_features(latex, metadata={"instruct": {"convention": "latex_formula"}})["lb_display_math"] == 1
+
+
+def test_formula_scripts_count_and_a_bare_formula_label_without_a_task():
+    f = label_features(r"\hat{k}_{9}=\widehat{kx}+\hat{\phi}", "transcribe_formula", "latex")
+    assert f["lb_scripts"] == 1 and f["lb_accents"] == 3  # scripts: 0 when the label was not read as math
+    # a label that says nothing of itself but is one bare formula (LaTeX commands, no delimiters), LaTeX-OCR's
+    # space-tokenised spelling included
+    for bare in (r"\frac { a } { b } + \sqrt { x _ { 1 } }", r"\mathcal{K}(r)=\mathscr{F}(r)+\mathrm{KF}_{6}",
+                 r"- \frac { 1 } { 2 } | x |"):
+        assert label_features(bare)["lb_display_math"] == 1, bare
+        assert label_features(bare, "parse_page", "text")["lb_display_math"] == 1, bare
+
+
+@pytest.mark.parametrize("label, task, fmt", [
+    ("We use \\emph{this} method to show it", None, None),         # prose with a command
+    ("see \\cite{foo}", None, None),                               # a command, nothing of math
+    ('{"name": "Lena", "note": "a\\nb = c"}', "kie", "json"),     # JSON
+    ("# Title\n\nSome $x^2$ text", "parse_page", "markdown"),       # a page, inline math only
+    ("- \\alpha = 1\n- \\beta = 2", None, "markdown"),              # a Markdown list
+    (r"\begin{tabular}{cc} a & b \\ \hline \end{tabular}", "transcribe_table", "latex"),
+    ("x^{2}+y^{2}=r^{2}", None, None),                             # no command: not known to be LaTeX
+    ("10 February 2020", "vqa", "text"),
+])
+def test_labels_that_are_not_one_formula_are_not_display_formulas(label, task, fmt):
+    assert label_features(label, task, fmt)["lb_display_math"] == 0
+    # a malformed metadata string naming the convention says nothing
+    assert label_features(label, task, fmt, metadata="{latex_formula")["lb_display_math"] == 0
+
+
+def test_extracted_formula_crop_rows_carry_the_display_formula():
+    from classifiers.extract import ALL_FEATURES, extract_row
+
+    img = np.full((60, 300), 255, np.uint8)
+    _words(img, 20, 280, 20, 40)
+    row = {"id": "f1", "image": {"bytes": _png(img), "path": None}, "response": r"\int_{0}^{1}f(x)\,dx",
+           "task": "transcribe_formula", "response_format": "latex", "metadata": "{}"}
+    feats = dict(zip(ALL_FEATURES, extract_row(row)["features"]))
+    assert feats["lb_display_math"] == 1
+    assert page_features(row)["lb_display_math"] == 1

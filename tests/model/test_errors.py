@@ -98,3 +98,17 @@ def test_reads_model_eval_rows_and_writes_report(tmp_path):
     assert json.loads(path.read_text()) == json.loads(json.dumps(analyze(ROWS)))
     main([str(tmp_path / "eval.json"), "--out", str(tmp_path / "cli.json"), "--top", "1"])
     assert json.loads((tmp_path / "cli.json").read_text())["failure_modes"][0]["name"] == "table@synthetic-table"
+
+
+def test_failure_modes_list_every_failing_page_bounded():
+    # classifiers.train takes a mode's failing pages as positives: all of them, not the 3 examples
+    rows = [row(f"f{i}", "s", "formula", 0.5, [t("math", False, "formula not found")] * (1 + (i == 4)),
+                task="transcribe_formula") for i in range(7)]
+    rows.append(row("ok", "s", "formula", 0.0, [t("math", True)], task="transcribe_formula"))
+    m = analyze(rows)["failure_modes"][0]
+    assert m["example_ids"] == ["f4", "f0", "f1"]
+    assert m["failing_ids"] == ["f4", "f0", "f1", "f2", "f3", "f5", "f6"]  # most failures first, then by id
+    many = [row(f"p{i:05d}", "s", "d", 0.5, [t("math", False)]) for i in range(2003)]
+    m = analyze(many)["failure_modes"][0]
+    assert m["failed"] == 2003 and len(m["failing_ids"]) == 2000  # the documented bound
+    assert m["failing_ids"][:3] == m["example_ids"] and m["failing_ids"][-1] == "p01999"
