@@ -5,8 +5,9 @@ Jina-OCR-v1 sections 5.1 (alignment SFT) and 5.2 (robustness SFT). The data flow
 domain-balanced and resumably; here ``SampleSource`` turns records into ``Sample``s (chat template,
 image patches, response target) and skips bad ones with a reason (``corrupt_image``,
 ``image_too_large``, ``too_long``, ``missing_response``, ``missing_instruction``, ``bad_unit_tests``,
-``bad_metadata``): counted in ``.skipped`` and logged once per record (the first
-``LOGGED_SKIPS`` per reason), never fatal.
+``bad_metadata``): counted in ``.skipped`` (their unit tests in ``.skipped_tests``) and logged once per
+record (the first ``LOGGED_SKIPS`` per reason), never fatal. Evaluation reads the eval split with no
+sample-token cap (``uncapped``): a long page is scored, not skipped.
 Robustness SFT degrades page images with ``synth.augment.degrade`` at ``degrade_prob``.
 `model.batches` packs samples into model batches and drives it all as a resumable ``BatchStream``.
 """
@@ -17,7 +18,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -108,6 +109,13 @@ class Sample:
 
 
 LOGGED_SKIPS = 20  # skipped records logged by id per reason; the rest are only counted
+NO_TOKEN_CAP = 1 << 30  # max_length / max_sample_tokens that no sample reaches (evaluation, GRPO prompts)
+
+
+def uncapped(cfg: DataConfig) -> DataConfig:
+    """``cfg`` without a sample-token cap: what evaluation reads (the longest pages are the ones a
+    ``too_long`` skip would drop from the score) and GRPO prompts are drawn from."""
+    return replace(cfg, max_length=NO_TOKEN_CAP, max_sample_tokens=NO_TOKEN_CAP)
 
 
 def _label_problem(record: dict) -> tuple[str, str] | None:
@@ -143,10 +151,12 @@ class SampleSource:
         self.processor, self.cfg, self.split = processor, cfg, split
         self.records = records
         self.skipped: Counter = Counter()
+        self.skipped_tests: Counter = Counter()  # reason -> unit tests of the records skipped for it
         self._logged: dict[str, set[str]] = {}  # reason -> the record ids logged, at most LOGGED_SKIPS each
 
-    def _skip(self, record_id: str, reason: str, detail: str) -> None:
+    def _skip(self, record_id: str, reason: str, detail: str, tests: int = 0) -> None:
         self.skipped[reason] += 1
+        self.skipped_tests[reason] += tests
         logged = self._logged.setdefault(reason, set())
         if record_id in logged or len(logged) > LOGGED_SKIPS:
             return
@@ -170,9 +180,11 @@ class SampleSource:
         from schemas.images import open_image  # the project's one guarded image opener
 
         rid = str(record.get("id"))
+        unit_tests = record.get("unit_tests")
+        tests = len(unit_tests) if isinstance(unit_tests, list | tuple) else 0
         problem = _label_problem(record)
         if problem is not None:
-            self._skip(rid, *problem)
+            self._skip(rid, *problem, tests)
             return None
         try:
             image = open_image(record.get("image") or b"", self.cfg.max_pixels)
@@ -181,7 +193,7 @@ class SampleSource:
             except Exception as exc:
                 raise RecordError("corrupt_image", f"cannot decode image: {exc}") from exc
         except RecordError as exc:
-            self._skip(rid, exc.reason, str(exc))
+            self._skip(rid, exc.reason, str(exc), tests)
             return None
         if self._degrade(record, rng):
             from synth.augment import AugmentConfig, degrade, without_geometry
@@ -191,7 +203,8 @@ class SampleSource:
             image, _ = degrade(image, rng, without_geometry(AugmentConfig()) if boxes else AugmentConfig())
         encoded = self.processor.encode(record["instruction"], image, record["response"])
         if encoded.length > self.cfg.max_sample_tokens:
-            self._skip(rid, "too_long", f"{encoded.length} tokens > max_sample_tokens {self.cfg.max_sample_tokens}")
+            self._skip(rid, "too_long", f"{encoded.length} tokens > max_sample_tokens {self.cfg.max_sample_tokens}",
+                       tests)
             return None
         return Sample(encoded, rid, record.get("source", ""), record.get("domain", ""), record["response"],
                       list(record.get("unit_tests") or []), record["instruction"],
@@ -206,9 +219,15 @@ class SampleSource:
                 yield sample
 
 
-def eval_samples(cfg: DataConfig, processor: PageProcessor, limit: int | None = None) -> Iterator[Sample]:
-    """The eval split's samples in file order (deterministic, never degraded), at most ``limit``."""
-    for i, sample in enumerate(SampleSource(processor, cfg, "eval")):
+def eval_samples(cfg: DataConfig, processor: PageProcessor, limit: int | None = None,
+                 sources: list[SampleSource] | None = None) -> Iterator[Sample]:
+    """The eval split's samples in file order (deterministic, never degraded), at most ``limit``. The
+    ``SampleSource`` reading them is appended to ``sources`` when given (its ``skipped`` and
+    ``skipped_tests`` count what it skipped)."""
+    source = SampleSource(processor, cfg, "eval")
+    if sources is not None:
+        sources.append(source)
+    for i, sample in enumerate(source):
         if limit is not None and i >= limit:
             return
         yield sample

@@ -4,17 +4,22 @@ Each eval page is decoded greedily; the prediction is scored against the referen
 normalized edit distance (`schemas.similarity`) and against the page's olmOCR-style unit tests
 (`schemas.unit_tests`), which read the prediction as the record's response convention has them read
 it (`pipelines.instruct.conventions.checkable`: a box stream's texts, say). The report keeps one row
-per page (the input of `model.errors`) and a table per domain and per test type. ``python -m model.eval --help``.
+per page (the input of `model.errors`) and a table per domain and per test type. Pages are read with no
+sample-token cap (`model.data.uncapped`); pages skipped all the same (a corrupt image, a bad record) are
+counted in the summary with their unit tests (``skipped_pages``, ``skipped_tests``, ``skipped``). Quantities
+with nothing to average (the pass rate of pages without tests) are NaN in memory and null in the JSON
+(``json_safe``, ``dumps``). ``python -m model.eval --help``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -158,11 +163,41 @@ def score_prediction(prediction: str, reference: str, unit_tests: Iterable[str],
     return normalized_edit_distance(prediction, reference), tests
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN: nothing to average; inf) as None, through dicts,
+    lists and tuples: JSON has no NaN, and ``json.dumps`` would write a bare ``NaN`` no strict parser reads."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """Strict JSON of ``value`` (``json_safe``: NaN and inf as null; ``allow_nan=False``)."""
+    return json.dumps(json_safe(value), allow_nan=False, **kwargs)
+
+
+def skip_summary(sources: Sequence) -> dict[str, Any]:
+    """Pages skipped by ``sources`` (``model.data.SampleSource``) and their unit tests, in all and per reason."""
+    pages: dict[str, int] = defaultdict(int)
+    tests: dict[str, int] = defaultdict(int)
+    for src in sources:
+        for reason, n in src.skipped.items():
+            pages[reason] += n
+            tests[reason] += src.skipped_tests.get(reason, 0)
+    return {"skipped_pages": sum(pages.values()), "skipped_tests": sum(tests.values()),
+            "skipped": {r: {"pages": pages[r], "tests": tests[r]} for r in sorted(pages)}}
+
+
 def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progress: bool = True,
-             batch_size: int = 1) -> EvalReport:
+             batch_size: int = 1, sources: Sequence = ()) -> EvalReport:
     """Decode and score every sample (``model.data.Sample``), ``batch_size`` prompts per ``generate``.
 
-    The report's ``summary`` carries ``pages_per_s`` (decoding and scoring, wall time)."""
+    The report's ``summary`` carries ``pages_per_s`` (decoding and scoring, wall time) and the pages the
+    ``sources`` that produced ``samples`` skipped, with their unit tests (``skip_summary``)."""
     import time
 
     loaded.model.eval()
@@ -181,6 +216,7 @@ def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progr
     bar.close()
     report = summarize(rows)
     report.summary["pages_per_s"] = len(rows) / max(1e-9, time.perf_counter() - t0)
+    report.summary.update(skip_summary(sources))
     return report
 
 
@@ -231,6 +267,9 @@ def format_report(report: EvalReport, title: str = "eval") -> str:
         lines.append("  pass rate by domain and test type:")
         for d, types in report.by_domain_test_type.items():
             lines.append(f"    {d:<24}" + "  ".join(f"{t} {_rate(a)}" for t, a in types.items()))
+    if s.get("skipped_pages"):
+        lines.append(f"  skipped: {s['skipped_pages']} pages holding {s['skipped_tests']} unit tests (not scored): "
+                     + ", ".join(f"{r} {a['pages']} pages / {a['tests']} tests" for r, a in s["skipped"].items()))
     if "pages_per_s" in s:
         lines.append(f"  decoding: {s['pages_per_s']:.2f} pages/s (batched greedy)")
     return "\n".join(lines)
@@ -255,7 +294,7 @@ def _rate(a: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from model.data import DataConfig, eval_samples
+    from model.data import DataConfig, eval_samples, uncapped
     from model.records import EVAL_FRACTION_HELP, cli_eval_fraction, fraction_arg
 
     ap = argparse.ArgumentParser(prog="python -m model.eval",
@@ -269,11 +308,13 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     loaded = load(args.model)
     fraction = cli_eval_fraction(args.corpus, args.eval_fraction)
-    samples = eval_samples(DataConfig(path=args.corpus, eval_fraction=fraction), loaded.processor, limit=args.limit)
-    report = evaluate(loaded, samples, args.max_new_tokens)
+    sources: list = []
+    samples = eval_samples(uncapped(DataConfig(path=args.corpus, eval_fraction=fraction)), loaded.processor,
+                           limit=args.limit, sources=sources)
+    report = evaluate(loaded, samples, args.max_new_tokens, sources=sources)
     print(format_report(report, f"eval {args.model} (eval_fraction {fraction:g})"))
     if args.out:
-        Path(args.out).write_text(json.dumps(report.to_json(), indent=2))
+        Path(args.out).write_text(dumps(report.to_json(), indent=2))
 
 
 if __name__ == "__main__":

@@ -6,16 +6,20 @@ on an existing metric (nothing is re-implemented here):
 =============  ==================================================================================
 content        1 - normalized edit distance over the mixed Markdown/LaTeX/HTML text
                (``schemas.similarity.content_similarity``)
-formula        formula string matching (``formula_match``); left out when the reference has no formula
+formula        formula string matching (``formula_match``); left out when the reference has no formula; a
+               formula crop (convention ``latex_formula``) is one bare formula on both sides, read as
+               one display equation (``checkable``)
 table          mean of ``RewardConfig.table_signals`` (default TEDS, TEDS-S, table edit similarity);
                left out when the reference has no table; TEDS under ``RewardConfig.teds_convention``
-structure      brace balance, tag closure, table integrity (``structural_validity``)
+structure      brace balance, tag closure, table integrity (``structural_validity``); under a box
+               convention, of the element texts (``checkable``), not of the ``<x_..>`` box tags
 unit_tests     fraction of the page's olmOCR-style tests that pass (``schemas.unit_tests``) on the
                completion as its response convention is read (``RewardItem.convention``:
                ``pipelines.instruct.conventions.checkable``); left out when the page has no tests
 repetition     1 - (loop length beyond its first copy) / completion length, from the cleaning
-               detector (``pipelines.clean.repeats.find_loop``); 1 without a loop; never floored
-format         HTML conformance (``html_conformance``)
+               detector (``pipelines.clean.repeats.find_loop``) with thresholds for rollouts of a few
+               hundred characters (``RewardRepeatsConfig``); 1 without a loop; never floored
+format         HTML conformance (``html_conformance``); under a box convention, of the element texts
 =============  ==================================================================================
 
 Total (Table 4) = prod over applicable terms of max(term, floor[term]); floors 0.2 for structure,
@@ -46,7 +50,7 @@ from multiprocessing.connection import Connection, wait
 from typing import IO, Any
 
 from pipelines.clean.repeats import RepeatsConfig, find_loop
-from pipelines.instruct.conventions import checkable
+from pipelines.instruct.conventions import BOX_CONVENTIONS, FORMULA_CONVENTION, checkable
 from schemas.config import load, option
 from schemas.similarity import DEFAULT_TEDS_CONVENTION, METRICS, TEDS_CONVENTIONS, check_teds_convention, metrics_for
 from schemas.unit_tests import UnitTest, check_all, unit_test_from_dict, unit_test_from_json
@@ -118,9 +122,17 @@ TERMS: dict[str, Term] = {
     "kie": kie_term,
 }
 UNFLOORED = frozenset({"repetition"})
-# Terms that read a completion as its unit tests do: the texts of a box stream or JSON layout, not its
-# markup. The others compare the completion with a reference written in the same convention.
-CHECKABLE_TERMS = frozenset({"unit_tests"})
+# Terms that read a response (the completion and the reference) as its unit tests do, ``checkable``, and under
+# which conventions (None: all): the unit tests always; the formula term a formula crop's bare formula as one
+# display equation (without delimiters it would find no formula in the reference and be left out); structure
+# and format the texts of a box stream or JSON layout, not its ``<x_..><y_..>`` tags (which are not HTML). In
+# any other case a term reads the completion and the reference as they are, written in the same convention.
+CHECKABLE_TERMS: dict[str, frozenset[str] | None] = {
+    "unit_tests": None,
+    "formula": frozenset({FORMULA_CONVENTION}),
+    "structure": frozenset(BOX_CONVENTIONS),
+    "format": frozenset(BOX_CONVENTIONS),
+}
 DEFAULT_FLOORS: dict[str, float] = {"structure": 0.2, "unit_tests": 0.2, "format": 0.2, "table": 0.1}
 
 
@@ -132,6 +144,22 @@ def register_term(name: str, fn: Term) -> None:
 
 
 # --------------------------------------------------------------------------- config and result
+
+
+@dataclass(frozen=True)
+class RewardRepeatsConfig(RepeatsConfig):
+    """The repetition term's loop detector: the cleaning detector (``RepeatsConfig``) with its length
+    thresholds scaled from corpus labels (512 characters and more) down to rollouts of a few hundred
+    characters, so that a 100-character loop is found. The copies per period band are the cleaning ones
+    (a loop of a 24-character sentence needs 6 copies); a normal short answer, a table, a list, a formula
+    hold no loop this finds (no reference of the test corpora does)."""
+
+    min_length: int = option(48, help="completions shorter than this are not inspected (columns; CJK counts 3)")
+    min_covered_chars: int = option(48, help="exact/truncated: characters of the tail the loop must cover")
+    table_min_covered: int = option(96, help="characters a table-row loop must cover")
+    empty_min_covered: int = option(160, help="characters an empty-unit loop (empty cells, separator rows) "
+                                              "must cover")
+    gapped_min_covered: int = option(96, help="gapped: characters the loop must cover")
 
 
 @dataclass(frozen=True)
@@ -151,7 +179,11 @@ class RewardConfig:
                                   f"{TEDS_CONVENTIONS} (docs/judging.md)")
     timeout_s: float = option(10.0, help="seconds per (completion, term) call in RewardPool")
     workers: int = option(2, help="RewardPool worker processes")
-    repeats: RepeatsConfig = option(default_factory=RepeatsConfig, help="loop detector of the repetition term")
+    repeats: RewardRepeatsConfig = option(default_factory=RewardRepeatsConfig,
+                                          help="loop detector of the repetition term (RewardRepeatsConfig: the "
+                                               "cleaning RepeatsConfig with min_length 48, min_covered_chars 48, "
+                                               "table_min_covered 96, empty_min_covered 160, gapped_min_covered "
+                                               "96, for rollouts of a few hundred characters)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "terms", tuple(self.terms))
@@ -215,9 +247,14 @@ class RewardItem:
     convention: str | None = None
 
 
-def term_input(name: str, completion: str, convention: str | None) -> str:
-    """What term ``name`` reads of a completion: its ``checkable`` text for ``CHECKABLE_TERMS``."""
-    return checkable(convention, completion) if name in CHECKABLE_TERMS else completion
+def term_inputs(name: str, reference: str, completion: str, convention: str | None) -> tuple[str, str]:
+    """What term ``name`` reads of a reference and a completion of ``convention``: both ``checkable``
+    texts where ``CHECKABLE_TERMS`` says so, else both as they are."""
+    if name in CHECKABLE_TERMS:
+        conventions = CHECKABLE_TERMS[name]
+        if conventions is None or convention in conventions:
+            return checkable(convention, reference), checkable(convention, completion)
+    return reference, completion
 
 
 def combine(terms: Mapping[str, float | None], floors: Mapping[str, float]) -> float:
@@ -263,7 +300,7 @@ def score(reference: str, completion: str, unit_tests: Iterable[Any] = (), cfg: 
     terms: dict[str, float | None] = {}
     errors: dict[str, str] = {}
     for name in cfg.terms_for(dataset):
-        terms[name], error = _run_term(name, TERMS[name], reference, term_input(name, completion, convention),
+        terms[name], error = _run_term(name, TERMS[name], *term_inputs(name, reference, completion, convention),
                                        tests, cfg)
         if error:
             errors[name] = error
@@ -382,8 +419,8 @@ class RewardPool:
                 if w.ready and w.task is None and pending:
                     i, name = pending.pop()
                     item = items[i]
-                    w.send.send(((i, name), name, TERMS[name], item.reference,
-                                 term_input(name, item.completion, item.convention), parsed[i]))
+                    w.send.send(((i, name), name, TERMS[name],
+                                 *term_inputs(name, item.reference, item.completion, item.convention), parsed[i]))
                     w.task, w.deadline = (i, name), time.monotonic() + cfg.timeout_s
             waiting = [w for w in self._workers if w.task or not w.ready]
             deadlines = [w.deadline if w.ready else w.started + STARTUP_TIMEOUT_S for w in waiting]

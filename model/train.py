@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import json
 import logging
 import sys
 import threading
@@ -33,10 +32,10 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from model.data import DataConfig, Sample, eval_samples
+from model.data import DataConfig, Sample, eval_samples, uncapped
 from model.decode import bench_on_corpus, format_table
 from model.errors import analyze, write_report
-from model.eval import compare, evaluate, format_report
+from model.eval import compare, dumps, evaluate, format_report
 from model.grpo import GRPOConfig, load_prompts, train_grpo
 from model.merge import MergeConfig, make_evaluator, merge_search, write_merged
 from model.models import ModelLoadError, build_tiny, load
@@ -166,30 +165,33 @@ def with_run_defaults(values: Mapping[str, Any], path: str = "train") -> Mapping
 
 
 def _eval_data(cfg: TrainRunConfig) -> DataConfig:
-    return DataConfig(path=cfg.corpus, seed=cfg.seed, eval_fraction=cfg.eval_fraction)
+    return uncapped(DataConfig(path=cfg.corpus, seed=cfg.seed, eval_fraction=cfg.eval_fraction))
 
 
-def run_eval_samples(cfg: TrainRunConfig, processor, limit: int | None = None) -> Iterator[Sample]:
-    """The run's eval pages: the corpus's eval split, then ``eval_corpus``'s, at most ``limit`` in all."""
-    parts = [eval_samples(_eval_data(cfg), processor)]
+def run_eval_samples(cfg: TrainRunConfig, processor, limit: int | None = None,
+                     sources: list | None = None) -> Iterator[Sample]:
+    """The run's eval pages: the corpus's eval split, then ``eval_corpus``'s, at most ``limit`` in all; no
+    sample-token cap (``uncapped``). The ``SampleSource``s reading them go to ``sources`` when given."""
+    parts = [eval_samples(_eval_data(cfg), processor, sources=sources)]
     if cfg.eval_corpus:
         extra = DataConfig(path=cfg.eval_corpus, seed=cfg.seed, eval_fraction=cfg.eval_corpus_fraction)
-        parts.append(eval_samples(extra, processor))
+        parts.append(eval_samples(uncapped(extra), processor, sources=sources))
     return itertools.islice(itertools.chain.from_iterable(parts), limit)
 
 
 def _eval(loaded, cfg: TrainRunConfig, title: str, out: Path):
-    samples = run_eval_samples(cfg, loaded.processor, limit=cfg.eval_limit)
-    report = evaluate(loaded, samples, cfg.eval_max_new_tokens, batch_size=cfg.eval_batch_size)
+    sources: list = []
+    samples = run_eval_samples(cfg, loaded.processor, limit=cfg.eval_limit, sources=sources)
+    report = evaluate(loaded, samples, cfg.eval_max_new_tokens, batch_size=cfg.eval_batch_size, sources=sources)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "eval.json").write_text(json.dumps(report.to_json(), indent=2))
+    (out / "eval.json").write_text(dumps(report.to_json(), indent=2))
     print(format_report(report, title), flush=True)
     return report
 
 
 def _grpo(loaded, cfg: TrainRunConfig, target: Path) -> dict[str, Any]:
     gcfg = cfg.grpo
-    data = DataConfig(path=cfg.corpus, max_length=1 << 30, max_sample_tokens=1 << 30, eval_fraction=cfg.eval_fraction)
+    data = uncapped(DataConfig(path=cfg.corpus, eval_fraction=cfg.eval_fraction))
     prompts = load_prompts(cfg.corpus, loaded.processor, gcfg, data=data)
     history = train_grpo(loaded, gcfg, prompts, target)
     curve = reward_curve(history)
@@ -352,7 +354,7 @@ def run(cfg: TrainRunConfig) -> dict[str, Any]:
         timings["mtp"] = time.perf_counter() - t
     results["verifier"] = str(verifier)
     results["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
-    (out / "summary.json").write_text(json.dumps(results, indent=2, default=str))
+    (out / "summary.json").write_text(dumps(results, indent=2, default=str))
     print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()), flush=True)
     return results
 

@@ -48,3 +48,49 @@ def test_summary_tables_and_verdict():
     assert after.by_test_type["present"]["unit_test_pass_rate"] == pytest.approx(0.5)
     assert compare(before, after).startswith("trained model beats")
     assert compare(after, before).startswith("trained model does NOT beat")
+
+
+def _strict(text: str):
+    """JSON as a strict parser reads it: a bare NaN / Infinity raises."""
+    def refuse(name: str):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_eval_json_writes_null_for_nan():
+    from model.eval import dumps, json_safe
+
+    rows = [EvalRow("r0", "s", "a", "parse_page", "p", "r", 0.5, [], None)]  # no tests, no NLL: NaN rates
+    report = summarize(rows)
+    assert report.summary["unit_test_pass_rate"] != report.summary["unit_test_pass_rate"]  # NaN in memory
+    doc = _strict(dumps(report.to_json()))
+    assert doc["summary"]["unit_test_pass_rate"] is None and doc["summary"]["nll"] is None
+    assert doc["by_domain"]["a"]["nll"] is None
+    assert json_safe({"t": (1.0, float("inf"), float("-inf")), "k": [{"tau": float("nan")}]}) == \
+        {"t": [1.0, None, None], "k": [{"tau": None}]}
+
+
+def test_eval_scores_the_longest_pages_and_reports_skipped_ones(tmp_path):
+    """No sample-token cap in evaluation: a page over DataConfig's 1536 tokens is scored; a page that is
+    skipped all the same (a corrupt image) is counted in the summary with its unit tests."""
+    from model.data import DataConfig
+    from model.eval import main
+    from model.models import build_tiny
+    from tests.helpers import corpus_record, write_records
+
+    long_text = " ".join(f"word{i}" for i in range(1200))
+    tests = [json.dumps({"type": "present", "text": f"word{i}", "pdf": "l.pdf", "page": 1, "id": f"l{i}"})
+             for i in range(3)]
+    records = [corpus_record("docs-a", "docs", 0, split="eval"),
+               corpus_record("docs-a", "docs", 1, split="eval", response=long_text, unit_tests=tests),
+               corpus_record("docs-a", "docs", 2, split="eval", image=b"not an image", unit_tests=tests[:2])]
+    processor = build_tiny("tiny", seed=0).processor
+    assert processor.encode("Convert the page to markdown.", Image.new("RGB", (84, 56)), long_text).length > \
+        DataConfig().max_sample_tokens
+    corpus = write_records(tmp_path / "corpus", records, files=1)
+    out = tmp_path / "eval.json"
+    main(["--model", "tiny", "--corpus", corpus, "--max-new-tokens", "2", "--out", str(out)])
+    doc = _strict(out.read_text())
+    assert doc["summary"]["pages"] == 2 and doc["summary"]["tests"] == 4
+    assert doc["summary"]["skipped_pages"] == 1 and doc["summary"]["skipped_tests"] == 2
+    assert doc["summary"]["skipped"] == {"corrupt_image": {"pages": 1, "tests": 2}}

@@ -22,6 +22,7 @@ from model.rewards import (
     format_table,
     score,
 )
+from pipelines.clean.repeats import RepeatsConfig
 from schemas.config import load
 from schemas.similarity import METRICS
 
@@ -117,6 +118,59 @@ def test_formula_term_and_left_out_without_reference_formula():
     assert r.terms["formula"] is None and r.left_out == ["formula"] and r.total == 1.0
 
 
+FORMULA_MATH = json.dumps({"pdf": "f.pdf", "page": 1, "id": "m", "type": "math",
+                           "math": "\\theta_{b}\\times\\tau\\neq 0"})
+
+
+def test_formula_term_reads_a_formula_crop_as_one_display_equation():
+    """A formula crop (convention latex_formula) answers a bare formula, which has no delimiters: the term
+    reads reference and completion as one display equation each (checkable), as its math tests do."""
+    ref = r"\theta_{b}\times\tau\neq0"
+    cfg = RewardConfig(terms=("formula",))
+
+    def formula(completion: str, convention: str | None = "latex_formula") -> float | None:
+        return score(ref, completion, cfg=cfg, convention=convention).terms["formula"]
+
+    assert formula(ref) == 1.0
+    assert formula(f"\\[{ref}\\]") == 1.0 and formula(f"$${ref}$$") == 1.0  # its own delimiters are taken off
+    near = formula(r"\theta_{b}\times\tau\neq1")
+    assert 0.9 < near < 1.0
+    assert formula("x+y") < 0.2
+    assert formula(ref, convention=None) is None  # a page's bare text is no formula: left out, as before
+    # the pool reads it the same way
+    item = RewardItem(ref, r"\theta_{b}\times\tau\neq1", [FORMULA_MATH], convention="latex_formula")
+    with RewardPool(RewardConfig(workers=1, terms=("formula", "unit_tests"))) as pool:
+        (got,) = pool.score_many([item])
+    assert got.terms["formula"] == pytest.approx(near) and got.terms["unit_tests"] == 0.0
+
+
+NEMOTRON_MD = ("<x_65><y_25>The County Gazette<x_959><y_131><class_Page-Header>\n"
+               "<x_65><y_140>Prices \\(x^{2}\\)<x_959><y_160><class_Text>\n"
+               "<x_65><y_170><table><tr><td>a</td><td>1</td></tr></table><x_959><y_260><class_Table>\n")
+
+
+@pytest.mark.parametrize(("convention", "stream"), [
+    ("nemotron_plain_bbox", "<x_121><y_105>The letter figure<x_824><y_120>\n<x_121><y_126>this state<x_791><y_141>\n"),
+    ("nemotron_bbox_cls", "<x_51><y_34><x_271><y_48><class_Page-Header>\n<x_56><y_70><x_494><y_98><class_Title>\n"),
+    ("nemotron_md_bbox_cls", NEMOTRON_MD),
+])
+def test_a_perfect_box_stream_scores_one(convention, stream):
+    """Box tags are not HTML: structure and format read the element texts (checkable) of a box stream."""
+    r = score(stream, stream, convention=convention)
+    assert r.terms["structure"] == 1.0 and r.terms["format"] == 1.0
+    assert r.total == 1.0
+    assert score(stream, stream).terms["format"] < 1.0  # read as it is, the stream's tags are not allowed HTML
+
+
+def test_box_stream_structure_and_format_still_see_the_texts_markup():
+    broken = NEMOTRON_MD.replace("</td></tr></table>", "</td>").replace("<td>a</td>", "<td><font x=1>a</font></td>")
+    r = score(NEMOTRON_MD, broken, convention="nemotron_md_bbox_cls")
+    assert r.terms["structure"] < 1.0 and r.terms["format"] < 1.0
+    with RewardPool(RewardConfig(workers=1, terms=("structure", "format"))) as pool:
+        (got,) = pool.score_many([RewardItem(NEMOTRON_MD, broken, convention="nemotron_md_bbox_cls")])
+    assert got.terms == {"structure": r.terms["structure"], "format": r.terms["format"]}
+
+
 def test_unit_tests_term_is_the_fraction_passed_and_floored():
     tests = [present("alpha beta", 0), present("gamma delta", 1)]
     cfg = RewardConfig(terms=("unit_tests",))
@@ -139,6 +193,36 @@ def test_repetition_term_is_graded_by_the_loop_length():
     assert r.total == pytest.approx(105 / 1344)
     shorter = "Intro text about the thing. " * 3 + "the same row again | " * 40
     assert score(shorter, shorter).terms["repetition"] > r.terms["repetition"]
+
+
+@pytest.mark.parametrize("loop", ["type" * 40, "The cat sat on the mat. " * 6, "type" * 127,
+                                  "# Invoice\n\nBilled to Jonas. " + "Total due: 3,073.94 EUR. " * 6])
+def test_repetition_term_penalises_a_short_loop(loop):
+    """Rollouts are a few hundred characters: a loop of 100-200 characters costs (the cleaning detector's
+    512-character minimum never looked at them)."""
+    assert 100 <= len(loop) <= 200 or loop == "type" * 127
+    assert score(loop, loop).terms["repetition"] < 0.5
+
+
+@pytest.mark.parametrize("answer", [
+    "# Invoice INV-38145\n\nBilled to **Jonas Delacroix**, Glenwick Archive. Issued 24 March 2015; payment due "
+    "within 30 days.\n\nTotal due: **3,073.94 EUR**. Bank reference 7947-4157.",
+    "<table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr><tr><td>3</td><td>4</td></tr>"
+    "<tr><td>5</td><td>6</td></tr></table>",
+    "1. a\n2. b\n3. c\n4. d\n5. e\n6. f\n7. g\n8. h\n9. i\n10. j\n",
+    r"\[ \begin{pmatrix} 0 & 0 & 0 \\ 0 & 0 & 0 \\ 0 & 0 & 0 \end{pmatrix} \]",
+    "Name: ________________  Date: ________________\nSignature: ________________",
+])
+def test_repetition_term_leaves_a_normal_short_answer_alone(answer):
+    assert score(answer, answer).terms["repetition"] == 1.0
+
+
+def test_reward_repeats_config_is_its_own():
+    cfg = RewardConfig()
+    assert isinstance(cfg.repeats, rewards.RewardRepeatsConfig)
+    assert cfg.repeats.min_length == 48 and RepeatsConfig().min_length == 512  # cleaning keeps its own
+    loaded = load(RewardConfig, {"repeats": {"min_length": 64}}, "reward")
+    assert loaded.repeats.min_length == 64 and loaded.repeats.min_covered_chars == 48  # the others stay the reward's
 
 
 def test_terms_by_dataset_selects_terms():

@@ -45,3 +45,13 @@ def test_train_runs_every_phase_end_to_end(tmp_path):
                        if r.source == "jinaocrsynth" and assigned_split(r.id, "train", 0.1) == "train"]
     assert results["grpo"]["prompts"] == len(synthetic_train)  # only synthetic pages with unit tests
     assert set(results["sft"]) == {"before", "after", "verdict"}
+    # strict JSON: the docs pages have no tests (pass rate NaN), the MTP table's k=0 row has no tau: null
+
+    def refuse(name):
+        raise ValueError(f"bare {name} in JSON")
+
+    for path in (out / "summary.json", out / "untrained" / "eval.json", out / "sft-robustness" / "eval.json"):
+        json.loads(path.read_text(), parse_constant=refuse)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mtp"]["table"][0]["k"] == 0 and summary["mtp"]["table"][0]["tau"] is None
+    assert summary["sft"]["before"]["skipped_pages"] == 0
