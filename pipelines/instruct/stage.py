@@ -35,7 +35,8 @@ VERSION = "6"  # 2: plain keeps formulas, nested tables, unique VQA; 3: kept tes
 # 5: caption crops stop short of the caption and ask for one ("Write a caption for this figure."); crop responses
 # in their task's corpus form (formulas bare LaTeX via the conventions stage's rewrite_formula, no math tests;
 # no trailing newline); plain-text parse_page records get the plain convention's prompt; 6: formula crops are
-# convention latex_formula and keep their formula's math tests, read as a display equation (checkable)
+# convention latex_formula and keep their formula's math tests, read as a display equation (checkable), and so
+# are the corpus's own formula records (the GRPO formula term reads them so)
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,9 @@ class InstructStage:
         if record.task == "parse_page" and record.response_format == "text":
             return [self._plain_text_page(record)]
         if record.task != "parse_page" or record.response_format != "markdown":
-            return [_count(record, None, None, False)]
+            # a formula record (LaTeX-OCR, UniMER) answers one bare formula, as a formula crop does
+            convention = FORMULA_CONVENTION if record.task == "transcribe_formula" else None
+            return [_count(record, convention, None, False)]
         language = self.prompt_language(record)
         derived = []
         if self.cfg.crops and record.elements:

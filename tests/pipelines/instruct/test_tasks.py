@@ -105,6 +105,9 @@ def test_stage_rewrites_counts_and_derives() -> None:
     assert sorted(r.task for r in out) == ["kie", "parse_page", "transcribe_formula", "transcribe_table", "vqa"]
     formula = next(r for r in out if r.task == "transcribe_formula")
     assert formula.metadata["instruct"]["convention"] == "latex_formula"  # what eval and rewards read it by
+    (latex_ocr,) = InstructStage(cfg)(record(task="transcribe_formula", response="E=mc^{2}", response_format="latex",
+                                             elements=[], unit_tests=[]))
+    assert latex_ocr.metadata["instruct"]["convention"] == "latex_formula" and latex_ocr.response == "E=mc^{2}"
     assert formula.quality["instruct"]["counters"]["convention:latex_formula"] == 1
     assert all(validate(r) == [] for r in out) and page.provenance[-1].stage == "instruct:instruct"
     assert TESTS == record().unit_tests  # the input's tests are not edited in place
