@@ -361,12 +361,15 @@ def text_layer_features(text: str | None) -> dict[str, float]:
 
 FORMULA_TASK = "transcribe_formula"
 _COMMAND = re.compile(r"\\[A-Za-z]+")
+_TEXT_TASKS = ("caption", "vqa")  # answers in words: a label of theirs is no formula without saying so
 _TEXT_ARG = re.compile(r"\\(?:text[a-z]*|mbox|emph)\s*\{[^{}]*\}")
-_PROSE = re.compile(r"[A-Za-z]{3,}\s+[A-Za-z]{3,}\s+[A-Za-z]{3,}")  # three words in a row, LaTeX commands out
+# two words in a row (LaTeX commands out), or a sentence's full stop
+_PROSE = re.compile(r"[A-Za-z]{2,}\.?\s+[A-Za-z]{2,}|[A-Za-z]{3,}\.\s")
 _MATHY = re.compile(r"[=_^+<>]")  # a relation, an operator or a script
-# Not one formula: a blank line, a Markdown heading, an HTML tag, a LaTeX tabular, a double quote (JSON); on a
-# label of several lines, a Markdown list item or table row.
-_NOT_FORMULA = re.compile(r"\n[ \t]*\n|^#{1,6} |</?(table|tr|td|th|p|div|br|span|img)\b[^<>]*>|\\begin\{tabular|\"",
+# Not one formula: a blank line, a Markdown heading, an HTML tag, a LaTeX tabular, a double quote (JSON), a
+# Windows path (``C:\Users``); on a label of several lines, a Markdown list item or table row.
+_NOT_FORMULA = re.compile(r"\n[ \t]*\n|^#{1,6} |</?(table|tr|td|th|p|div|br|span|img)\b[^<>]*>|\\begin\{tabular|\"|"
+                          r"\b[A-Za-z]:\\",
                           re.M | re.I)
 _TABLE_TASKS = frozenset({"transcribe_table", "chart_to_table", "kie"})  # labels that are tables or JSON
 _MD_LINE = re.compile(r"^\s*([-*+] |\d+[.)] |\|.*\|\s*$)", re.M)
@@ -392,18 +395,19 @@ def formula_label(response: str | None, task: str | None = None, response_format
     """The formula of a label that is one formula, delimiters taken off (``strip_formula_delimiters``), else None.
 
     A formula record's label (``is_formula_record``) is one formula whatever it holds, as its ``math`` tests read
-    it (``pipelines.instruct.conventions.checkable``: one display equation). Any other label (not a table, chart
-    or KIE task's, nor an HTML or JSON one) is one bare formula when it has a LaTeX command, no math delimiters
-    (``schemas.formula_metrics.find_math`` finds none), no blank line, Markdown heading, HTML tag, tabular or
-    double quote (JSON), no Markdown list item or table row when it has several lines, no prose (three words in
-    a row once the commands and ``\\text{..}`` arguments are out), and something of math: a relation, ``+``, a
+    it (``pipelines.instruct.conventions.checkable``: one display equation). Any other label (not a table, chart,
+    KIE, caption or VQA task's, nor an HTML or JSON one) is one bare formula when it has a LaTeX command, no math
+    delimiters (``schemas.formula_metrics.find_math`` finds none), no blank line, Markdown heading, HTML tag,
+    tabular, double quote (JSON) or Windows path, no Markdown list item or table row when it has several lines,
+    no prose (two words in a row, or a sentence's full stop, once the commands and ``\\text{..}`` arguments are
+    out), and something of math: a relation, ``+``, a
     script, a Unicode math glyph or a LaTeX math command (fraction, big operator, Greek, accent, math font,
     matrix)."""
     if not response or not response.strip():
         return None
     if is_formula_record(task, response_format, metadata):
         return strip_formula_delimiters(response)
-    if task in _TABLE_TASKS or response_format in ("html", "json") or "\\" not in response:
+    if task in _TABLE_TASKS or task in _TEXT_TASKS or response_format in ("html", "json") or "\\" not in response:
         return None
     text = response.strip()
     if not _COMMAND.search(text) or _NOT_FORMULA.search(text) or ("\n" in text and _MD_LINE.search(text)) \

@@ -111,6 +111,9 @@ def greedy_batch(loaded: Loaded, encoded: list[Encoded], max_new_tokens: int) ->
     return rows
 
 
+NLL_CHUNK = 1024  # response positions whose logits response_nll holds at once
+
+
 @torch.no_grad()
 def response_nll(loaded: Loaded, encoded: Encoded) -> float:
     """Mean next-token NLL of the reference response given the page (teacher forcing).
@@ -120,7 +123,7 @@ def response_nll(loaded: Loaded, encoded: Encoded) -> float:
     the model towards the data.
     """
     from model.models import rope_index
-    from model.sft import response_ce, target_positions
+    from model.sft import target_positions
 
     model = loaded.model
     device = next(model.parameters()).device
@@ -129,11 +132,19 @@ def response_nll(loaded: Loaded, encoded: Encoded) -> float:
     labels = ids.clone()
     labels[:, : encoded.prompt_len] = -100
     keep = target_positions(labels)
-    out = model(input_ids=ids, mm_token_type_ids=mm, pixel_values=encoded.pixel_values.to(device),
-                image_grid_thw=encoded.image_grid_thw.to(device),
-                position_ids=rope_index(model, ids, mm, encoded.image_grid_thw.to(device)), logits_to_keep=keep)
-    loss, n = response_ce(out.logits, labels, keep)
-    return float(loss) / max(1, n)
+    # The decoder's hidden states, then the vocabulary projection NLL_CHUNK positions at a time: eval reads pages
+    # of any length, and one pass over all logits (positions x vocabulary, in fp32) of a 20k-token page with a
+    # 152k vocabulary would take ~12 GB.
+    hidden = model.model(input_ids=ids, mm_token_type_ids=mm, pixel_values=encoded.pixel_values.to(device),
+                         image_grid_thw=encoded.image_grid_thw.to(device),
+                         position_ids=rope_index(model, ids, mm, encoded.image_grid_thw.to(device))
+                         ).last_hidden_state[0, keep]
+    targets = labels[0, keep + 1]
+    total = 0.0
+    for start in range(0, len(keep), NLL_CHUNK):
+        logits = model.lm_head(hidden[start:start + NLL_CHUNK]).float()
+        total += float(torch.nn.functional.cross_entropy(logits, targets[start:start + NLL_CHUNK], reduction="sum"))
+    return total / max(1, len(keep))
 
 
 def image_gap(loaded: Loaded, samples: list) -> float:

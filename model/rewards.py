@@ -50,6 +50,7 @@ from multiprocessing.connection import Connection, wait
 from typing import IO, Any
 
 from pipelines.clean.repeats import RepeatsConfig, find_loop
+from pipelines.clean.repeats_config import Bands
 from pipelines.instruct.conventions import BOX_CONVENTIONS, FORMULA_CONVENTION, checkable
 from schemas.config import load, option
 from schemas.similarity import DEFAULT_TEDS_CONVENTION, METRICS, TEDS_CONVENTIONS, check_teds_convention, metrics_for
@@ -155,6 +156,10 @@ class RewardRepeatsConfig(RepeatsConfig):
     hold no loop this finds (no reference of the test corpora does)."""
 
     min_length: int = option(48, help="completions shorter than this are not inspected (columns; CJK counts 3)")
+    # a unit of one or two characters (a fill line of underscores, a dot leader, a rule) needs 160 copies, not 64:
+    # a form's blank or a table rule ends many correct answers
+    min_copies: Bands = option(((2, 160), (8, 16), (32, 6), (96, 4), (341, 3), (512, 2)),
+                               help="exact/truncated: copies needed per period band")
     min_covered_chars: int = option(48, help="exact/truncated: characters of the tail the loop must cover")
     table_min_covered: int = option(96, help="characters a table-row loop must cover")
     empty_min_covered: int = option(160, help="characters an empty-unit loop (empty cells, separator rows) "
@@ -183,7 +188,8 @@ class RewardConfig:
                                           help="loop detector of the repetition term (RewardRepeatsConfig: the "
                                                "cleaning RepeatsConfig with min_length 48, min_covered_chars 48, "
                                                "table_min_covered 96, empty_min_covered 160, gapped_min_covered "
-                                               "96, for rollouts of a few hundred characters)")
+                                               "96, 160 copies of a 1-2 character unit, for rollouts of a few "
+                                               "hundred characters)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "terms", tuple(self.terms))

@@ -101,9 +101,16 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
         self.allow_hosts = allow_hosts
 
     def _pinned_socket(self) -> socket.socket:
+        """A socket to the first of the checked addresses that answers (as ``create_connection`` of a name
+        tries each of its addresses: a dual-stack host with broken IPv6, a balanced name with one down)."""
         url = f"http://{self.host}:{self.port}/"
-        addresses = public_addresses(self.host, self.port, self.allow_hosts, url)
-        return socket.create_connection((addresses[0], self.port), self.timeout, self.source_address)
+        error: OSError | None = None
+        for address in public_addresses(self.host, self.port, self.allow_hosts, url):
+            try:
+                return socket.create_connection((address, self.port), self.timeout, self.source_address)
+            except OSError as exc:
+                error = exc
+        raise error or OSError(f"{self.host} has no address")
 
     def connect(self) -> None:
         self.sock = self._pinned_socket()
@@ -289,16 +296,19 @@ class ImageResolver:
 
     def _http_get(self, url: str) -> bytes:
         parts = urlsplit(url)
-        proxies = urllib.request.getproxies()  # also holds "no" (no_proxy): a proxy is one for the scheme or "all"
-        if {parts.scheme.lower(), "all"} & set(proxies) and not urllib.request.proxy_bypass(parts.hostname or ""):
+        proxies = urllib.request.getproxies()  # also holds "no" (no_proxy); urllib uses the URL scheme's entry only
+        if parts.scheme.lower() in proxies and not urllib.request.proxy_bypass(parts.hostname or ""):
             # the proxy resolves and connects: only the name can be checked here (once, before the request)
             check_public_host(url, self.allow_hosts)
             opener = urllib.request.build_opener(_SafeRedirects(self.allow_hosts))
         else:  # every connection, redirects and retries included, goes to an address checked when it is made
             if not parts.hostname:
                 raise RecordError("bad_image_url", f"{url}: URL has no usable host")
-            opener = urllib.request.build_opener(_SafeRedirects(self.allow_hosts), _PinnedHTTPHandler(self.allow_hosts),
-                                                 _PinnedHTTPSHandler(self.allow_hosts))
+            # no proxy handler: a redirect to another scheme or host is not handed to a proxy here, whose own
+            # address the pinned connection would check and dial
+            opener = urllib.request.build_opener(
+                urllib.request.ProxyHandler({}), _SafeRedirects(self.allow_hosts),
+                _PinnedHTTPHandler(self.allow_hosts), _PinnedHTTPSHandler(self.allow_hosts))
         request = urllib.request.Request(url, headers={"User-Agent": self.user_agent})
         last = ""
         for attempt in range(self.retries + 1):

@@ -230,3 +230,14 @@ def test_extracted_formula_crop_rows_carry_the_display_formula():
     feats = dict(zip(ALL_FEATURES, extract_row(row)["features"]))
     assert feats["lb_display_math"] == 1
     assert page_features(row)["lb_display_math"] == 1
+
+
+@pytest.mark.parametrize("label, task", [
+    ("Figure 1: Plot of \\alpha vs. T", "caption"), ("Fig. 3. Variation of \\sigma with load", "caption"),
+    ("The value is \\alpha", "vqa"), ("C:\\Users\\data > report_v2.txt", "parse_page"),
+    ("Use \\d+ to match digits_only", "parse_page"), ("Plot of \\alpha against T", None),
+])
+def test_words_around_a_command_are_no_formula(label, task):
+    from classifiers.features import formula_label
+
+    assert formula_label(label, task) is None

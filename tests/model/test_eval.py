@@ -36,6 +36,19 @@ def test_response_nll_is_the_teacher_forced_loss_on_response_tokens():
     assert response_nll(loaded, enc) == pytest.approx(picked.mean().item(), abs=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["tiny", "tiny-moe"])
+def test_response_nll_in_chunks_equals_one_pass(kind, monkeypatch):
+    """Long pages are scored a chunk of positions at a time (memory); the NLL is the same."""
+    from model import eval as model_eval
+
+    loaded = build_tiny(kind, seed=2)
+    enc = loaded.processor.encode("Read the page.", Image.new("RGB", (120, 160), "white"), "Hello page " * 30)
+    with torch.no_grad():
+        whole = response_nll(loaded, enc)
+        monkeypatch.setattr(model_eval, "NLL_CHUNK", 7)
+        assert response_nll(loaded, enc) == pytest.approx(whole, abs=1e-5)
+
+
 def test_summary_tables_and_verdict():
     def row(i, domain, ed, nll, passed):
         return EvalRow(f"r{i}", "s", domain, "parse_page", "p", "r", ed,

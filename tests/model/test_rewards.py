@@ -205,6 +205,8 @@ def test_repetition_term_penalises_a_short_loop(loop):
 
 
 @pytest.mark.parametrize("answer", [
+    "Date: " + "_" * 64, "1. Introduction " + "." * 66 + " 1", "A short page of text, then a rule.\n" + "-" * 72,
+    "Name: John Smith\n\nSignature: " + "_" * 64,
     "# Invoice INV-38145\n\nBilled to **Jonas Delacroix**, Glenwick Archive. Issued 24 March 2015; payment due "
     "within 30 days.\n\nTotal due: **3,073.94 EUR**. Bank reference 7947-4157.",
     "<table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr><tr><td>3</td><td>4</td></tr>"

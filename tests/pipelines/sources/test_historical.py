@@ -514,6 +514,42 @@ def test_a_name_that_does_not_resolve_for_a_moment_is_retried(server, tmp_path, 
     assert resolver.fetch(f"http://flaky.test:{port}/page.jpg") == JPEG + b"page-bytes" and not failures
 
 
+def test_http_tries_each_checked_address_in_turn(server, tmp_path, monkeypatch):
+    """A name whose first address refuses (127.0.0.2: nothing listens there) is fetched from its second, as a
+    plain connection to the name would be."""
+    import socket
+
+    port = int(server.url.rsplit(":", 1)[1])
+    real_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host == "two.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port)) for ip in ("127.0.0.2", "127.0.0.1")]
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    resolver = ImageResolver(allow_http=True, timeout_s=5, retries=0, allow_hosts=("127.0.0.0/8",))
+    assert resolver.fetch(f"http://two.test:{port}/page.jpg") == JPEG + b"page-bytes"
+
+
+def test_only_a_proxy_for_the_urls_scheme_turns_the_pinning_off(monkeypatch):
+    """urllib sends a URL to the proxy of its scheme; ALL_PROXY alone is no proxy for it (it connects itself),
+    so the connection stays pinned."""
+    from pipelines.sources import images
+
+    checked = []
+    monkeypatch.setenv("all_proxy", "socks5://127.0.0.1:9")
+    monkeypatch.setattr(images, "check_public_host", lambda url, allow=(): checked.append(url))
+    with pytest.raises(RecordError) as exc:  # pinned: the check at connect time refuses loopback
+        ImageResolver(allow_http=True, retries=0).fetch("http://127.0.0.1:9/a.jpg")
+    assert exc.value.reason == "bad_image_url" and checked == []
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # a proxy on loopback that refuses: nothing leaves
+    monkeypatch.setenv("no_proxy", "")
+    with pytest.raises(RecordError):  # proxied: the name is checked once, before the request
+        ImageResolver(allow_http=True, retries=0, timeout_s=1).fetch("http://198.51.100.7/a.jpg")
+    assert checked == ["http://198.51.100.7/a.jpg"]
+
+
 def test_http_disabled_and_mirror_first(server, tmp_path):
     url = f"{server.url}/page.jpg"
     with pytest.raises(RecordError) as exc:
