@@ -264,13 +264,18 @@ def content_id(uri: str) -> str:
         return "missing"
 
 
+def sha256(uri: str) -> str:
+    """sha256 of a file's bytes, read through in blocks (a store's file is downloaded); not cached."""
+    digest = hashlib.sha256()
+    with open_read(uri) as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _digest(uri: str) -> str:
     if "://" not in uri:
-        digest = hashlib.sha256()
-        with _open_local(uri) as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()
+        return sha256(uri)
     if uri.startswith("hf://"):
         info = _hf_fs().info(uri[len("hf://"):])
         lfs = info.get("lfs") or {}

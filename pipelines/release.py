@@ -60,7 +60,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipelines import io
-from pipelines.write import RowGroupCuts, file_sha256, parquet_writer, row_bytes, shard_problems
+from pipelines.write import HashingWriter, RowGroupCuts, parquet_writer, row_bytes, shard_problems
 from schemas.config import ConfigError, load, option, parse_sets
 from schemas.manifest import ManifestError, RunManifest
 from schemas.page import PAGE_SCHEMA, features
@@ -161,7 +161,7 @@ class SplitWriter:
         self.pending_bytes = self.pending_rows = 0
         self.cuts = RowGroupCuts(min(cfg.row_group_bytes, cfg.shard_bytes), cfg.row_group_rows)
         self.writer: pq.ParquetWriter | None = None
-        self.handle = None
+        self.handle = self.sink = None
         self.shards: list[dict] = []
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -191,7 +191,8 @@ class SplitWriter:
         if shard is None:
             path = io.join(self.out, "data", f"{self.split}-{len(self.shards):05d}.parquet.partial")
             self.handle = io.open_write(path)
-            self.writer = parquet_writer(self.handle, PAGE_SCHEMA, self.cfg.compression)
+            self.sink = HashingWriter(self.handle, hashlib.sha256())  # release.json's sha256, as the bytes go out
+            self.writer = parquet_writer(self.sink, PAGE_SCHEMA, self.cfg.compression)
             shard = {"partial": path, "split": self.split, "rows": 0, "uncompressed_bytes": 0, "row_groups": 0,
                      "largest_row_group_bytes": 0}
             self.shards.append(shard)
@@ -204,7 +205,8 @@ class SplitWriter:
     def _close_shard(self) -> None:
         self.writer.close()
         self.handle.close()
-        self.writer = self.handle = None
+        self.shards[-1]["sha256"] = self.sink.digest.hexdigest()
+        self.writer = self.handle = self.sink = None
 
     def close(self) -> list[dict]:
         if self.pending_rows:
@@ -218,7 +220,6 @@ class SplitWriter:
             io.rename(shard.pop("partial"), final)
             shard["file"] = name
             shard["bytes"] = _size(final)
-            shard["sha256"] = file_sha256(final)
         return [{"file": s["file"], **{k: v for k, v in s.items() if k != "file"}} for s in self.shards]
 
 

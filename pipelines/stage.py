@@ -285,7 +285,7 @@ class TableSink:
 
     def __init__(self, output: str, file: str, schema: pa.Schema, split: str | None = None):
         from pipelines import io
-        from pipelines.write import WriteConfig, _HashingWriter  # the corpus writer's pieces
+        from pipelines.write import HashingWriter, WriteConfig  # the corpus writer's pieces
 
         self.cfg = WriteConfig()
         self.file, self.split, self.schema = file, split, schema
@@ -293,7 +293,7 @@ class TableSink:
         self.tmp = f"{self.final}.tmp-{uuid.uuid4().hex[:8]}"
         self.raw = io.open_write(self.tmp)
         self.digest = hashlib.sha256()
-        self.sink = _HashingWriter(self.raw, self.digest)
+        self.sink = HashingWriter(self.raw, self.digest)
         self.writer = pq.ParquetWriter(self.sink, schema, compression=self.cfg.compression, write_statistics=True)
         self.rows: list[dict] = []
         self.buffered = 0

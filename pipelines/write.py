@@ -415,7 +415,7 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
     digest = hashlib.sha256()
     with io.open_write(tmp) as raw:
-        sink = _HashingWriter(raw, digest)
+        sink = HashingWriter(raw, digest)
         with parquet_writer(sink, schema, cfg.compression) as writer:
             for start, stop in row_groups(sizes, cfg.row_group_bytes, cfg.row_group_rows):
                 if stop == start:  # a shard of no rows (its split all dropped): the schema alone
@@ -438,15 +438,6 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     if table.folder == PAGES.folder and len(excluded):  # (compared by name: Beam hands the plan a copy)
         result["losers_file"] = _write_losers(plan, output, cfg, excluded)
     return result
-
-
-def file_sha256(uri: str) -> str:
-    """sha256 of a file's bytes (local, or a store's: read through), in blocks."""
-    digest = hashlib.sha256()
-    with io.open_read(uri) as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def shard_problems(folder: str, shards: Iterable[dict], hash_remote: bool = False) -> list[str]:
@@ -472,7 +463,7 @@ def shard_problems(folder: str, shards: Iterable[dict], hash_remote: bool = Fals
             continue
         if "bytes" in shard and size != int(shard["bytes"]):
             problems.append(f"{shard['file']} is {size} bytes, the manifest says {shard['bytes']}")
-        elif shard.get("sha256") and ("://" not in path or hash_remote) and file_sha256(path) != shard["sha256"]:
+        elif shard.get("sha256") and ("://" not in path or hash_remote) and io.sha256(path) != shard["sha256"]:
             problems.append(f"{shard['file']}'s sha256 is not the manifest's")
     return problems
 
@@ -568,7 +559,7 @@ def row_groups(sizes: pa.Array, max_bytes: int, max_rows: int) -> list[tuple[int
     return list(zip(bounds, bounds[1:]))
 
 
-class _HashingWriter:
+class HashingWriter:
     """A write-only file wrapper that hashes and counts what passes through it."""
 
     def __init__(self, raw, digest):

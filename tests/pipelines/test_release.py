@@ -447,15 +447,15 @@ def test_a_corpus_whose_shards_are_not_its_manifests_is_refused_before_out_is_to
     count): the build checks each shard's rows, bytes and sha256 against the manifest first."""
     import shutil
 
+    from pipelines.io import sha256
     from pipelines.release import main
-    from pipelines.write import file_sha256
 
     changed = tmp_path / "changed"
     shutil.copytree(corpus, changed)
     body = json.loads((changed / "manifest.json").read_text())
     for shard in body["shards"]:  # what a run's manifest records of each shard
         path = changed / shard["file"]
-        shard.update(bytes=path.stat().st_size, sha256=file_sha256(str(path)))
+        shard.update(bytes=path.stat().st_size, sha256=sha256(str(path)))
     (changed / "manifest.json").write_text(json.dumps(body))
     out = tmp_path / "rel"
     assert main(["--corpus", str(changed), "--out", str(out)]) == 0
