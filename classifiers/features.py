@@ -400,9 +400,8 @@ def formula_label(response: str | None, task: str | None = None, response_format
     delimiters (``schemas.formula_metrics.find_math`` finds none), no blank line, Markdown heading, HTML tag,
     tabular, double quote (JSON) or Windows path, no Markdown list item or table row when it has several lines,
     no prose (two words in a row, or a sentence's full stop, once the commands and ``\\text{..}`` arguments are
-    out), and something of math: a relation, ``+``, a
-    script, a Unicode math glyph or a LaTeX math command (fraction, big operator, Greek, accent, math font,
-    matrix)."""
+    out), and something of math: a relation, ``+``, a script, a Unicode math glyph or a LaTeX math command
+    (fraction, big operator, Greek, accent, math font, matrix)."""
     if not response or not response.strip():
         return None
     if is_formula_record(task, response_format, metadata):

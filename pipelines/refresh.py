@@ -214,14 +214,13 @@ def _strings(x: Any) -> Iterator[str]:
             yield from _strings(v)
 
 
-def _missing_paths(unit: Any, files: list[str]) -> list[str]:
-    """When none of the files a unit reads can be found: the local paths it names (strings with a path
-    separator) that are neither a file nor a folder, and its own files that are missing. Its content is
-    then unknown (a hash of nothing would match any previous run's). Empty when any file was found,
-    or when the unit names no local path (a block of synthetic pages)."""
+def _missing_paths(files: list[str], shape: Any) -> list[str]:
+    """When none of the ``files`` a unit reads can be found: the local paths its ``shape`` names (strings with
+    a path separator) that are neither a file nor a folder, and its own files that are missing
+    (``_files_and_shape``). Its content is then unknown (a hash of nothing would match any previous run's).
+    Empty when any file was found, or when the unit names no local path (a block of synthetic pages)."""
     if any("://" in f or os.path.isfile(f) for f in files):
         return []
-    _, shape = _files_and_shape(unit)
     named = [x for x in _strings(shape) if "://" not in x and ("/" in x or os.sep in x)]
     missing = [x for x in named if not os.path.exists(x)]
     # a unit's own files that the reader would read (a FolderFile's root/rel, a training pair's .md)
@@ -262,7 +261,7 @@ def describe_unit(settings, unit: Any, fingerprints: dict[str, str]) -> UnitInfo
     except Exception:  # e.g. an unreadable parquet: hash its files; the reader dead-letters it
         content = None
     if content is None:
-        missing = _missing_paths(unit, files)
+        missing = _missing_paths(files, shape)
         if missing:  # never a hash of nothing: a unit whose files cannot be found is read, not reused
             content = UNHASHED + _sha([relative_to_inputs(f, bases) for f in missing])
         else:

@@ -294,10 +294,7 @@ def _outer_table(html: str) -> Table | None:
     """The outermost table of one ``table_spans`` span; a table nested in it is text of its outer
     cell there (``schemas.tables``' standard reading)."""
     tables = parse_html_tables(html)
-    # the span starts with its outer table; a parser that does not say where a table starts lists
-    # the outer one last (it closes last)
-    at_start = [t for t in tables if getattr(t, "start", -1) == 0]
-    return at_start[0] if at_start else tables[-1] if tables else None
+    return tables[0] if tables else None  # in document order: the span starts with its outer table
 
 
 def _tables_as(response: str, fn: Callable[[Table], str], flatten: bool = False, emphasis: bool = False) -> str:
@@ -347,12 +344,11 @@ def _block_break(m: re.Match[str]) -> str:
 
 
 def _html_as_text(text: str) -> str:
-    """HTML inside prose as plain text: ``<br>`` a line break, a run of block tags (``p``, ``div``,
-    ``li``, ``h1``-``h6``, ``tr``, ``table``, lists, ``blockquote``, ...) one line break (a blank line
-    where the text had one), ``<sup>``/``<sub>`` as ``^``/``_`` (``_script``), other tags dropped, and
-    character references (``&amp;``, ``&#8212;``; with their ``;``) as their characters. Only real tag
-    syntax is a tag: in ``a<b or b>c`` the brackets are text."""
-    text = _scripts(text)
+    """HTML inside prose as plain text, once ``_scripts`` wrote ``<sup>``/``<sub>``: ``<br>`` a line break,
+    a run of block tags (``p``, ``div``, ``li``, ``h1``-``h6``, ``tr``, ``table``, lists, ``blockquote``,
+    ...) one line break (a blank line where the text had one), other tags dropped, and character
+    references (``&amp;``, ``&#8212;``; with their ``;``) as their characters. Only real tag syntax is a
+    tag: in ``a<b or b>c`` the brackets are text."""
     text = _BR.sub("\n", text)
     text = _BLOCK_RUN.sub(_block_break, text)
     text = _TAG.sub("", text)
