@@ -193,12 +193,9 @@ def test_commands_needing_trust_fail_instead_of_rendering_as_error_text(renderer
 
 
 def test_a_rendering_over_the_caps_is_formula_too_large(renderer) -> None:
-    import time
-
-    tex = _nested(100, "bc")  # 10,000 glyphs
-    start = time.monotonic()
+    tex = _nested(100, "bc")  # 10,000 glyphs: refused before any glyph is measured
     out = renderer.render(tex)
-    assert not out.ok and out.reason == "formula_too_large" and time.monotonic() - start < 20, out
+    assert not out.ok and out.reason == "formula_too_large", out
     nested = _nested(20)
     out = renderer.render(nested)  # 1,000 expansions: over the lowered maxExpand
     assert not out.ok and out.reason == "katex_error" and "Too many expansions" in out.error
