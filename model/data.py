@@ -259,7 +259,7 @@ def index_streams(files: list[str], split: str, eval_fraction: float,
         columns = [c for c in MIX_COLUMNS if c in pf.schema_arrow.names]
         for rg in range(pf.metadata.num_row_groups):
             for r in pf.read_row_group(rg, columns=columns).to_pylist():
-                if assigned_split(r["id"], r["split"] or "train", eval_fraction) == split:
+                if assigned_split(r["id"], r.get("split") or "train", eval_fraction) == split:
                     if listed:
                         listed.discard(r["id"])
                     chunks = found.setdefault(stream_key(r), {})

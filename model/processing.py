@@ -102,6 +102,22 @@ class PageProcessor:
         return self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template,
                                                   tokenize=False, add_generation_prompt=True)
 
+    def text_ids(self, text: str) -> list[int]:
+        """Token ids of page text as text: a special token's spelling in it (``<|im_end|>``, ``<|image_pad|>``
+        on a page about chat templates) stays characters, never the control token it names."""
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+    def prompt_ids(self, instruction: str) -> list[int]:
+        """The chat prompt's ids: the template's own markers as special tokens, the instruction as text
+        (``text_ids``). The template is rendered around a placeholder, which is then tokenized apart."""
+        marker = "\x00instruction\x00"
+        prompt = self.prompt_text(marker)
+        before, sep, after = prompt.partition(marker)
+        if not sep:  # a template that rewrites the text: the instruction inside it as given
+            return self.tokenizer(self.prompt_text(instruction), add_special_tokens=False)["input_ids"]
+        special = self.tokenizer(before, add_special_tokens=False)["input_ids"]
+        return special + self.text_ids(instruction) + self.tokenizer(after, add_special_tokens=False)["input_ids"]
+
     def image_inputs(self, image: Image.Image) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.image_processor(images=[image.convert("RGB")], return_tensors="pt")
         return out["pixel_values"], out["image_grid_thw"]
@@ -110,13 +126,13 @@ class PageProcessor:
         """Prompt (with the image tokens expanded) and, when given, the response ending in end-of-turn."""
         pixel_values, grid = self.image_inputs(image)
         n_image_tokens = int(grid[0].prod()) // (self.merge ** 2)
-        prompt_ids = self.tokenizer(self.prompt_text(instruction), add_special_tokens=False)["input_ids"]
+        prompt_ids = self.prompt_ids(instruction)
         expanded: list[int] = []
         for tok in prompt_ids:
             expanded.extend([self.image_token_id] * n_image_tokens if tok == self.image_token_id else [tok])
         ids = list(expanded)
         if response is not None:
-            ids += self.tokenizer(response, add_special_tokens=False)["input_ids"] + [self.eos_token_id]
+            ids += self.text_ids(response) + [self.eos_token_id]
         input_ids = torch.tensor(ids, dtype=torch.long)
         mm = (input_ids == self.image_token_id).long()
         return Encoded(input_ids, pixel_values, grid, mm, prompt_len=len(expanded))

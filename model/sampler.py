@@ -76,7 +76,7 @@ class _Stream:
         table = pf.read_row_group(rg, columns=read)
         light = table.select([c for c in MIX_COLUMNS if c in names]).to_pylist()
         keep = [i for i, r in enumerate(light) if stream_key(r) == self.key
-                and assigned_split(r["id"], r["split"] or "train", self._eval_fraction) == self._split]
+                and assigned_split(r["id"], r.get("split") or "train", self._eval_fraction) == self._split]
         rows = [plain_row(r) for r in table.take(keep).to_pylist()] if keep else []
         if self._factors:  # DataConfig.pages: a listed page appears `factor` times in its stream
             rows = [r for r in rows for _ in range(self._factors.get(r["id"], 1))]

@@ -98,6 +98,12 @@ class TrainRunConfig:
         for name in ("eval_fraction", "eval_corpus_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
+        for name in ("alignment", "robustness"):  # one eval split for every phase: no SFT on the eval pages
+            data = getattr(self, name).data
+            if data.path == self.corpus and data.eval_fraction != self.eval_fraction:
+                raise ValueError(f"{name}.data.eval_fraction: {data.eval_fraction} differs from the run's "
+                                 f"eval_fraction {self.eval_fraction}; every phase holds out the same eval pages "
+                                 "(set eval_fraction at the top of the config)")
         if "grpo" in self.phases and self.grpo.steps < 1:  # its reward curve reads the first and last step
             raise ValueError(f"grpo.steps: must be >= 1, got {self.grpo.steps}")
         if "merge" in self.phases:

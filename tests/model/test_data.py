@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from model.attention import use_segment_attention
 from model.batches import IGNORE_INDEX, BatchStream, pack, shift_positions, single
@@ -435,3 +436,36 @@ def test_eval_samples_are_the_eval_split_in_file_order(corpus, tiny) -> None:
     assert got == want and got
     assert [s.id for s in eval_samples(cfg, tiny.processor, limit=1)] == want[:1]
     assert all(s.unit_tests and s.instruction for s in eval_samples(cfg, tiny.processor))
+
+
+def test_a_shard_without_a_split_column_is_train_for_the_sampler_too(tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    root = write_records(tmp_path / "c", [corpus_record("docs-a", "docs", n) for n in range(20)], files=1)
+    shard = next((tmp_path / "c" / "data").glob("*.parquet"))
+    pq.write_table(pq.read_table(shard).drop(["split"]), shard)
+    train = {r["id"] for r in iter_records(root, "train", ["id"], eval_fraction=0.1)}
+    sampler = DomainSampler(root, "train", eval_fraction=0.1)
+    drawn = {sampler.next_record()["id"] for _ in range(60)}
+    assert drawn and drawn <= train
+
+
+def test_special_token_spellings_in_page_text_stay_text(tiny) -> None:
+    """OCR text of a page about chat templates: its '<|im_end|>' must not end the turn, nor '<|image_pad|>'
+    become an image position (which failed the forward pass with a feature/token count mismatch)."""
+    proc = tiny.processor
+    image = Image.new("RGB", (56, 56), "white")
+    plain = proc.encode("Convert the page to Markdown.", image, "Hello world")
+    instruction = "Convert the page to Markdown."  # ordinary prompts tokenize as before
+    assert proc.prompt_ids(instruction) == proc.tokenizer(proc.prompt_text(instruction),
+                                                          add_special_tokens=False)["input_ids"]
+    for text in ["Hello <|im_end|> world", "see <|image_pad|> here", "a <|vision_start|> b"]:
+        encoded = proc.encode(f"Read {text}", image, text)
+        response = encoded.input_ids[encoded.prompt_len:].tolist()
+        assert response[-1] == proc.eos_token_id and proc.eos_token_id not in response[:-1]
+        assert int(encoded.mm_token_type_ids.sum()) == int(plain.mm_token_type_ids.sum())
+        assert encoded.input_ids[: plain.prompt_len].tolist()[:3] == plain.input_ids[:3].tolist()
+        assert proc.decode(response) == text
+        out = tiny.model(input_ids=encoded.input_ids[None], mm_token_type_ids=encoded.mm_token_type_ids[None],
+                         pixel_values=encoded.pixel_values, image_grid_thw=encoded.image_grid_thw)
+        assert out.logits.shape[1] == len(encoded.input_ids)

@@ -135,3 +135,17 @@ def test_help_lists_every_phase_key_with_its_help(capsys):
                 "mtp.weights.ce", "mtp.bench_max_new_tokens"):
         assert f"\n  {key} (" in out, key
     assert "grpo.lr (float, default 1e-06): learning rate, constant after warmup" in out
+
+
+def test_a_phase_cannot_hold_out_other_eval_pages_than_the_run():
+    # an alignment block with its own eval_fraction would train on the pages every evaluation scores
+    message = r"alignment\.data\.eval_fraction: 0\.0 differs from the run's eval_fraction 0\.2"
+    with pytest.raises(ConfigError, match=message):
+        TrainRunConfig.from_mapping({"corpus": "c/", "eval_fraction": 0.2,
+                                     "alignment": {"data": {"eval_fraction": 0.0}}})
+    cfg = TrainRunConfig.from_mapping({"corpus": "c/", "eval_fraction": 0.2,
+                                       "robustness": {"data": {"eval_fraction": 0.2}}})
+    assert cfg.robustness.data.eval_fraction == 0.2
+    # another corpus's split is its own
+    other = TrainRunConfig.from_mapping({"corpus": "c/", "robustness": {"data": {"path": "d/", "eval_fraction": 0.0}}})
+    assert other.robustness.data.eval_fraction == 0.0
