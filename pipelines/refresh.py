@@ -151,6 +151,10 @@ def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
         # their content, not their name, goes in the fingerprint
         named = getattr(cls, "content_paths", None)
         contents = [folder_digest(p) for p in named(spec)] if named is not None else []
+        # ... and one whose output depends on the run's environment (the relabel stages' endpoint and model,
+        # taken from $OPENAI_BASE_URL / $PAGEMILL_RELABEL_MODEL when the config leaves them empty) says what
+        resolved = getattr(cls, "resolved_inputs", None)
+        contents += list(resolved(spec)) if resolved is not None else []
         shared[spec["name"]] = _sha([spec["name"], _class_version(cls), portable(dict(spec)), contents])
     out = {}
     for settings in cfg.sources:

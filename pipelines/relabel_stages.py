@@ -9,11 +9,28 @@ worker) because each has ``run_batch``.
 
 from __future__ import annotations
 
+import os
+
 from pipelines.clean.repeats import RepeatsConfig, find_loop
 from relabel import stages
+from relabel.client import MODEL_ENV
+from relabel.prompts import JUDGE_VERSION, REFINE_VERSION, RELABEL_VERSION
 from relabel.stages import AuditConfig, PreferenceConfig, RelabelConfig
 
 _LOOPS = RepeatsConfig()
+
+# The refresh fingerprint's code version of these stages (pipelines.refresh): the stage logic's and the
+# prompts' versions, so a new prompt asks again.
+VERSION = f"{stages.VERSION}:{RELABEL_VERSION}:{JUDGE_VERSION}:{REFINE_VERSION}"
+
+
+def resolved_inputs(spec: dict) -> list[str]:
+    """What a relabel stage's answers depend on beyond its config: the endpoint and model as the run
+    resolves them (``relabel.client``: the config's, else ``$OPENAI_BASE_URL`` / ``$PAGEMILL_RELABEL_MODEL``).
+    A model the server names only at run time (neither set) is not known here; docs/refresh.md says so."""
+    client = spec.get("client") or {}
+    return [client.get("base_url") or os.environ.get("OPENAI_BASE_URL", ""),
+            client.get("model") or os.environ.get(MODEL_ENV, "")]
 
 
 def loop_kind(text: str) -> str | None:
@@ -24,6 +41,7 @@ def loop_kind(text: str) -> str | None:
 
 class RelabelStage(stages.RelabelStage):
     __doc__ = stages.RelabelStage.__doc__
+    resolved_inputs = staticmethod(resolved_inputs)
 
     def __init__(self, cfg: RelabelConfig = RelabelConfig()):
         super().__init__(cfg, loop_kind)
@@ -31,6 +49,7 @@ class RelabelStage(stages.RelabelStage):
 
 class AuditStage(stages.AuditStage):
     __doc__ = stages.AuditStage.__doc__
+    resolved_inputs = staticmethod(resolved_inputs)
 
     def __init__(self, cfg: AuditConfig = AuditConfig()):
         super().__init__(cfg, loop_kind)
@@ -38,6 +57,7 @@ class AuditStage(stages.AuditStage):
 
 class PreferenceStage(stages.PreferenceStage):
     __doc__ = stages.PreferenceStage.__doc__
+    resolved_inputs = staticmethod(resolved_inputs)
 
     def __init__(self, cfg: PreferenceConfig = PreferenceConfig()):
         super().__init__(cfg, loop_kind)

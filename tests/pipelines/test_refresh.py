@@ -433,3 +433,33 @@ def test_releases_take_no_output_and_no_version_made_of_dots(samples, tmp_path, 
     assert not releases.exists() and not (tmp_path / "elsewhere").exists()
     with pytest.raises(ValueError):
         refresh.version_name("..")
+
+
+def test_another_relabel_model_or_prompt_version_is_another_refresh_key(samples, tmp_path, monkeypatch):
+    """The relabel stages take their endpoint and model from the environment when the config leaves them
+    empty (as configs/corpus.yaml does under relabel.serve): another model must not carry the old answers."""
+    import dataclasses
+
+    import pipelines.relabel_stages as relabel_stages
+    from relabel.client import MODEL_ENV
+
+    cfg = load_config(small_corpus_config(samples, tmp_path))
+    stages = [{"name": "relabel"}, {"name": "audit"}]
+    cfg = dataclasses.replace(cfg, clean=dataclasses.replace(cfg.clean, stages=stages))
+
+    def keys() -> dict[str, str]:
+        fingerprints = refresh.stage_fingerprints(cfg)[cfg.sources[0].name]
+        return {stage: fingerprints[stage] for stage in ("relabel", "audit")}
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv(MODEL_ENV, "model-a")
+    first = keys()
+    monkeypatch.setenv(MODEL_ENV, "model-b")
+    second = keys()
+    assert all(first[s] != second[s] for s in first)
+    monkeypatch.setattr(relabel_stages, "VERSION", relabel_stages.VERSION + "-next")
+    assert all(keys()[s] != second[s] for s in first)
+    monkeypatch.setattr(relabel_stages, "VERSION", relabel_stages.VERSION.removesuffix("-next"))
+    assert keys() == second
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:10/v1")
+    assert all(keys()[s] != second[s] for s in first)
