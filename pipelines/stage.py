@@ -251,27 +251,73 @@ def checked_inputs(pattern: str) -> list[str]:
     return files
 
 
-def read_rows(files: list[str], batch_rows: int) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """(file, row number, Arrow row) for every row, one record batch in memory at a time."""
+@dataclasses.dataclass(frozen=True)
+class BadRow:
+    """What ``read_rows`` gives in place of a row it cannot give: the row's names, when known, and why."""
+
+    source: str | None
+    source_id: str
+    error: RecordError
+
+
+def read_rows(files: list[str], batch_rows: int) -> Iterator[tuple[str, int, dict[str, Any] | BadRow]]:
+    """(file, row number, Arrow row) for every row, one record batch in memory at a time. A row whose
+    values do not fit the page schema (a page number past int32) comes as a ``BadRow`` in its place
+    (``unreadable_row``), and a file that breaks partway as one ``unreadable_parquet`` ``BadRow`` after
+    its last good row: the caller dead-letters them and goes on."""
     from pipelines import io
 
     for path in files:
-        with io.open_read(path) as fh:
-            parquet = pq.ParquetFile(fh)
-            columns = [n for n in parquet.schema_arrow.names if n in PAGE_SCHEMA.names]
-            number = 0
-            for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
-                for row in batch.to_pylist():
-                    yield path, number, row
-                    number += 1
+        number = 0
+        try:
+            with io.open_read(path) as fh:
+                parquet = pq.ParquetFile(fh)
+                columns = [n for n in parquet.schema_arrow.names if n in PAGE_SCHEMA.names]
+                target = pa.schema([PAGE_SCHEMA.field(n) for n in columns])
+                for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+                    for row in _conforming_rows(batch, target):
+                        yield path, number, row
+                        number += 1
+        except Exception as exc:  # a corrupt page or row group partway through
+            yield path, number, BadRow(None, path, RecordError(
+                "unreadable_parquet", f"{path}: read failed after {number} rows: {type(exc).__name__}: {exc}"))
+
+
+def _conforming_rows(batch: pa.RecordBatch, target: pa.Schema) -> Iterator[dict[str, Any] | BadRow]:
+    """The batch's rows as the page schema types them; a row that cannot be (a value out of range)
+    as a ``BadRow`` naming the columns. Row by row only when the batch as a whole fails."""
+    table = pa.Table.from_batches([batch])
+    try:
+        yield from table.cast(target).to_pylist()
+        return
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    for i in range(table.num_rows):
+        one = table.slice(i, 1)
+        try:
+            yield one.cast(target).to_pylist()[0]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            bad = [name for name in target.names if not _casts(one.column(name), target.field(name).type)]
+            names = {k: one.column(k)[0].as_py() for k in ("source", "source_id") if k in one.column_names}
+            yield BadRow(str(names.get("source")), str(names.get("source_id")), RecordError(
+                "unreadable_row", f"does not fit the page schema ({', '.join(bad) or exc})"))
+
+
+def _casts(column: pa.ChunkedArray, type_: pa.DataType) -> bool:
+    try:
+        column.cast(type_)
+        return True
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
 
 
 class _Unreadable:
-    """A row that is not a PageRecord: named for its dead letter, failing with ``unreadable_row``."""
+    """A row that is not a PageRecord: named for its dead letter, failing with ``unreadable_row`` (or the
+    reader's own error: ``unreadable_parquet``)."""
 
     def __init__(self, row: dict[str, Any], where: str, exc: Exception):
         self.source, self.source_id = str(row.get("source")), str(row.get("source_id"))
-        self.error = RecordError("unreadable_row", f"{where}: {exc!r}")
+        self.error = exc if isinstance(exc, RecordError) else RecordError("unreadable_row", f"{where}: {exc!r}")
 
     def fail(self, _item: Any) -> list:
         raise self.error
@@ -342,7 +388,13 @@ def run(name: str, stage: Callable, files: list[str], output: str, options: dict
     dropped = TableSink(output, "dropped.parquet", DROPPED_SCHEMA)
     for path, number, row in read_rows(files, batch_rows):
         try:
-            item, fn = PageRecord.from_row(row), stage
+            if isinstance(row, BadRow):
+                error = row.error if row.source is None else RecordError(row.error.reason,
+                                                                         f"{path} row {number}: {row.error}")
+                item = _Unreadable({"source": row.source, "source_id": row.source_id}, "", error)
+                fn = item.fail
+            else:
+                item, fn = PageRecord.from_row(row), stage
         except Exception as exc:  # a row no PageRecord writer produced: dead-lettered, the run goes on
             unreadable = _Unreadable(row, f"{path} row {number}", exc)
             item, fn = unreadable, unreadable.fail

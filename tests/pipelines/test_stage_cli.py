@@ -329,3 +329,42 @@ def test_a_sink_writes_a_row_group_every_row_group_rows_whatever_the_rows_estima
     f = pq.ParquetFile(tmp_path / "t.parquet")
     assert entry["rows"] == 2_500 and [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [
         1000, 1000, 500]
+
+
+def test_a_row_past_the_page_schema_range_is_dead_lettered_and_the_rest_written(tmp_path):
+    """A foreign shard whose page_number is int64 holds 2**31: the sink's int32 column failed the whole run."""
+    from pipelines.stage import checked_inputs, run
+    from pipelines.validate_stage import validate_record
+
+    schema = PAGE_SCHEMA.set(PAGE_SCHEMA.get_field_index("page_number"), pa.field("page_number", pa.int64()))
+    rows = [RECORDS[0].to_row(), {**RECORDS[2].to_row(), "page_number": 2**31}, RECORDS[3].to_row()]
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp_path / "in.parquet")
+    manifest = run("validate", validate_record, checked_inputs(str(tmp_path / "*.parquet")), str(tmp_path / "out"), {})
+    assert not manifest.imbalances() and manifest.totals("validate").dead == {"unreadable_row": 1}
+    assert manifest.totals("validate").out == 2
+    (letter,) = pq.read_table(tmp_path / "out" / "dead_letter.parquet").to_pylist()
+    assert letter["source_id"] == RECORDS[2].source_id
+    assert "in.parquet row 1" in letter["message"] and "page_number" in letter["message"]
+
+
+def test_a_file_that_breaks_partway_is_dead_lettered_and_the_other_files_written(tmp_path):
+    from pipelines.stage import checked_inputs, run
+    from pipelines.validate_stage import validate_record
+
+    (tmp_path / "in").mkdir()
+    table = pa.Table.from_pylist([r.to_row() for r in RECORDS[:4]], schema=PAGE_SCHEMA)
+    pq.write_table(table.slice(0, 2), tmp_path / "in" / "a.parquet")
+    pq.write_table(table.slice(2, 2), tmp_path / "in" / "b.parquet", row_group_size=1)
+    broken = tmp_path / "in" / "b.parquet"
+    data = bytearray(broken.read_bytes())
+    metadata = pq.ParquetFile(broken).metadata
+    start = metadata.row_group(1).column(0).data_page_offset  # smash the second row group's first page header
+    data[start:start + 16] = b"\xff" * 16
+    broken.write_bytes(bytes(data))
+    manifest = run("validate", validate_record, checked_inputs(str(tmp_path / "in" / "*.parquet")),
+                   str(tmp_path / "out"), {}, batch_rows=1)  # one row a batch: b's first row group reads
+    totals = manifest.totals("validate")
+    assert totals.out == 3 and totals.dead == {"unreadable_parquet": 1}
+    (letter,) = pq.read_table(tmp_path / "out" / "dead_letter.parquet").to_pylist()
+    assert "b.parquet: read failed after 1 rows" in letter["message"]
+    assert sum(s["rows"] for s in manifest.shards) == 3
