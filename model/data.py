@@ -25,7 +25,7 @@ import numpy as np
 from model.processing import Encoded, PageProcessor
 from model.records import RECORD_COLUMNS, assigned_split, iter_records, open_parquet
 from pipelines.instruct.conventions import BOX_CONVENTIONS, record_convention
-from schemas.config import option
+from schemas.config import ConfigError, option
 
 log = logging.getLogger(__name__)
 
@@ -431,8 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     values = merge({}, parse_sets(args.set))
     if args.path:
         values["path"] = args.path
-    cfg = load(DataConfig, values, "data")
-    report = mixture_report(cfg, args.draws, args.split)
+    try:
+        cfg = load(DataConfig, values, "data")
+        report = mixture_report(cfg, args.draws, args.split)
+    except (ConfigError, ValueError) as exc:
+        parser.error(str(exc))
     print(format_report(report))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -14,6 +14,7 @@ with nothing to average (the pass rate of pages without tests) are NaN in memory
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -213,11 +214,10 @@ def evaluate(loaded: Loaded, samples: Iterable, max_new_tokens: int = 256, progr
 
     loaded.model.eval()
     rows = []
-    samples = list(samples)
+    pending = iter(samples)  # one batch of encoded pages in memory at a time (~2 MB of pixels a page)
     t0 = time.perf_counter()
-    bar = tqdm(total=len(samples), desc="eval", disable=not progress, leave=False)
-    for start in range(0, len(samples), max(1, batch_size)):
-        chunk = samples[start:start + max(1, batch_size)]
+    bar = tqdm(desc="eval", disable=not progress, leave=False)
+    while chunk := list(itertools.islice(pending, max(1, batch_size))):
         for s, ids in zip(chunk, greedy_batch(loaded, [s.encoded for s in chunk], max_new_tokens)):
             prediction = loaded.processor.decode(ids)
             ed, tests = score_prediction(prediction, s.response, s.unit_tests or [], s.convention)

@@ -43,7 +43,7 @@ from model.eval import prompt_inputs
 from model.models import Loaded, without_suppressed
 from model.optim import OptimConfig, make_optimizer, trainable
 from model.processing import Encoded
-from model.records import RECORD_COLUMNS, iter_records
+from model.records import RECORD_COLUMNS, iter_records, uniform_sample
 from model.rewards import RewardConfig, RewardItem, RewardPool, RewardResult
 from model.sft import autocast_for
 from schemas.config import load as load_config
@@ -143,7 +143,8 @@ class GRPOConfig:
     seed: int = option(0, help="prompt order and sampling (make train: the run's seed unless set)")
     sources: tuple[str, ...] = option(("jinaocrsynth",), help="prompts come from records of these sources or domains")
     require_unit_tests: bool = option(True, help="only records that carry unit tests")
-    max_prompts: int | None = option(None, help="at most this many prompts (unset: all)")
+    max_prompts: int | None = option(None, help="the first this many prompts in file order (unset: a seeded "
+                                                "uniform sample of steps x prompts_per_step, the most a run draws)")
     log_every: int = option(1, help="log every this many steps (0: never)")
     reward: RewardConfig = option(default_factory=RewardConfig, help="reward terms, floors and worker pool")
 
@@ -192,7 +193,9 @@ class GRPOStepLog:
 def load_prompts(corpus: str | Path, processor, cfg: GRPOConfig, split: str = "train",
                  data: DataConfig | None = None) -> list[Sample]:
     """Training prompts from corpus shards: rows of ``cfg.sources`` (matched on source or domain)
-    with unit tests when ``cfg.require_unit_tests``, in file order, at most ``cfg.max_prompts``."""
+    with unit tests when ``cfg.require_unit_tests``, in file order: the first ``cfg.max_prompts``, or when
+    unset a seeded uniform sample of the ``steps x prompts_per_step`` a run can draw (only those are
+    encoded, so memory does not grow with the corpus)."""
     # prompts are never packed, and a long reference is fine (only the prompt is encoded for rollouts)
     data = data or DataConfig(path=str(corpus), max_length=1 << 30, max_sample_tokens=1 << 30)
 
@@ -205,6 +208,8 @@ def load_prompts(corpus: str | Path, processor, cfg: GRPOConfig, split: str = "t
             yield r
 
     records = wanted(iter_records(corpus, split, RECORD_COLUMNS, data.eval_fraction))
+    if cfg.max_prompts is None:  # a run draws at most steps x prompts_per_step: a uniform sample of that many
+        records = iter(uniform_sample(records, cfg.steps * cfg.prompts_per_step, cfg.seed))
     out: list[Sample] = []
     for sample in SampleSource(processor, data, split, records=records):
         out.append(sample)

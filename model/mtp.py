@@ -30,7 +30,14 @@ from model.models import ModelLoadError, load, rope_index
 from model.mtp_head import DraftHead, HeadCache, save_head
 from model.optim import lr_factor
 from model.processing import Encoded, image_kwargs
-from model.records import EVAL_FRACTION_HELP, cli_eval_fraction, fraction_arg
+from model.records import (
+    EVAL_FRACTION_HELP,
+    RECORD_COLUMNS,
+    cli_eval_fraction,
+    fraction_arg,
+    iter_records,
+    uniform_sample,
+)
 from schemas.config import option
 
 log = logging.getLogger(__name__)
@@ -225,7 +232,8 @@ class MTPConfig:
     seed: int = option(0, help="head initialisation and batch order (make train: the run's seed unless set)")
     log_every: int = option(50, help="log the loss every this many steps (0: first and last only)")
     weights: LossWeights = option(default_factory=LossWeights, help="eq. 5 loss weights")
-    max_samples: int | None = option(None, help="make train: fit on at most this many train pages (unset: all)")
+    max_samples: int | None = option(None, help="make train: fit on the first this many train pages (unset: a "
+                                              "seeded uniform sample of steps x batch_size, the most a fit draws)")
     bench_pages: int | None = option(None, help="make train: eval pages in the decoding table (unset: eval_limit)")
     bench_max_new_tokens: int = option(128, help="make train: tokens per page in the speculative decoding table")
 
@@ -305,10 +313,16 @@ def fit_head(model: nn.Module, samples: list[Encoded], cfg: MTPConfig = MTPConfi
 
 def fit_for_checkpoint(loaded, corpus: str, cfg: MTPConfig = MTPConfig(), limit: int | None = None,
                        out: str | Path | None = None, eval_fraction: float = 0.1) -> FitResult:
-    """Fit a head for ``loaded`` (model.models.Loaded) on the corpus's train split (its first ``limit``
-    pages when given); save it to ``out`` when given."""
+    """Fit a head for ``loaded`` (model.models.Loaded) on the corpus's train split: its first ``limit``
+    pages when given, else a seeded uniform sample of ``steps x batch_size`` pages (the most a fit
+    draws, so memory does not grow with the corpus); save it to ``out`` when given."""
+    data = DataConfig(path=corpus, eval_fraction=eval_fraction)
+    records = None
+    if not limit:
+        rows = iter_records(corpus, "train", RECORD_COLUMNS, eval_fraction)
+        records = iter(uniform_sample(rows, cfg.steps * cfg.batch_size, cfg.seed))
     samples = []
-    for s in SampleSource(loaded.processor, DataConfig(path=corpus, eval_fraction=eval_fraction), "train"):
+    for s in SampleSource(loaded.processor, data, "train", records=records):
         if limit and len(samples) >= limit:
             break
         samples.append(s.encoded)

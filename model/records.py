@@ -166,3 +166,20 @@ def iter_preference_pairs(path: str | Path, split: str | None = None, eval_fract
         yield {"id": row["id"], "source": row["source"], "image": row["image"], "prompt": row["instruction"],
                "chosen": row["response"], "rejected": row["rejected"], "chosen_score": row.get("chosen_score"),
                "rejected_score": row.get("rejected_score"), "split": row["split"]}
+
+
+def uniform_sample(items: Iterable[Any], k: int, seed: int) -> list[Any]:
+    """``k`` of ``items`` drawn uniformly at random (seeded reservoir sampling: one pass, ``k`` held),
+    in their input order; all of them when there are at most ``k``."""
+    import random
+
+    rng = random.Random(seed)
+    kept: list[tuple[int, Any]] = []
+    for n, item in enumerate(items):
+        if n < k:
+            kept.append((n, item))
+        else:
+            j = rng.randint(0, n)
+            if j < k:
+                kept[j] = (n, item)
+    return [item for _, item in sorted(kept, key=lambda pair: pair[0])]

@@ -201,6 +201,8 @@ class RewardConfig:
             if unknown:
                 raise ValueError(f"rewards: {where} has unknown terms {unknown}; known: {sorted(TERMS)}")
         for name, floor in self.floors.items():
+            if name not in TERMS:  # floors replace the defaults: a typo would drop every real floor silently
+                raise ValueError(f"rewards: floors has an unknown term {name!r}; known: {sorted(TERMS)}")
             if name in UNFLOORED:
                 raise ValueError(f"rewards: the {name} term is never floored (Jina-OCR-v1 5.3)")
             if not 0.0 <= floor <= 1.0:

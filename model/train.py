@@ -231,7 +231,6 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
     mcfg = cfg.merge
     base_state = _state(base)
     states = [_state(c) for c in candidates]
-    samples = list(run_eval_samples(cfg, loaded.processor, limit=mcfg.max_pages or cfg.eval_limit))
     local = threading.local()
 
     def score(state: dict) -> dict:
@@ -239,6 +238,8 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
         if not hasattr(local, "loaded"):
             local.loaded = copy.deepcopy(loaded)
         local.loaded.model.load_state_dict(state)
+        # the eval pages streamed again for each evaluation: never all of them encoded at once
+        samples = run_eval_samples(cfg, loaded.processor, limit=mcfg.max_pages or cfg.eval_limit)
         s = evaluate(local.loaded, samples, mcfg.max_new_tokens, progress=False,
                      batch_size=cfg.eval_batch_size).summary
         rate = s["unit_test_pass_rate"]

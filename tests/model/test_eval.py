@@ -107,3 +107,31 @@ def test_eval_scores_the_longest_pages_and_reports_skipped_ones(tmp_path):
     assert doc["summary"]["pages"] == 2 and doc["summary"]["tests"] == 4
     assert doc["summary"]["skipped_pages"] == 1 and doc["summary"]["skipped_tests"] == 2
     assert doc["summary"]["skipped"] == {"corrupt_image": {"pages": 1, "tests": 2}}
+
+
+def test_evaluate_reads_one_batch_of_samples_at_a_time(monkeypatch):
+    """Encoded eval pages hold ~2 MB of pixels each: evaluate must not list them all first."""
+    import model.eval as ev
+
+    loaded = build_tiny("tiny")
+    image = Image.new("RGB", (56, 56), "white")
+    produced = []
+
+    def samples():
+        for n in range(7):
+            produced.append(n)
+            encoded = loaded.processor.encode("Convert the page to Markdown.", image)
+            yield type("S", (), dict(id=f"p{n}", source="s", domain="d", task="parse_page", response="a",
+                                     unit_tests=[], convention="markdown", encoded=encoded))()
+
+    seen = []
+    real = ev.greedy_batch
+
+    def spy(model, prompts, max_new_tokens):
+        seen.append(len(produced))
+        return real(model, prompts, max_new_tokens)
+
+    monkeypatch.setattr(ev, "greedy_batch", spy)
+    monkeypatch.setattr(ev, "response_nll", lambda loaded, encoded: 0.0)
+    report = ev.evaluate(loaded, samples(), max_new_tokens=1, progress=False, batch_size=3)
+    assert seen == [3, 6, 7] and len(report.rows) == 7

@@ -335,3 +335,45 @@ def test_load_prompts_prefers_synthetic_pages_with_unit_tests(tmp_path, tiny):
     # by domain, tests not required, capped
     cfg = GRPOConfig(sources=("web-pdf",), require_unit_tests=False, max_prompts=2)
     assert [p.response for p in load_prompts(tmp_path, tiny.processor, cfg, data=data)] == ["fox 6", "fox 7"]
+
+
+def test_load_prompts_encodes_only_the_prompts_a_run_can_draw(tmp_path, tiny, monkeypatch):
+    """Unset max_prompts: a seeded uniform sample of steps x prompts_per_step, not every matching page
+    (each encoded page holds ~2 MB of pixels, so encoding them all grew with the corpus)."""
+    import model.grpo as grpo
+
+    records = [_record("jinaocrsynth", "synthetic-table", n, tests=True) for n in range(40)]
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.Table.from_pylist([r.to_row() for r in records], schema=PAGE_SCHEMA),
+                   tmp_path / "data" / "train-00000-of-00001.parquet")
+    data = DataConfig(path=str(tmp_path), eval_fraction=0.0)
+    encoded = []
+    real = grpo.SampleSource.encode
+
+    def counted(self, record, rng=None):
+        encoded.append(record["id"])
+        return real(self, record, rng)
+
+    monkeypatch.setattr(grpo.SampleSource, "encode", counted)
+    cfg = GRPOConfig(steps=3, prompts_per_step=2, seed=5)
+    prompts = load_prompts(tmp_path, tiny.processor, cfg, data=data)
+    assert len(prompts) == 6 and len(encoded) == 6
+    order = [r.response for r in records]
+    assert [order.index(p.response) for p in prompts] == sorted(order.index(p.response) for p in prompts)
+    again = [p.response for p in load_prompts(tmp_path, tiny.processor, cfg, data=data)]
+    assert again == [p.response for p in prompts]  # seeded
+    others = {tuple(p.response for p in load_prompts(tmp_path, tiny.processor, GRPOConfig(steps=3, prompts_per_step=2,
+                                                                                          seed=s), data=data))
+              for s in range(6)}
+    assert len(others) > 1 and any(set(o) - {f"fox {n}" for n in range(6)} for o in others)  # not the first six
+
+
+def test_uniform_sample_is_uniform_and_bounded():
+    from collections import Counter
+
+    from model.records import uniform_sample
+
+    assert uniform_sample(range(3), 5, 0) == [0, 1, 2]
+    counts = Counter(x for seed in range(3000) for x in uniform_sample(range(10), 3, seed))
+    assert set(counts) == set(range(10)) and max(counts.values()) / min(counts.values()) < 1.25
+    assert all(s == sorted(s) for s in (uniform_sample(range(50), 7, seed) for seed in range(20)))

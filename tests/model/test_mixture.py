@@ -78,3 +78,10 @@ def test_report_prints_and_writes_target_and_realised_shares(corpus, tmp_path, c
     assert "convention  plain" in printed and "target  realised" in printed
     written = json.loads(out.read_text())
     assert written["draws"] == 500 and written["levels"]["convention"]["plain"]["target"] > 0.1
+
+
+def test_report_names_a_bad_set_key_in_one_line(corpus, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--report", "--path", corpus, "--set", "task_rate={vqa: 1}"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "data.task_rate: unknown key" in err and "Traceback" not in err

@@ -18,6 +18,7 @@ from model.mtp import (
     MTPConfig,
     collate,
     depth_weights,
+    fit_for_checkpoint,
     fit_head,
     grid_forward,
     main,
@@ -265,3 +266,17 @@ def test_cli_refuses_a_value_that_can_never_run_in_one_line(capsys):
         main(["--checkpoint", "tiny", "--corpus", "/nonexistent", "--out", "/tmp/unused", "--steps", "0"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip() == "python -m model.mtp: steps must be >= 1, got 0"
+
+
+def test_fit_for_checkpoint_encodes_only_the_pages_a_fit_can_draw(tmp_path, tiny, monkeypatch):
+    """Unset limit: steps x batch_size pages, a seeded uniform sample (each held page is ~2 MB of pixels
+    and a verifier trace; holding the whole train split grew with the corpus)."""
+    import model.mtp as mtp
+
+    corpus = write_text_page_corpus(tmp_path / "corpus", pages=12)
+    fitted = []
+    monkeypatch.setattr(mtp, "fit_head", lambda model, samples, cfg: fitted.append(len(samples)))
+    cfg = MTPConfig(steps=2, batch_size=2, self_distill=False)
+    fit_for_checkpoint(tiny, corpus, cfg, eval_fraction=0.0)
+    fit_for_checkpoint(tiny, corpus, cfg, limit=5, eval_fraction=0.0)
+    assert fitted == [4, 5]

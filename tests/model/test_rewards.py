@@ -54,6 +54,9 @@ def test_repetition_is_never_floored():
 def test_config_validation():
     with pytest.raises(ValueError, match="unknown terms"):
         RewardConfig(terms=("content", "bleu"))
+    # floors replace the defaults: a misspelt term would silently drop the real floors
+    with pytest.raises(ValueError, match="floors has an unknown term 'structur'"):
+        RewardConfig(floors={"structur": 0.5})
     with pytest.raises(ValueError, match="unknown terms"):
         RewardConfig(terms_by_dataset={"synth": ["tedz"]})
     with pytest.raises(ValueError, match=r"\[0, 1\]"):

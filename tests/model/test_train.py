@@ -27,7 +27,7 @@ def test_train_runs_every_phase_end_to_end(tmp_path):
         robustness={"steps": 1, "data": {"pack": False, "degrade_prob": 1.0, "max_length": 256,
                                          "max_sample_tokens": 200}},
         grpo={"num_rollouts": 2, "max_completion_tokens": 4, "prompts_per_step": 1, "steps": 1,
-              "reward": {"workers": 1}},
+              "max_prompts": 100, "reward": {"workers": 1}},  # every prompt loaded (unset: steps x prompts_per_step)
         merge={"budget": 2, "workers": 2, "max_new_tokens": 4},
         mtp={"steps": 2, "batch_size": 2, "max_new_tokens": 8, "bench_max_new_tokens": 6},
     ))
