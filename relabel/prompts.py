@@ -2,14 +2,14 @@
 parser of the judge's JSON verdict.
 
 A judge answers JSON ``{"score": 0-5, "issues": [str, ...]}``. No server-side schema is asked for
-(``response_format`` is ignored or unsupported by some servers): the answer's first JSON object is
-parsed and checked here, and ``Unparseable`` says why it was refused.
+(``response_format`` is ignored or unsupported by some servers): the answer's first JSON object that is a
+verdict is taken (text, other brace pairs and other JSON objects around it are skipped), and
+``Unparseable`` says why none was.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 # Bump a version when its text changes: cached answers of the old text are then not reused.
@@ -38,7 +38,9 @@ Draft:
 {draft}
 >>>"""
 
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+_DECODER = json.JSONDecoder()
+# At most this many "{" are tried as the start of a JSON object (each try reads up to the end of the answer).
+MAX_OBJECT_STARTS = 1000
 
 
 class Unparseable(ValueError):
@@ -59,18 +61,8 @@ def refine_prompt(instruction: str, draft: str, max_chars: int) -> str:
     return REFINE_PROMPT.format(instruction=instruction, draft=draft[:max_chars])
 
 
-def parse_verdict(text: str) -> Verdict:
-    """The verdict in ``text``: its outermost ``{...}`` as JSON, ``score`` a number in [0, 5], ``issues``
-    a list of strings (missing: none)."""
-    match = _OBJECT.search(text or "")
-    if match is None:
-        raise Unparseable("no JSON object in the answer")
-    try:
-        doc = json.loads(match.group(0))
-    except json.JSONDecodeError as exc:
-        raise Unparseable(f"invalid JSON: {exc.msg} at {exc.pos}") from None
-    if not isinstance(doc, dict):
-        raise Unparseable("the JSON is not an object")
+def _checked(doc: dict) -> Verdict:
+    """``doc`` as a verdict: ``score`` a number in [0, 5], ``issues`` a list of strings (missing: none)."""
     score = doc.get("score")
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 5:
         raise Unparseable(f"score must be a number from 0 to 5, got {score!r}")
@@ -78,6 +70,35 @@ def parse_verdict(text: str) -> Verdict:
     if not isinstance(issues, list) or not all(isinstance(i, str) for i in issues):
         raise Unparseable("issues must be a list of strings")
     return Verdict(float(score), tuple(issues))
+
+
+def parse_verdict(text: str) -> Verdict:
+    """The first verdict in ``text``: each ``{`` is tried as the start of a JSON object (``raw_decode``, so
+    what follows the object does not matter); the first object that is a valid verdict (see ``_checked``) is
+    it. Braces that start no JSON (``{Page 3}``) and objects that are not verdicts are skipped. None:
+    ``Unparseable``, with why the first object that had a ``score`` was refused, if one had."""
+    text = text or ""
+    pos, objects, refused = 0, 0, ""
+    for _ in range(MAX_OBJECT_STARTS):
+        start = text.find("{", pos)
+        if start < 0:
+            break
+        try:
+            doc, end = _DECODER.raw_decode(text, start)
+        except (json.JSONDecodeError, RecursionError):
+            pos = start + 1
+            continue
+        objects += 1
+        pos = end  # an object's own inner objects are not verdicts of their own
+        if isinstance(doc, dict):
+            try:
+                return _checked(doc)
+            except Unparseable as exc:
+                refused = refused or (str(exc) if "score" in doc else "")
+    if refused:
+        raise Unparseable(refused)
+    raise Unparseable(f"no JSON object in the answer is a verdict ({objects} other)" if objects
+                      else "no JSON object in the answer")
 
 
 __all__ = ["JUDGE_PROMPT", "JUDGE_VERSION", "REFINE_PROMPT", "REFINE_VERSION", "RELABEL_VERSION", "Unparseable",

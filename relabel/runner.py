@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable
 
 from relabel.cache import AnswerCache, request_key
-from relabel.client import Answer, ChatClient, ChatRequest, ClientConfig, RequestFailed
+from relabel.client import Answer, ChatClient, ChatRequest, ClientConfig, RequestFailed, Spent
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import PageRecord
 
@@ -33,13 +33,20 @@ LoopDetector = Callable[[str], "str | None"]  # label -> the kind of degeneratio
 
 @dataclass
 class Tally:
-    """One record's requests: counted into ``quality[stage]["counters"]`` (summed per source in the manifest)."""
+    """One record's requests: counted into ``quality[stage]["counters"]`` (summed per source in the manifest).
+    ``requests`` are HTTP requests sent (every attempt, retries included), the tokens those the server reported
+    for all of them (failed attempts included), ``cache_hits`` answers taken from the cache (nothing sent)."""
 
     requests: int = 0
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     failed: dict[str, int] = field(default_factory=dict)
+
+    def spend(self, spent: Spent) -> None:
+        self.requests += spent.attempts
+        self.prompt_tokens += spent.prompt_tokens
+        self.completion_tokens += spent.completion_tokens
 
     def counters(self) -> dict[str, int]:
         return {"requests": self.requests, "cache_hits": self.cache_hits, "prompt_tokens": self.prompt_tokens,
@@ -59,13 +66,12 @@ class Asker:
         if cached is not None:
             self.tally.cache_hits += 1
             return cached
-        self.tally.requests += 1
         try:
             answer = await self.client.complete(request)
         except RequestFailed as exc:
+            self.tally.spend(exc.spent)  # what the failed attempts cost rides on the dead letter
             raise RecordError(f"request_{exc.reason}", str(exc)) from exc
-        self.tally.prompt_tokens += answer.prompt_tokens
-        self.tally.completion_tokens += answer.completion_tokens
+        self.tally.spend(answer.spent)  # every attempt, the failed ones before this answer too
         self.cache.put(key, self.client.model, prompt_version, image_sha, params, answer)
         return answer
 

@@ -193,7 +193,7 @@ class LocalServer:
                 tail = self.log_tail()
                 self.stop()
                 raise ServeError(f"relabel.serve: transformers serve exited with {self.process.returncode}:\n{tail}")
-            if healthy(self.root):
+            if healthy(self.root, timeout=max(0.1, min(2.0, deadline - time.monotonic()))):  # within the budget
                 return self
             time.sleep(0.25)
         tail = self.log_tail()

@@ -37,10 +37,10 @@ from relabel.prompts import (
     refine_prompt,
 )
 from relabel.runner import Asker, LoopDetector, RequestStage, selected
-from schemas.config import option
+from schemas.config import check_names, option
 from schemas.deadletter import Dropped, RecordError
 from schemas.edit_distance import normalized_edit_distance
-from schemas.page import PageRecord, ProvenanceStep, params_hash, stable_id
+from schemas.page import TASKS, PageRecord, ProvenanceStep, params_hash, stable_id
 
 VERSION = "1"
 
@@ -65,6 +65,7 @@ class RelabelConfig:
     def __post_init__(self):
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        check_names("tasks", self.tasks, TASKS)  # a misspelt task would relabel nothing
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,9 @@ class AuditConfig:
     max_tokens: int = option(256, help="longest verdict asked for")
     max_label_chars: int = option(16_000, help="labels are cut to this many characters in the judge prompt")
     seed: int = option(0, help="seed of the first ask; the retry uses seed + 1")
+
+    def __post_init__(self):
+        check_names("tasks", self.tasks, TASKS)  # a misspelt task would audit nothing
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """A fault-injecting HTTP proxy on 127.0.0.1 in front of the real ``transformers serve``, for what the
 server will not do by itself: 429 with Retry-After, 408, 500, stalls, answers trickled a byte at a time,
-dropped connections, garbage bodies, going down. It counts every chat request it receives (so tests
-can assert that a rerun sends none) and can rewrite the content of a real answer (``rewrite``), which
-is how tests get labels and judge verdicts a random-weight model never writes.
+dropped connections, garbage bodies, going down, a redirect to another host (``redirect_to``). It counts
+every chat request it receives (so tests can assert that a rerun sends none), records their
+``X-Request-ID`` headers (``request_ids``), sums the ``usage`` of the answers it returns (``prompt_tokens``,
+``completion_tokens``: what the run spent, as the server reported it) and can rewrite the content of a
+real answer (``rewrite``), which is how tests get labels and judge verdicts a random-weight model never
+writes.
 
 ``faults`` is a list consumed one entry per chat request, in order; ``None`` forwards.
 """
@@ -32,6 +35,10 @@ class FaultProxy:
         self.chat_requests = 0
         self.forwarded = 0
         self.down_after: int | None = None  # refuse every chat request after this many (a dead server)
+        self.redirect_to = ""  # where fault "redirect" points (a 307)
+        self.request_ids: list[str] = []
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -47,9 +54,11 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def _next_fault(self) -> str | None:
+    def _next_fault(self, request_id: str | None) -> str | None:
         with self.lock:
             self.chat_requests += 1
+            if request_id is not None:
+                self.request_ids.append(request_id)
             if self.down_after is not None and self.chat_requests > self.down_after:
                 return "drop"
             return self.faults.pop(0) if self.faults else None
@@ -92,12 +101,14 @@ class FaultProxy:
                 if self.path != CHAT:
                     status, headers, data = self._forward("POST", body)
                     return self._reply(status, data, headers)
-                fault = proxy._next_fault()
+                fault = proxy._next_fault(self.headers.get("X-Request-ID"))
                 if fault == "429":
                     return self._reply(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "1"})
                 if fault == "429date":  # Retry-After as an HTTP-date (RFC 9110), 2 s ahead
                     when = email.utils.formatdate(time.time() + 2, usegmt=True)
                     return self._reply(429, b'{"error": {"message": "slow down"}}', {"Retry-After": when})
+                if fault == "redirect":
+                    return self._reply(307, b"", {"Location": proxy.redirect_to})
                 if fault == "500":
                     return self._reply(500, b'{"error": {"message": "injected failure"}}')
                 if fault == "drop":
@@ -138,6 +149,11 @@ class FaultProxy:
                         doc["choices"][0]["message"]["content"] = content
                         doc["choices"][0]["finish_reason"] = "stop"
                         data = json.dumps(doc).encode()
+                if status == 200:
+                    usage = json.loads(data).get("usage") or {}
+                    with proxy.lock:
+                        proxy.prompt_tokens += usage.get("prompt_tokens") or 0
+                        proxy.completion_tokens += usage.get("completion_tokens") or 0
                 self._reply(status, data, headers)
 
         return Handler

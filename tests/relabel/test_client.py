@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import io
+import itertools
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from PIL import Image
 
 from relabel.client import ChatClient, ChatRequest, ClientConfig, RequestFailed, ServerUnavailable, image_data_uri
+from tests.relabel.scripted_server import ScriptedServer, completion, models_or
 
 
 def png(size=(120, 160)) -> bytes:
@@ -172,3 +176,125 @@ def test_images_are_sent_as_stored_or_reencoded_to_the_size_limit():
 
     small = base64.b64decode(image_data_uri(data, max_side=100).split(",", 1)[1])
     assert Image.open(io.BytesIO(small)).size == (100, 25)
+
+
+@pytest.fixture
+def scripted():
+    """``scripted(answer)``: a ScriptedServer on 127.0.0.1, closed after the test."""
+    servers: list[ScriptedServer] = []
+
+    def make(answer) -> ScriptedServer:
+        servers.append(ScriptedServer(answer))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+def test_a_redirect_is_not_followed_and_fails_the_request_at_once(proxy, scripted):
+    """The page image goes to the configured endpoint and nowhere else: a 307 elsewhere is a failed request."""
+    other = scripted(models_or(lambda ex: ex.json(completion("a label written by another host"))))
+    proxy.redirect_to = f"{other.base_url}/chat/completions"
+    proxy.faults = ["redirect"]
+    with pytest.raises(RequestFailed) as err:
+        ask(client_for(proxy.base_url), REQUEST)
+    assert err.value.reason == "request_rejected" and "307" in str(err.value) and other.base_url in str(err.value)
+    assert err.value.attempts == 1 and proxy.chat_requests == 1 and other.requests() == []
+
+
+def test_the_start_up_check_does_not_follow_a_redirect(scripted):
+    other = scripted(models_or(lambda ex: ex.json(completion())))
+    redirecting = scripted(lambda ex: ex.raw(307, b"", {"Location": f"{other.base_url}/models"}))
+    with pytest.raises(ServerUnavailable, match="307"):
+        run_coroutine(client_for(redirecting.base_url, startup_timeout_s=10.0).check())
+    assert other.requests() == [] and redirecting.requests() == ["/v1/models"]
+
+
+HUGE = 64 << 20  # bytes; the limit for REQUEST (max_tokens 8) is under 2 MB
+_HEAD = json.dumps(completion("")).split('"content": ""')[0].encode() + b'"content": "'
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_body_longer_than_any_answer_is_not_read_to_the_end(scripted, declared):
+    """The answer limit used to be checked after the whole body sat in memory: now the body is given up as it
+    arrives (with a Content-Length above the limit, before any of it is read)."""
+    chunks = itertools.chain([_HEAD], itertools.repeat(b"x" * 65536, HUGE // 65536))
+    server = scripted(models_or(lambda ex: ex.stream(chunks, len(_HEAD) + HUGE if declared else None)))
+    with pytest.raises(RequestFailed) as err:
+        ask(client_for(server.base_url, max_attempts=1), REQUEST)
+    assert err.value.reason == "bad_response" and "longer than" in str(err.value)
+    assert server.wait_idle()
+    assert server.streamed < HUGE // 2  # the client stopped reading long before the end (socket buffers aside)
+
+
+def test_a_compressed_body_is_held_to_the_limit_once_decoded(scripted):
+    small = gzip.compress(json.dumps(completion("fine")).encode())
+    bomb = gzip.compress(json.dumps(completion("x" * HUGE)).encode())  # ~64 KB on the wire, 64 MB decoded
+    bodies = iter([small, bomb])
+    server = scripted(models_or(lambda ex: ex.raw(200, next(bodies), {"Content-Encoding": "gzip"})))
+    client = client_for(server.base_url, max_attempts=1)
+    assert ask(client, REQUEST).text == "fine"
+    with pytest.raises(RequestFailed) as err:
+        ask(client_for(server.base_url, max_attempts=1), REQUEST)
+    assert err.value.reason == "bad_response" and "decoded response body longer than" in str(err.value)
+    headers = next(headers for method, _, headers in server.log if method == "POST")
+    assert {k.lower(): v for k, v in headers.items()}["accept-encoding"] == "identity"  # none was asked for
+
+
+@pytest.mark.parametrize("count", ["1e999", "-1000000", '"10"', "1.5", "true", "4294967296"])
+def test_usage_that_is_not_a_token_count_is_a_bad_response(scripted, count):
+    """1e999 is infinity in JSON (int() of it raised OverflowError, unclassified); negative or fractional
+    counts reached the manifest."""
+    doc = json.dumps(completion("label", usage={"prompt_tokens": 1, "completion_tokens": 5}))
+    body = doc.replace('"prompt_tokens": 1', f'"prompt_tokens": {count}').encode()
+    server = scripted(models_or(lambda ex: ex.raw(200, body)))
+    with pytest.raises(RequestFailed) as err:
+        ask(client_for(server.base_url, max_attempts=2), REQUEST)
+    assert err.value.reason == "bad_response" and "usage.prompt_tokens" in str(err.value)
+    assert err.value.spent.attempts == 2 and err.value.spent.prompt_tokens == 0  # retried, and counted
+    assert server.requests("POST") == ["/v1/chat/completions"] * 2
+
+
+def test_an_overflow_is_a_bad_response():
+    from relabel.client import _failure
+
+    assert _failure(OverflowError("cannot convert float infinity to integer"))[:2] == ("bad_response", True)
+
+
+def test_a_record_id_that_is_not_ascii_is_sent_percent_encoded(proxy):
+    request = ChatRequest("Transcribe this page.", png(), max_tokens=8, request_id="página-1:relabel")
+    answer = ask(client_for(proxy.base_url), request)
+    assert answer.text and answer.attempts == 1 and proxy.request_ids == ["p%C3%A1gina-1:relabel"]
+
+
+def test_a_request_that_cannot_be_encoded_is_not_sent_nor_blamed_on_the_server(proxy):
+    from relabel.client import _failure
+
+    bad = ChatRequest("Transcribe \ud800 this page.", png(), max_tokens=8, request_id="page-1:relabel")
+    client = client_for(proxy.base_url)
+    with pytest.raises(RequestFailed) as err:
+        ask(client, bad)
+    assert err.value.reason == "invalid_request" and err.value.spent.attempts == 0
+    assert proxy.chat_requests == 0 and client.stats.attempts == 0
+    kind, retryable, _, _ = _failure(UnicodeEncodeError("ascii", "á", 0, 1, "ordinal not in range(128)"))
+    assert (kind, retryable) == ("invalid_request", False)
+
+
+@pytest.mark.parametrize("body, content_type", [
+    (b"<html>hi</html>", "text/html"), (b"[1, 2]", "application/json"), (b'{"data": 5}', "application/json"),
+    (b'{"data": [', "application/json"), (b'{"data": [{"id": 5}]}', "application/json")],
+    ids=["html", "list", "data-not-a-list", "cut-json", "id-not-a-string"])
+def test_a_model_list_that_is_not_one_is_server_unavailable_naming_the_url(scripted, body, content_type):
+    server = scripted(lambda ex: ex.raw(200, body, content_type=content_type))
+    with pytest.raises(ServerUnavailable) as err:
+        run_coroutine(client_for(server.base_url).check())
+    assert f"{server.base_url}/models" in str(err.value) and err.value.reason == "server_unavailable"
+
+
+def test_the_start_up_check_is_one_request_bounded_by_startup_timeout_s(scripted):
+    """startup_timeout_s was a per-try timeout with a retry and a backoff on top (~3x the setting)."""
+    server = scripted(lambda ex: ex.hang())
+    with pytest.raises(ServerUnavailable, match="startup_timeout_s=1 s"):
+        run_coroutine(client_for(server.base_url, startup_timeout_s=1.0).check())
+    assert server.requests() == ["/v1/models"]

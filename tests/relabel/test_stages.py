@@ -79,10 +79,58 @@ def test_garbage_json_from_the_judge_is_asked_once_more_then_dead_lettered(proxy
     assert err.value.reason == "audit_unparseable" and proxy.chat_requests == 2
 
 
-@pytest.mark.parametrize("text", ['{"score": 7}', '{"score": "4"}', '[1]', '{"score": 3, "issues": [1]}', "no"])
+@pytest.mark.parametrize("text", ['{"score": 7}', '{"score": "4"}', '[1]', '{"score": 3, "issues": [1]}', "no",
+                                  '{"verdict": {"score": 4}}', '{Page 3} {"score": 6, "issues": []}'])
 def test_verdicts_are_validated(text):
     with pytest.raises(ValueError):
         parse_verdict(text)
+
+
+@pytest.mark.parametrize("text, score", [
+    ('{"score": 4, "issues": []}\nNote: the header {Page 3} is fine.', 4.0),
+    ('{"score": 4, "issues": []}\n{"score": 1, "issues": ["a second opinion"]}', 4.0),
+    ('<think>the label says {x} where the page says {y}</think>\n```json\n{"score": 2, "issues": ["x vs y"]}\n```',
+     2.0),
+    ('{"note": "not a verdict"} then {"score": 3, "issues": ["minor"]}', 3.0)])
+def test_the_first_json_object_that_is_a_verdict_is_parsed(text, score):
+    """The parser took the first "{" to the last "}" as one JSON document: any brace after the verdict, a second
+    verdict or braces in a <think> block made a good verdict unparseable."""
+    assert parse_verdict(text).score == score
+
+
+def test_audit_reads_a_verdict_followed_by_other_text_with_braces(proxy, tmp_path):
+    proxy.rewrite = lambda request: '{"score": 4, "issues": []}\nNote: the header {Page 3} is fine.'
+    [out] = AuditStage(AuditConfig(client=client(proxy), cache_path=str(tmp_path / "c.sqlite"), max_tokens=8))(
+        page_record())
+    assert out.quality["audit"]["score"] == 4.0 and out.quality["audit"]["low"] is False and proxy.chat_requests == 1
+
+
+def test_the_counters_are_every_request_sent_and_every_token_reported(proxy, tmp_path):
+    """A 500, then an answer that is not a chat answer (its usage was still spent), then the answer: three
+    requests and the tokens of both answers, not one request and the last answer's tokens."""
+    answers = iter([{"not": "text"}, "A new label."])
+    proxy.rewrite = lambda request: next(answers)
+    proxy.faults = ["500"]
+    cfg = RelabelConfig(client=client(proxy, max_attempts=3), cache_path=str(tmp_path / "c.sqlite"), max_tokens=8,
+                        mode="replace")
+    stage = RelabelStage(cfg)
+    [out] = stage(page_record(response="Old text."))
+    counters = out.quality["relabel"]["counters"]
+    assert out.response == "A new label." and proxy.chat_requests == 3 and proxy.forwarded == 2
+    assert counters["requests"] == 3 and counters["cache_hits"] == 0
+    assert counters["prompt_tokens"] == proxy.prompt_tokens > 0
+    assert counters["completion_tokens"] == proxy.completion_tokens > 0
+    proxy.faults, proxy.chat_requests = ["500"] * 3, 0
+    with pytest.raises(RecordError) as err:  # a record that kept failing: its dead letter carries all three
+        stage(page_record(id="other", instruction="Convert another page."))
+    assert err.value.reason == "request_server_error" and err.value.counters["requests"] == 3 == proxy.chat_requests
+
+
+def test_a_record_whose_id_is_not_ascii_is_relabeled(proxy, tmp_path):
+    proxy.rewrite = lambda request: "A new label."
+    cfg = RelabelConfig(client=client(proxy), cache_path=str(tmp_path / "c.sqlite"), max_tokens=8, mode="replace")
+    [out] = RelabelStage(cfg)(page_record(id="página-1", response="Old text."))
+    assert out.response == "A new label." and proxy.request_ids == ["p%C3%A1gina-1:relabel"]
 
 
 def test_preference_pairs_only_for_a_clear_winner(proxy, tmp_path):
@@ -141,6 +189,21 @@ def _run_cli(args):
     return main(args)
 
 
+def test_stage_cli_exits_2_naming_the_url_when_the_model_list_is_not_one(tmp_path, capsys):
+    """A /v1/models that answers 200 with HTML was a traceback, not the start-up error."""
+    from tests.helpers import write_records
+    from tests.relabel.scripted_server import ScriptedServer
+
+    server = ScriptedServer(lambda ex: ex.raw(200, b"<html>hi</html>", content_type="text/html"))
+    try:
+        inp = write_records(tmp_path / "in", records(1), files=1)
+        assert _run_cli(["relabel", "--input", inp, "--output", str(tmp_path / "out"), "--set",
+                         f"client.base_url={server.base_url}"]) == 2
+    finally:
+        server.close()
+    assert f"{server.base_url}/models" in capsys.readouterr().err and server.requests("POST") == []
+
+
 def test_stage_cli_dead_letters_when_the_server_dies_then_a_rerun_resumes_and_a_third_sends_nothing(
         proxy, tmp_path, monkeypatch):
     from tests.helpers import write_records
@@ -155,7 +218,8 @@ def test_stage_cli_dead_letters_when_the_server_dies_then_a_rerun_resumes_and_a_
     counts = first["stages"]["relabel"]["src"]
     assert counts["inputs"] == 6 and counts["out"] == 3 and counts["dead"] == {"request_connection_failed": 3}
     assert first["balanced"] and pq.read_table(tmp_path / "run1" / "dead_letter.parquet").num_rows == 3
-    assert counts["counters"]["requests"] == 6  # the dead-lettered records' requests are counted too
+    # every request sent is counted, the dead-lettered records' retries too: 3 answered + 3 x 2 attempts
+    assert counts["counters"]["requests"] == 9 == proxy.chat_requests
     proxy.down_after, proxy.chat_requests = None, 0
     cache = str(tmp_path / "run1" / "_relabel" / "cache.sqlite")
     assert _run_cli(common + ["--output", str(tmp_path / "run2"), "--set", f"cache_path={cache}"]) == 0
@@ -215,3 +279,11 @@ def test_only_an_answer_that_stopped_by_itself_can_be_a_label():
 
     assert [rejection(Answer("A label.", reason), None) for reason in ("stop", "", "length", "content_filter")] == [
         None, None, "truncated", "finish_content_filter"]
+
+
+@pytest.mark.parametrize("cls", [RelabelConfig, AuditConfig])
+def test_a_misspelt_task_fails_at_start_up_naming_it(cls):
+    """A typo used to match no record: the stage ran and changed nothing, without a word."""
+    with pytest.raises(ValueError, match=r"unknown tasks \['parse_pag'\]; known: .*parse_page"):
+        cls(tasks=("parse_pag",))
+    assert cls(tasks=("parse_page",)).tasks == ("parse_page",)
