@@ -17,8 +17,8 @@ recall and average precision of each, the better (average precision) is kept. Wr
 ``OUT/<mode>/``: ``model.skops`` (loaded through ``classifiers.store`` with a fixed trust list),
 ``head.npz`` (a linear model on the embedding alone, used as a query vector in the index), ``seeds.parquet``
 (the failing pages' embeddings), ``card.json`` (features, CV figures, counts) and ``training_ids.txt``;
-and ``OUT/manifest.json``, ``OUT/embedder.npz``, ``OUT/training_mix.parquet`` (every corpus page's id
-and image hash, for deduplication at retrieval).
+and ``OUT/manifest.json``, ``OUT/embedder.npz``, ``OUT/training_mix.parquet`` (id and image hash of every page
+the model trained on: the train split of its training corpus, ``training_corpus``, for deduplication at retrieval).
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ class TrainConfig:
     failing_corpus: str | None = option(None, help="corpus holding the failing pages of errors.json that `corpus` "
                                                    "lacks (the model's training corpus, e.g. make train's "
                                                    "out/curriculum); they join the training pages as positives")
+    training_corpus: str | None = option(None, help="the corpus the model trained on (model.train's `corpus`): its "
+                                                    "train-split pages are training_mix.parquet, which retrieval "
+                                                    "leaves out; unset: failing_corpus when set, else corpus")
     errors: str | None = option("out/model/errors.json", help="model.errors report (unset or absent: weak labels)")
     out: str = option("out/classifiers", help="folder for the classifiers, cards and embedder")
     embedding: str = option("layout", help="page embedding: layout (thumbnail PCA), features (+ text-layer TF-IDF "
@@ -70,8 +73,9 @@ class TrainConfig:
     min_positives: int = option(4, help="a mode with fewer positives (or negatives) is skipped, with the reason")
     boosted_iter: int = option(100, help="HistGradientBoosting iterations")
     seed: int = option(0, help="CV split and model seeds")
-    eval_fraction: float = option(0.1, help="the training run's held-out share (model.data): eval-split pages are "
-                                            "not in the training mix, so retrieval may return them")
+    eval_fraction: float = option(0.1, help="the training run's held-out share of training_corpus (model.data): "
+                                            "eval-split pages are not in the training mix, so retrieval may return "
+                                            "them")
 
     def __post_init__(self) -> None:
         if self.embedding not in ("layout", "features", "vision"):
@@ -80,6 +84,13 @@ class TrainConfig:
             raise ValueError("embedding: vision needs checkpoint")
         if self.folds < 2:
             raise ValueError("folds must be >= 2")
+
+    @property
+    def mix_corpus(self) -> str:
+        """The model's training corpus, whose train split is the training mix: ``training_corpus``, else
+        ``failing_corpus`` (documented as the model's corpus; ``make retrieve`` passes make train's), else ``corpus``
+        (the classifiers train on the model's own corpus)."""
+        return self.training_corpus or self.failing_corpus or self.corpus
 
 
 def mode_slug(name: str) -> str:
@@ -97,17 +108,12 @@ class CorpusPages:
     vision: np.ndarray | None
 
 
-def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = frozenset()) -> tuple[CorpusPages,
-                                                                                                  pa.Table]:
-    """Feature rows of the first ``max_pages`` labelled pages and of every failing page in the corpus, and
-    (id, image_sha256) of the training mix: every page the model trains on (``split`` train, less the eval
-    share ``model.records.assigned_split`` holds out).
-    Failing pages (``failing_ids``) the corpus lacks are read from ``failing_corpus`` and added (not to the mix:
-    they are another corpus's pages, so retrieval over ``corpus`` cannot return them)."""
-    from model.records import assigned_split, shard_files
+def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = frozenset()) -> CorpusPages:
+    """Feature rows of the first ``max_pages`` labelled pages and of every failing page in the corpus.
+    Failing pages (``failing_ids``) the corpus lacks are read from ``failing_corpus`` and added."""
+    from model.records import shard_files
 
     ids, domains, feats, thumbs, texts, vis = [], [], [], [], [], []
-    mix_ids, mix_sha = [], []
     vision = VisionEmbedder(cfg.checkpoint) if cfg.embedding == "vision" else None
 
     def add(row: dict, what: str) -> bool:
@@ -130,9 +136,6 @@ def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = froze
     failing = set(failing_ids)
     for path in shard_files(cfg.corpus):
         for row in iter_rows(path):
-            if assigned_split(row["id"], row.get("split") or "train", cfg.eval_fraction) == "train":
-                mix_ids.append(row["id"])
-                mix_sha.append(row.get("image_sha256") or "")
             # max_pages caps the pages sampled; the failing pages (the mode's positives) are always taken
             if len(ids) >= cfg.max_pages and row["id"] not in failing:
                 continue
@@ -150,10 +153,27 @@ def read_corpus(cfg: TrainConfig, failing_ids: set[str] | frozenset[str] = froze
                     cfg.failing_corpus)
     if not ids:
         raise InputError(f"no readable pages in {cfg.corpus}")
-    pages = CorpusPages(ids, domains, np.array(feats, np.float32), np.array(thumbs, np.float32), texts,
-                        np.array(vis, np.float32) if vis else None)
-    mix = pa.table({"id": mix_ids, "image_sha256": mix_sha})
-    return pages, mix
+    return CorpusPages(ids, domains, np.array(feats, np.float32), np.array(thumbs, np.float32), texts,
+                       np.array(vis, np.float32) if vis else None)
+
+
+def training_mix(cfg: TrainConfig) -> pa.Table:
+    """(id, image_sha256) of every page the model trained on: the rows of its training corpus (``mix_corpus``)
+    in split train, less the eval share ``model.records.assigned_split`` holds out. Only those columns are read.
+    A pool page outside it (another corpus, or this one's eval split) was never trained on, so retrieval may
+    return it."""
+    from model.records import assigned_split, open_parquet, shard_files
+
+    mix_ids, mix_sha = [], []
+    for path in shard_files(cfg.mix_corpus):
+        pf = open_parquet(path)
+        cols = [c for c in ("id", "split", "image_sha256") if c in pf.schema_arrow.names]
+        for g in range(pf.metadata.num_row_groups):
+            for row in pf.read_row_group(g, columns=cols, use_threads=False).to_pylist():
+                if assigned_split(row["id"], row.get("split") or "train", cfg.eval_fraction) == "train":
+                    mix_ids.append(row["id"])
+                    mix_sha.append(row.get("image_sha256") or "")
+    return pa.table({"id": pa.array(mix_ids, pa.string()), "image_sha256": pa.array(mix_sha, pa.string())})
 
 
 def fit_embedder(cfg: TrainConfig, pages: CorpusPages):
@@ -272,7 +292,9 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     modes = modes_from_errors(cfg.errors)
     shard_files(cfg.corpus)  # inputs checked before the output folder is made
-    pages, mix = read_corpus(cfg, {i for m in modes for i in m["failing_ids"]})
+    shard_files(cfg.mix_corpus)
+    pages = read_corpus(cfg, {i for m in modes for i in m["failing_ids"]})
+    mix = training_mix(cfg)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(mix, out / "training_mix.parquet")
@@ -316,7 +338,8 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
               f"(other: {cv[[k for k in MODEL_KINDS if k != best][0]]['average_precision']:.2f})", flush=True)
     manifest = {"embedding": cfg.embedding, "checkpoint": cfg.checkpoint, "dim": int(emb.shape[1]),
                 "embedder": "embedder.npz" if embedder is not None else None, "input_features": list(INPUT_FEATURES),
-                "all_features": list(ALL_FEATURES), "training_pages": len(pages.ids), "modes": results,
+                "all_features": list(ALL_FEATURES), "training_pages": len(pages.ids),
+                "training_mix": {"corpus": cfg.mix_corpus, "pages": mix.num_rows}, "modes": results,
                 "seconds": round(time.perf_counter() - t0, 1)}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return manifest
@@ -332,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--corpus")
     ap.add_argument("--errors")
     ap.add_argument("--failing-corpus", dest="failing_corpus")
+    ap.add_argument("--training-corpus", dest="training_corpus")
     ap.add_argument("--out")
     ap.add_argument("--embedding")
     ap.add_argument("--checkpoint")
@@ -339,7 +363,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     raw = parse_sets(args.set)
-    raw.update({k: v for k in ("corpus", "errors", "failing_corpus", "out", "embedding", "checkpoint")
+    raw.update({k: v for k in ("corpus", "errors", "failing_corpus", "training_corpus", "out", "embedding",
+                               "checkpoint")
                 if (v := getattr(args, k)) is not None})
     try:
         cfg = load(TrainConfig, raw, "train")

@@ -10,6 +10,8 @@ A config is a frozen dataclass with defaults in code; each field says what it is
   ``Literal``, ``Optional``, ``tuple[...]``, ``dict[...]``, nested config dataclasses), YAML lists
   become tuples, and a wrong type names the path, the expected type and the value;
 - ``describe(Config)`` lists the fields with their types, defaults and help, for ``--help``.
+- ``check_names(what, names, known)`` is a config's ``__post_init__`` check of a list of names (a stage's
+  ``tasks`` against ``schemas.page.TASKS``): an unknown one fails naming it and the known ones.
 
 Plain dataclasses and this one module rather than pydantic or msgspec: configs stay ordinary
 frozen dataclasses that Beam pickles and that stage code already takes, no dependency is added,
@@ -80,6 +82,16 @@ def load(cls: type[T], values: Mapping[str, Any] | None, path: str = "config") -
         raise
     except (TypeError, ValueError) as exc:  # a config's own __post_init__ check
         raise ConfigError(f"{path}: {exc}") from exc
+
+
+def check_names(what: str, names: Iterable[Any], known: Iterable[str]) -> None:
+    """ValueError naming each of ``names`` not in ``known``, and the known ones: a config's ``__post_init__`` check
+    of a list of names (task names against ``schemas.page.TASKS``, element classes), so a misspelt one fails at
+    start-up instead of matching nothing (``load`` prefixes the config's path)."""
+    known = tuple(known)
+    unknown = [n for n in dict.fromkeys(names) if n not in known]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown}; known: {', '.join(known)}")
 
 
 def convert(value: Any, tp: Any, path: str) -> Any:

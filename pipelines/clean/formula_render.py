@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from schemas.config import option
+from schemas.config import check_names, option
 from schemas.deadletter import Dropped, RecordError
-from schemas.page import PageRecord, ProvenanceStep, params_hash
+from schemas.page import TASKS, PageRecord, ProvenanceStep, params_hash
 
 # 2: KaTeX refuses commands needing trust (\href, \url, \includegraphics, \html...), expands macros at most
 #    500 times and caps a rendering's size (formula_too_large); a formula past its deadline is katex_timeout
@@ -29,6 +29,9 @@ class FormulaRenderConfig:
     """Which records are render-checked."""
 
     tasks: tuple[str, ...] = option(("transcribe_formula",), help="tasks whose (latex) response is one formula")
+
+    def __post_init__(self) -> None:
+        check_names("tasks", self.tasks, TASKS)  # a misspelt task would check no record
 
 
 class FormulaRenderStage:

@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from schemas.config import option
+from schemas.config import check_names, option
 from schemas.deadletter import Dropped, RecordError
-from schemas.page import PageRecord, ProvenanceStep, params_hash
+from schemas.page import TASKS, PageRecord, ProvenanceStep, params_hash
 
 VERSION = "2"  # 2: NFC before counting; a character split into byte tokens counts at most one (cap_split_chars)
 REPO = Path(__file__).resolve().parents[2]
@@ -52,6 +52,9 @@ class ShortConfig:
     tasks: tuple[str, ...] = option(("parse_page",), help="tasks the floor applies to; element-level records "
                                                          "(a formula, a table, a KIE answer) are short by nature "
                                                          "and pass with quality.short.skipped")
+
+    def __post_init__(self) -> None:
+        check_names("tasks", self.tasks, TASKS)  # a misspelt task would hold no record to the floor
 
 
 def resolve_tokenizer_path(path: str) -> Path:

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, replace
 
 from pipelines.instruct.conventions import CONVENTIONS, FORMULA_CONVENTION, applicable, kept_tests, rewrite
 from pipelines.instruct.dynamic import dynamic_instruction
-from pipelines.instruct.tasks import crop_records, kie_record, vqa_records
-from schemas.config import option
+from pipelines.instruct.tasks import CROP_TASKS, crop_records, kie_record, vqa_records
+from schemas.config import check_names, option
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.prompts import convention_instruction
 
@@ -47,16 +47,17 @@ class InstructConfig:
     zh_prompt_share: float = option(0.0, help="share of non-Chinese records given the Chinese prompt")
     dynamic_share: float = option(0.0, help="share of records given a dynamic per-image instruction")
     crops: tuple[str, ...] = option(("table", "formula", "picture"),
-                                    help="element classes cropped into their own records (picture: caption)")
+                                    help="element classes cropped into their own records (picture: caption); "
+                                         f"known: {', '.join(CROP_TASKS)}")
     max_crops: int = option(2, help="element crops per page at most (drawn seeded when a page has more)")
     kie: bool = option(True, help="a KIE record for pages with known fields (metadata.fields)")
     vqa_per_page: int = option(2, help="VQA records per page with fields or headed tables (0: none)")
     seed: int = option(0, help="seed of the draws (convention, prompt language, dynamic, VQA)")
 
     def __post_init__(self) -> None:
-        unknown = sorted((set(self.conventions) | set(self.assign.values())) - set(CONVENTIONS))
-        if unknown:
-            raise ValueError(f"unknown conventions {unknown}; known: {list(CONVENTIONS)}")
+        check_names("conventions", [*self.conventions, *self.assign.values()], CONVENTIONS)
+        # the element classes (schemas.layout.ELEMENT_CLASSES) that have a crop record: a misspelt one crops nothing
+        check_names("crops", self.crops, CROP_TASKS)
         if not self.conventions or any(w < 0 for w in self.conventions.values()) or \
                 not sum(self.conventions.values()) > 0:
             raise ValueError("conventions needs at least one positive weight and none negative")

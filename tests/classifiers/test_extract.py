@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from benchmarks.retrieval_pool import plain_page
 from classifiers.extract import extract_shard, iter_rows
 from classifiers.train import TrainConfig, train
+from model.records import assigned_split
 from schemas.page import PAGE_SCHEMA
 
 
@@ -50,5 +51,7 @@ def test_failing_pages_from_the_models_corpus_join_as_positives(small_world, tmp
     (mode,) = joined["modes"]
     assert "skipped" not in mode and mode["positives"] == 5 and mode["seeds"] == 5
     assert joined["training_pages"] == 40 + 5  # the failing pages only, not the rest of the model's corpus
+    # the training mix is the model's corpus (failing_corpus: the model trained on it), not the classifiers' corpus
     mix = pq.read_table(tmp_path / "clf" / "training_mix.parquet").column("id").to_pylist()
-    assert not set(failing) & set(mix)  # not in the pool's training mix: another corpus's pages
+    assert not set(mix) & set(small_world["corpus"])
+    assert set(mix) == {r.id for r in other if assigned_split(r.id, "train", 0.1) == "train"}

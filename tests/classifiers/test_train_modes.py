@@ -47,7 +47,7 @@ def test_formula_crops_with_bare_latex_labels_carry_the_math_weak_label(tmp_path
     path = tmp_path / "corpus/data/train-00000-of-00001.parquet"
     path.parent.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist([r.to_row() for r in recs], PAGE_SCHEMA), path)
-    pages, _ = read_corpus(TrainConfig(corpus=str(tmp_path / "corpus"), errors=None, out=str(tmp_path / "clf")))
+    pages = read_corpus(TrainConfig(corpus=str(tmp_path / "corpus"), errors=None, out=str(tmp_path / "clf")))
     mode = {"name": "math@synthetic-formula", "test_type": "math", "domain": "synthetic-formula",
             "failing_ids": [recs[3].id]}
     y, rule = mode_targets(mode, pages)

@@ -14,7 +14,7 @@ import yaml
 
 from classifiers.retrieve import RetrieveConfig, retrieve
 from classifiers.store import UntrustedModelError, load_model
-from classifiers.train import TrainConfig, read_corpus, train
+from classifiers.train import TrainConfig, read_corpus, train, training_mix
 from model.data import DataConfig
 from model.sampler import DomainSampler
 from schemas.config import load
@@ -35,7 +35,7 @@ def test_max_pages_caps_the_sample_but_never_the_failing_pages(tmp_path):
     order = list(write_pages(tmp_path / "corpus/data/train-00000-of-00001.parquet", 40, seed=1, table_share=0.3))
     failing = set(order[30:35])  # in the corpus, after the first max_pages rows
     cfg = TrainConfig(corpus=str(tmp_path / "corpus"), errors=None, out=str(tmp_path / "clf"), max_pages=20)
-    pages, _ = read_corpus(cfg, failing)
+    pages = read_corpus(cfg, failing)
     assert set(order[:20]) <= set(pages.ids)
     assert failing <= set(pages.ids)
     assert len(pages.ids) == 25
@@ -186,3 +186,34 @@ def test_retrieval_deduplicates_against_the_training_mix(trained, small_world, t
     summary = retrieve(cfg)
     mode = summary["modes"]["table@benchpool"]
     assert mode["kept"] == 0 and mode["dropped"]["in_training_mix"] == mode["candidates"]
+
+
+def test_a_model_trained_on_another_corpus_leaves_the_pool_retrievable(small_world, tmp_path):
+    """make retrieve after make train: the model trained on its own corpus (out/curriculum, given as
+    failing_corpus), the classifiers train on and retrieve from out/corpus. The training mix is the model's corpus's
+    train split, so no pool page is dropped as already trained on."""
+    from benchmarks.retrieval_pool import plain_page
+
+    root = small_world["root"]
+    model_pages = [plain_page(i, 8, 0.3, width=612, height=792)[0].to_row() for i in range(6)]
+    model_pages[5]["split"] = "eval"  # held out by the training run: not in the mix
+    (tmp_path / "curriculum" / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(model_pages, PAGE_SCHEMA),
+                   tmp_path / "curriculum" / "data" / "train-00000-of-00001.parquet")
+    cfg = TrainConfig(corpus=str(root / "corpus"), errors=str(root / "errors.json"),
+                      failing_corpus=str(tmp_path / "curriculum"), out=str(tmp_path / "clf"), folds=3,
+                      boosted_iter=10, eval_fraction=0.0)
+    manifest = train(cfg)
+    mix = pq.read_table(tmp_path / "clf" / "training_mix.parquet")
+    assert mix.column("id").to_pylist() == [r["id"] for r in model_pages[:5]]
+    assert manifest["training_mix"] == {"corpus": str(tmp_path / "curriculum"), "pages": 5}
+    summary = retrieve(RetrieveConfig(corpus=str(root / "corpus"), classifiers=str(tmp_path / "clf"),
+                                      out=str(tmp_path / "retrieval"), k=10))
+    mode = summary["modes"]["table@benchpool"]
+    assert mode["candidates"] > 0 and "in_training_mix" not in mode["dropped"]
+    assert mode["kept"] == min(10, mode["candidates"] - sum(mode["dropped"].values()))
+    assert mode["kept"] > 0
+    # training_corpus names the model's corpus outright, over the failing_corpus default
+    named = TrainConfig(corpus=str(tmp_path / "curriculum"), failing_corpus=str(tmp_path / "curriculum"),
+                        training_corpus=str(root / "corpus"), eval_fraction=0.0)
+    assert set(training_mix(named).column("id").to_pylist()) == set(small_world["corpus"])

@@ -91,3 +91,15 @@ def test_formula_render_drops_with_the_renderers_reason(monkeypatch, tmp_path):
             stage(page_record(task="transcribe_formula", response="x", response_format="latex"))
         assert err.value.reason == reason
 
+
+
+def test_a_misspelt_task_is_refused_at_start_up_naming_the_known_ones():
+    """A typo in `tasks` used to switch the render check off: no record of that task exists."""
+    from pipelines.clean.formula_render import FormulaRenderConfig
+    from pipelines.clean.registry import stage_config
+    from schemas.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^clean\.stages\[1\]: unknown tasks \['transcribe_formul'\]; known: "
+                                          r"parse_page, transcribe_table, transcribe_formula, "):
+        stage_config({"name": "formula_render", "tasks": ["transcribe_formul"]}, "clean.stages[1]")
+    assert FormulaRenderConfig(tasks=("transcribe_formula", "caption")).tasks == ("transcribe_formula", "caption")

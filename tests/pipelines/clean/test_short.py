@@ -162,3 +162,20 @@ def test_cap_split_chars_off_counts_as_the_tokenizer_does():
     raw = ShortStage(ShortConfig(cap_split_chars=False))
     assert raw.count(HEADINGS["ja"]) == (72, False)
     assert raw(record(HEADINGS["ja"]))[0].quality["short"] == {"token_count": 72}
+
+
+def test_a_misspelt_task_is_refused_at_start_up_naming_the_known_ones(tmp_path, capsys):
+    """A typo in `tasks` used to hold no record to the floor: the stage dropped nothing and said nothing."""
+    from pipelines import stage as stage_cli
+    from pipelines.clean.registry import stage_config
+    from schemas.config import ConfigError
+
+    with pytest.raises(ValueError, match=r"unknown tasks \['parse_pag'\]; known: parse_page, transcribe_table, "):
+        ShortConfig(tasks=("parse_page", "parse_pag"))
+    with pytest.raises(ConfigError, match=r"^clean\.stages\[0\]: unknown tasks \['parse_pag'\]"):
+        stage_config({"name": "short", "tasks": ["parse_pag"]}, "clean.stages[0]")
+    out = tmp_path / "out"
+    assert stage_cli.main(["short", "--input", str(tmp_path / "in.parquet"), "--output", str(out),
+                           "--set", "tasks=[parse_pag]"]) == 2
+    assert "unknown tasks ['parse_pag']; known: parse_page" in capsys.readouterr().err
+    assert not out.exists()

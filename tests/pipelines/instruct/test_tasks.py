@@ -143,6 +143,16 @@ def test_stage_config_is_checked_at_load() -> None:
         stage_config({"name": "instruct", "dynamic_share": 2})
 
 
+def test_a_crop_class_without_crop_records_is_refused_at_load() -> None:
+    """A misspelt crop class used to crop nothing, silently; an element class with no crop task (``text``) failed
+    on the first page that had one."""
+    assert stage_config({"name": "instruct", "crops": ["picture"]}).crops == ("picture",)
+    for bad in ("tabel", "text"):
+        with pytest.raises(ConfigError, match=rf"^instruct: unknown crops \['{bad}'\]; known: table, formula, "
+                                              "picture$"):
+            stage_config({"name": "instruct", "crops": ["table", bad]}, "instruct")
+
+
 def test_vqa_asks_only_heading_pairs_that_are_unique_on_the_page() -> None:
     def table(total: str, extra: str = "") -> str:
         return f"<table><tr><th>Region</th><th>2024</th></tr><tr><td>Total</td><td>{total}</td></tr>{extra}</table>"
