@@ -21,6 +21,7 @@ from pipelines.sources.base import Row
 from pipelines.write import SpillStat
 from schemas.deadletter import DeadLetter, Dropped, RecordError
 from schemas.manifest import CountEvent
+from schemas.page import unicode_problem
 
 
 class Kind(str, enum.Enum):
@@ -141,12 +142,25 @@ def _repeated_page(row: Row, seen: set[tuple[str, int]]) -> RecordError | None:
     return None
 
 
+def _unstorable_id(row: Row) -> RecordError | None:
+    """``invalid_source_id`` when the row's id or one of its pages' is not valid Unicode (a lone surrogate:
+    a file name that is not UTF-8, an id from JSON's ``"\\udc80"``): no shard can hold the page, and its
+    page id would differ from the one a fixed name gets. The letter names it escaped (``DeadLetter``)."""
+    for source_id in (row.source_id, *(page.source_id for page in row.pages)):
+        problem = unicode_problem(source_id) if isinstance(source_id, str) else None
+        if problem:
+            return RecordError("invalid_source_id", f"source id {source_id!r} is not valid Unicode ({problem}): "
+                                                    "a file name or id that is not UTF-8 cannot be stored")
+    return None
+
+
 def account_rows(stage: str, source: str, rows: Iterable[Row], unit: str = "", label: str = "") -> Iterator[Envelope]:
     """Envelopes for a source's rows; a crash of the reader itself is one dead letter for the unit
     (named by ``label``, the unit as the reader planned it: the rows after the crash are not read).
     ``unit``: the unit's refresh key, put on its count events and dead letters (``pipelines.refresh``).
     A record whose page the unit already yielded is dead-lettered ``duplicate_id`` (the set of pages
-    seen is the unit's, so bounded by it; repeats across units are reported by the shard writer)."""
+    seen is the unit's, so bounded by it; repeats across units are reported by the shard writer); one whose id
+    is not valid Unicode ``invalid_source_id`` (``_unstorable_id``)."""
     started = time.perf_counter()
     iterator = iter(rows)
     seen: set[tuple[str, int]] = set()
@@ -160,11 +174,13 @@ def account_rows(stage: str, source: str, rows: Iterable[Row], unit: str = "", l
             break
         if row.continues and row.error is None:  # more pages of a record counted in an earlier row
             error = None
+            if _unstorable_id(row) is not None:  # the record's first row was dead-lettered for it
+                continue
             seen.update((page.source_id, page.page_number) for page in row.pages)
             yield Envelope(Kind.EVENT, CountEvent(stage, source, "emitted", "", len(row.pages), unit))
             yield from (Envelope(Kind.ITEM, page) for page in row.pages)
         else:
-            error = row.error or _repeated_page(row, seen)
+            error = row.error or _unstorable_id(row) or _repeated_page(row, seen)
             yield from _outcome(stage, source, row.source_id, None if error else row.pages, error, unit)
         # a reader's counters (e.g. unit tests dropped for failing on their own reference) reach the manifest
         for page in row.pages if error is None else ():

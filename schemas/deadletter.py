@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import pyarrow as pa
 
-from schemas.page import stable_id
+from schemas.page import escaped, stable_id
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -27,7 +27,9 @@ DEAD_LETTER_SCHEMA = pa.schema(
 @dataclass(frozen=True)
 class DeadLetter:
     """A record that failed a stage. ``reason`` is a short slug (manifest key); ``message`` the detail;
-    ``unit`` the refresh key of the record's input unit (``pipelines.refresh``), "" when it has none."""
+    ``unit`` the refresh key of the record's input unit (``pipelines.refresh``), "" when it has none.
+    A lone surrogate in any field (a file name that is not UTF-8, an id from JSON's ``"\\udc80"``) is kept
+    as its backslash escape (``schemas.page.escaped``): the letter names the record and can be written."""
 
     source: str
     source_id: str
@@ -36,6 +38,12 @@ class DeadLetter:
     error_class: str
     message: str
     unit: str = ""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, str):
+                object.__setattr__(self, f.name, escaped(value))
 
     @property
     def id(self) -> str:

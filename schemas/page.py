@@ -28,6 +28,7 @@ RESPONSE_FORMATS = ("markdown", "html", "latex", "text", "json")
 SPLITS = ("train", "eval", "test")
 IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "png", b"RIFF": "webp", b"\xff\xd8\xff": "jpeg"}
 _LANGUAGE = re.compile(r"^(und|[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*)$")
+INT32_MAX = 2**31 - 1  # page_number, width and height are int32 columns of PAGE_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,30 @@ def features():
 
 
 def stable_id(*parts: str) -> str:
-    """A 32-hex-digit id hashed from ``parts``: the same inputs give the same id on every run."""
-    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:32]
+    """A 32-hex-digit id hashed from ``parts``: the same inputs give the same id on every run. A lone
+    surrogate (a file name that is not UTF-8, JSON's ``"\\udc80"``) is hashed as its code point, never
+    raised on: the record it names still needs an id for its dead letter."""
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as UTF-8 (a lone surrogate, e.g. from a file name that is not UTF-8
+    or JSON's ``"\\ud800"``: no shard can hold it), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{exc.reason} at {exc.start}"
+    return None
+
+
+def escaped(text: str) -> str:
+    """``text`` with every lone surrogate written as its backslash escape (``caf\\udce9.pdf``): storable,
+    and still naming the file or id it came from."""
+    if unicode_problem(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def page_id(source: str, source_id: str, page_number: int, transform: str = "") -> str:
@@ -233,15 +256,14 @@ def validate(record: PageRecord) -> list[str]:
         problems.append("response must be a string")
     if isinstance(record.response, str) and "\x00" in record.response:
         problems.append("response contains NUL characters")
-    for name in ("response", "instruction", "text_layer"):
+    for name in ("id", "source", "source_id", "domain", "license", "response", "instruction", "text_layer",
+                 "rejected"):
         value = getattr(record, name)
-        if isinstance(value, str) and not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:  # a lone surrogate from JSON's "\ud800": no shard can hold it
-                problems.append(f"{name} is not valid Unicode ({exc.reason} at {exc.start})")
-    if not isinstance(record.page_number, int) or record.page_number < 0:
-        problems.append(f"page_number must be a non-negative int, got {record.page_number!r}")
+        problem = unicode_problem(value) if isinstance(value, str) else None
+        if problem:  # a lone surrogate from JSON's "\ud800" or a file name: no shard can hold it
+            problems.append(f"{name} is not valid Unicode ({problem})")
+    if not _is_int(record.page_number) or not 0 <= record.page_number <= INT32_MAX:
+        problems.append(f"page_number must be an int in 0..{INT32_MAX}, got {record.page_number!r}")
     if not isinstance(record.language, str) or not _LANGUAGE.match(record.language):
         problems.append(f"language must be an ISO 639 code or 'und', got {record.language!r}")
     if record.task not in TASKS:
@@ -259,9 +281,9 @@ def validate(record: PageRecord) -> list[str]:
             problems.append("image_sha256 does not match the image bytes")
     for name in ("width", "height"):
         value = getattr(record, name)
-        if not isinstance(value, int) or value <= 0:
-            problems.append(f"{name} must be a positive int, got {value!r}")
-    sized = all(isinstance(v, int) and v > 0 for v in (record.width, record.height))
+        if not _is_int(value) or not 0 < value <= INT32_MAX:
+            problems.append(f"{name} must be an int in 1..{INT32_MAX}, got {value!r}")
+    sized = all(_is_int(v) and 0 < v <= INT32_MAX for v in (record.width, record.height))
     if sized and isinstance(record.image, bytes) and image_format(record.image) is not None:
         size = image_size(record.image)
         if size is None:
@@ -288,6 +310,10 @@ def validate(record: PageRecord) -> list[str]:
         problems.extend(validate_elements(record.elements, record.width, record.height))
     problems.extend(_preference_problems(record))
     return problems
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _preference_problems(record: PageRecord) -> list[str]:

@@ -192,3 +192,18 @@ def path_under(root: str, rel: str, what: str) -> str:
         if os.path.commonpath([real_root, real]) != real_root:
             raise RecordError("unsafe_path", f"{rel!r} resolves outside {what} (to {real})")
     return path
+
+
+def read_file(uri: str, name: str) -> bytes:
+    """The bytes of one input file a record names (an image, a PDF, a label), as a record's error when it
+    cannot be read: ``RecordError("unsafe_path")`` for a local path that is not a regular file (a folder, a
+    FIFO named ``page.png``: never opened, ``pipelines.io.NotARegularFile``), ``unreadable_file`` for any
+    other ``OSError``. ``name`` names the file in the message. The reader dead-letters only that record."""
+    from pipelines import io
+
+    try:
+        return io.read_bytes(uri)
+    except io.NotARegularFile as exc:
+        raise RecordError("unsafe_path", f"{name} is not a regular file (a {exc.kind}): not read") from None
+    except OSError as exc:
+        raise RecordError("unreadable_file", f"{name}: {exc}") from None

@@ -47,9 +47,10 @@ from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 from schemas.pdf_pages import pdf_page_count
 
-VERSION = "4"  # 2: a file_path outside warc_root is unsafe_path; 3: a PDF over max_pdf_bytes is pdf_too_large;
+VERSION = "5"  # 2: a file_path outside warc_root is unsafe_path; 3: a PDF over max_pdf_bytes is pdf_too_large;
 # 4: languages as BCP 47 tags with ISO 639-1 codes (``eng_Latn`` -> ``en``, ``cmn_Hani`` -> ``zh-Hani``), as the
-# other sources write them, not FinePDFs' raw ``<ISO 639-3>_<Script>`` labels (``bcp47_language``)
+# other sources write them, not FinePDFs' raw ``<ISO 639-3>_<Script>`` labels (``bcp47_language``); 5: a language
+# column that is not strings is bad_schema, and any failure of one row is that row's dead letter (bad_record)
 
 # ISO 639-3 (and 639-2/T) -> ISO 639-1, for every language that has a 639-1 code; the individual languages
 # that FinePDFs' GlotLID labels use for a macrolanguage's standard variety map to the macrolanguage's code
@@ -131,12 +132,18 @@ def _is_int_list(t: pa.DataType) -> bool:
     return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
 
 
+def _is_string_list(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_string(t.value_type)
+
+
 # Columns whose type the reader relies on; the others are passed through as metadata/quality.
 _TYPE_CHECKS: dict[str, Callable[[pa.DataType], bool]] = {
     "text": _is_string,
     "id": _is_string,
     "file_path": _is_string,
     "extractor": _is_string,
+    "language": _is_string,
+    "per_page_languages": _is_string_list,
     "offset": pa.types.is_integer,
     "is_truncated": pa.types.is_boolean,
     "page_ends": _is_int_list,
@@ -406,6 +413,8 @@ class FinePdfsSource:
             pages = self._pages(record, source_id, warcs)
         except (RecordError, Dropped) as exc:
             return Row(source_id=source_id, error=exc)
+        except Exception as exc:  # noqa: BLE001 - a malformed cell must not end the file (the rows after it)
+            return Row(source_id=source_id, error=RecordError("bad_record", f"{type(exc).__name__}: {exc}"))
         return Row(source_id=source_id, pages=pages)
 
     def _pages(self, record: dict[str, Any], source_id: str, warcs: WarcFetcher) -> list[SourcePage]:

@@ -12,8 +12,9 @@ line. Each line becomes one ``transcribe_formula`` record (``response_format: la
 ``<images>/<line index, zero-padded to name_width>.png``. Options: ``images`` (the folder; default:
 the label file's stem beside it, as UniMER-Test), ``name_width`` (7, UniMER's
 ``0000000.png``; 0 for unpadded names). Bad lines are dead letters: ``empty_label`` (a blank line
-with an image: its formula is missing), ``missing_image`` and ``unsafe_path`` (an image that resolves,
-through symlinks, outside the image folder: never read); a blank line without an image (the
+with an image: its formula is missing), ``missing_image``, ``unsafe_path`` (an image that resolves,
+through symlinks, outside the image folder, or that is not a regular file: never read) and
+``unreadable_file``; a blank line without an image (the
 file's trailing newline) is not a record. Formulas are kept as published here; the
 ``conventions`` stage normalises them and the ``formula_render`` stage drops those KaTeX cannot
 render.
@@ -28,13 +29,22 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, require_task
+from pipelines.sources.base import (
+    Row,
+    SourcePage,
+    SourceSettings,
+    load_options,
+    path_under,
+    read_file,
+    require_task,
+)
 from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.page import ProvenanceStep, params_hash
 
-VERSION = "3"  # 2: a byte-order mark is not part of the first formula; 3: an image resolving (through
-# symlinks) outside the image folder is unsafe_path, never read
+VERSION = "4"  # 2: a byte-order mark is not part of the first formula; 3: an image resolving (through
+# symlinks) outside the image folder is unsafe_path, never read; 4: an image that is not a regular file (a
+# folder, a FIFO) is that line's unsafe_path, and one that cannot be read its unreadable_file (not the file's)
 
 
 class FormulaLinesSource:
@@ -117,8 +127,12 @@ class FormulaLinesSource:
                 if not present:
                     yield Row(source_id=source_id, error=RecordError("missing_image", f"{image} does not exist"))
                     continue
-                yield Row(source_id=source_id, pages=[self._page(source_id, text.strip(), io.read_bytes(image),
-                                                                 label_name, index)])
+                try:  # a folder or FIFO named 0000001.png: unsafe_path, never opened
+                    payload = read_file(image, image)
+                except RecordError as exc:
+                    yield Row(source_id=source_id, error=exc)
+                    continue
+                yield Row(source_id=source_id, pages=[self._page(source_id, text.strip(), payload, label_name, index)])
 
     def _page(self, source_id: str, latex: str, payload: bytes, label_name: str, index: int) -> SourcePage:
         s = self.settings

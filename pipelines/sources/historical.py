@@ -39,7 +39,7 @@ from pipelines.sources.images import ImageOptions, ImageResolver
 from pipelines.sources.parquet_rows import stream_rows
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
-from schemas.page import ProvenanceStep, params_hash
+from schemas.page import INT32_MAX, ProvenanceStep, params_hash
 
 VERSION = "2"  # 2: ids without an id column name the file relative to the paths
 _LANGUAGE = re.compile(r"^(und|[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*)$")
@@ -205,11 +205,12 @@ class _ParquetHistoricalSource:
 
 
 def _page_number(value: Any) -> int:
+    """The page cell as an int in 1..``INT32_MAX`` (1 when null; the record's page_number is an int32 column)."""
     if value is None:
         return 1
     number = int(value)
-    if number < 1:
-        raise RecordError("bad_page_number", f"page number {number} is not >= 1")
+    if not 1 <= number <= INT32_MAX:
+        raise RecordError("bad_page_number", f"page number {number} is not in 1..{INT32_MAX}")
     return number
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, read_file
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
@@ -154,13 +154,7 @@ class LocalFolderSource:
         return path_under(root, rel, "the folder")
 
     def _read(self, root: str, rel: str) -> bytes:
-        path = self._path(root, rel)
-        try:
-            return io.read_bytes(path)
-        except io.NotARegularFile as exc:  # a FIFO named page.pdf: never opened (pipelines.io)
-            raise RecordError("unsafe_path", f"{rel} is not a regular file (a {exc.kind}): not read") from None
-        except OSError as exc:
-            raise RecordError("unreadable_file", f"{rel}: {exc}") from exc
+        return read_file(self._path(root, rel), rel)  # a FIFO named page.pdf: unsafe_path, never opened
 
     def _label(self, root: str, rel: str) -> tuple[str, str, str] | None:
         """``(label rel path, text, response_format)`` of the file's sidecar, if it has one."""

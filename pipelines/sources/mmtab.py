@@ -12,7 +12,9 @@ MMTab ships JSON files beside zips of table images (docs/sources.md lists what i
   These items carry no query type, so an item is table recognition when its answer holds an HTML
   ``<table>``, a LaTeX ``tabular``/``\\hline`` table or a Markdown pipe table.
 
-The work unit is one JSON (array) or JSONL file, streamed item by item (``iter_json_items``). Items
+The work unit is one JSON (array) or JSONL file, streamed item by item (``iter_json_items``): a JSONL
+line that is not JSON is that line's ``bad_item`` (the lines after it are read), an array that breaks is
+one ``unreadable_json`` letter for the file after the items before the break. Items
 of other tasks (question answering, fact checking, ...) are dropped as ``not_table_recognition``;
 the table is normalised to canonical HTML and parse-checked (``table_labels``): a label that does
 not parse is dead-lettered (``unparseable_table``), as are ``empty_label``, ``missing_image`` (the
@@ -31,36 +33,114 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, require_task
+from pipelines.sources.base import (
+    Row,
+    SourcePage,
+    SourceSettings,
+    load_options,
+    path_under,
+    read_file,
+    require_task,
+)
 from pipelines.sources.table_labels import to_html
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
-VERSION = "2"  # 2: an image path not plain or resolving (through symlinks) outside the images folder is unsafe_path
+VERSION = "3"  # 2: an image path not plain or resolving (through symlinks) outside the images folder is unsafe_path;
+# 3: JSONL is read line by line, a bad line its own bad_item; an image that is not a regular file is unsafe_path
 CHUNK = 1 << 20
 
 
-def iter_json_items(handle, where: str) -> Iterator[Any]:
-    """The items of a JSON array (or the lines of a JSONL file) from a binary stream, one at a time.
+_JSON_SPACE = b" \t\r\n"
+_BOM = b"\xef\xbb\xbf"
+# A syntax error this close to the end of the buffer may be an item cut at a chunk boundary (a literal, a
+# number, an escape): more input is read before it counts; one further back cannot be mended by more input.
+_CUT_TOKEN_CHARS = 16
 
-    A JSON array is decoded item by item from a rolling buffer (``raw_decode``), so a 300 MB file is
-    never held whole; a syntax error raises ``RecordError("unreadable_json")`` naming the offset.
+
+class _Replay:
+    """A binary stream that returns ``head`` first, then the rest of ``handle`` (what was read to tell a
+    JSON array from JSON Lines is not read twice, and not kept)."""
+
+    def __init__(self, head: bytes, handle):
+        self.head, self.handle = head, handle
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            data, self.head = self.head, b""
+            return data
+        return self.handle.read(size)
+
+
+def iter_json_items(handle, where: str) -> Iterator[Any]:
+    """The items of a JSON array, or the lines of a JSON Lines file, from a binary stream, one at a time.
+
+    A file whose first character (after whitespace and a UTF-8 byte-order mark) is ``[`` is a JSON array,
+    decoded item by item from a rolling buffer (``raw_decode``), so a 300 MB file is never held whole; a
+    syntax error raises ``RecordError("unreadable_json")`` naming the offset (the items after it cannot be
+    told apart), as soon as more input cannot mend it. Any other file is JSON Lines, read line by line
+    (``pipelines.io.iter_lines``): memory holds one line, and a line that is not JSON is yielded as a
+    ``RecordError("bad_item")`` naming the line, in the item's place, the next lines read on (they are
+    independent). Blank lines are skipped.
     """
+    skipped_chars = skipped_lines = 0
+    first = True
+    while True:  # the first chunk with something in it (a file of whitespace has no items)
+        chunk = handle.read(CHUNK)
+        if not chunk:
+            return
+        if first and chunk.startswith(_BOM):
+            chunk, skipped_chars = chunk[len(_BOM):], 1
+        first = False
+        body = chunk.lstrip(_JSON_SPACE)
+        if body:
+            break
+        skipped_chars += len(chunk)
+        skipped_lines += chunk.count(b"\n")
+    stream = _Replay(chunk, handle)
+    if body.startswith(b"["):
+        yield from _array_items(stream, where, skipped_chars)
+    else:
+        yield from _json_lines(stream, where, skipped_lines)
+
+
+def _json_lines(handle, where: str, skipped_lines: int) -> Iterator[Any]:
+    """The items of a JSON Lines stream (see ``iter_json_items``); lines numbered from ``skipped_lines`` + 1."""
+    from pipelines import io
+
+    for number, raw in enumerate(io.iter_lines(handle, CHUNK), start=skipped_lines + 1):
+        if not raw.strip(_JSON_SPACE):
+            continue
+        try:
+            yield json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            yield RecordError("bad_item", f"{where}: line {number} is not UTF-8 (at byte {exc.start})")
+        except json.JSONDecodeError as exc:
+            yield RecordError("bad_item", f"{where}: line {number} is not JSON: {exc.msg} at column {exc.colno}")
+        except RecursionError:
+            yield RecordError("bad_item", f"{where}: line {number} is nested too deeply")
+
+
+def _array_items(handle, where: str, offset: int) -> Iterator[Any]:
+    """The items of a JSON array stream (see ``iter_json_items``); ``offset``: characters before the stream."""
     decoder = json.JSONDecoder()
     reader = codecs.getincrementaldecoder("utf-8")()
-    buffer, offset, eof = "", 0, False
+    buffer, eof = "", False
 
     def fill() -> bool:
         nonlocal buffer, eof
         if eof:
             return False
         chunk = handle.read(CHUNK)
-        if not chunk:
-            eof = True
-            buffer += reader.decode(b"", final=True)
-            return False
-        buffer += reader.decode(chunk)
+        try:
+            if not chunk:
+                eof = True
+                buffer += reader.decode(b"", final=True)
+                return False
+            buffer += reader.decode(chunk)
+        except UnicodeDecodeError:
+            raise RecordError("unreadable_json", f"{where}: not UTF-8 after offset {offset + len(buffer)}") from None
         return True
 
     def skip_space() -> None:
@@ -73,21 +153,15 @@ def iter_json_items(handle, where: str) -> Iterator[Any]:
                 return
 
     skip_space()
-    if not buffer:
-        return
-    array = buffer[0] == "["
-    if array:
-        buffer, offset = buffer[1:], offset + 1
+    buffer, offset = buffer[1:], offset + 1  # the "[" iter_json_items saw
     first = True
     while True:
         skip_space()
         if not buffer:
-            if array:
-                raise RecordError("unreadable_json", f"{where}: the array is not closed (offset {offset})")
+            raise RecordError("unreadable_json", f"{where}: the array is not closed (offset {offset})")
+        if buffer[0] == "]":
             return
-        if array and buffer[0] == "]":
-            return
-        if array and not first:
+        if not first:
             if buffer[0] != ",":
                 raise RecordError("unreadable_json", f"{where}: expected ',' at offset {offset}")
             buffer, offset = buffer[1:], offset + 1
@@ -99,8 +173,14 @@ def iter_json_items(handle, where: str) -> Iterator[Any]:
                 if end == len(buffer) and not eof and fill():
                     continue
                 break
+            except RecursionError:
+                raise RecordError("unreadable_json", f"{where}: an item nested too deeply at offset {offset}"
+                                  ) from None
             except json.JSONDecodeError as exc:
-                if not fill():
+                # only an item cut at the buffer's end can be mended by reading on: an error further back
+                # is reported now, not after the rest of the file is buffered
+                cut = exc.pos >= len(buffer) - _CUT_TOKEN_CHARS or exc.msg.startswith("Unterminated string")
+                if not cut or not fill():
                     raise RecordError("unreadable_json", f"{where}: {exc.msg} at offset {offset + exc.pos}") from None
         yield item
         buffer, offset, first = buffer[end:], offset + end, False
@@ -177,13 +257,15 @@ class MmtabSource:
                 for item in iter_json_items(handle, unit):
                     yield self._row(unit, index, item, images)
                     index += 1
-        except RecordError as exc:  # the file breaks after `index` items: the rest cannot be enumerated
+        except RecordError as exc:  # the array breaks after `index` items: the rest cannot be enumerated
             yield Row(source_id=unit, error=exc)
         except OSError as exc:
             yield Row(source_id=unit, error=RecordError("unreadable_file", f"{unit}: {exc}"))
 
     def _row(self, unit: str, index: int, item: Any, images: str) -> Row:
         fallback = f"{unit.rstrip('/').rsplit('/', 1)[-1]}#{index}"
+        if isinstance(item, RecordError):  # a JSON Lines line that is not JSON (iter_json_items)
+            return Row(source_id=fallback, error=item)
         if not isinstance(item, dict):
             return Row(source_id=fallback, error=RecordError("bad_item", f"item {index} is not an object"))
         source_id = str(item.get("item_id") or item.get("id") or fallback)
@@ -222,7 +304,7 @@ class MmtabSource:
             raise RecordError("missing_image", f"{uri} does not exist")
         s = self.settings
         return SourcePage(
-            source=s.name, source_id=source_id, page_number=1, payload_kind="image", payload=io.read_bytes(uri),
+            source=s.name, source_id=source_id, page_number=1, payload_kind="image", payload=read_file(uri, uri),
             response=html, response_format="html", domain=s.domain, language=s.language, license=s.license,
             instruction=s.instruction, task=s.task, split=s.split,
             quality={"label_format": fmt},

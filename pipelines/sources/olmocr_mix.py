@@ -39,17 +39,20 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, read_file
 from pipelines.sources.parquet_rows import open_parquet
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
-from schemas.page import ProvenanceStep, params_hash
+from schemas.page import INT32_MAX, ProvenanceStep, params_hash
 
 # 2: cells of the wrong type (page number, extras, text, url, id) are dead letters
 # 3: olmocr_train_dir lists folders without following symlinked folders, and an .md or .pdf that resolves
 #    (through symlinks) outside the root is unsafe_path, never read (one version for the module's readers:
 #    refresh keys units by it)
-VERSION = "3"
+# 4: rows are routed to a tarball by its normalised path relative to the root, not its name (two t.tar.gz in
+#    different folders, or one spelled two ways, made rows read twice); page_number over int32 is bad_page_number;
+#    0225 rows no tarball held are corrupt_tarball/missing_tarball, naming it, when a tarball could not be read
+VERSION = "4"
 PAGE_RESPONSE_FIELDS = (
     "primary_language",
     "is_rotation_valid",
@@ -115,7 +118,8 @@ def _doc_id(value: Any) -> str:
 
 
 def _page_number(value: Any, doc_id: str) -> int:
-    """The ``page_number`` cell as an int >= 1 (1 when null); ``RecordError('bad_page_number')`` otherwise."""
+    """The ``page_number`` cell as an int in 1..``INT32_MAX`` (1 when null); ``RecordError('bad_page_number')``
+    otherwise."""
     if value is None:
         return 1
     number: int | None = None
@@ -128,8 +132,8 @@ def _page_number(value: Any, doc_id: str) -> int:
     if number is None:
         raise RecordError("bad_page_number",
                           f"{doc_id}: page_number {_short(value)} ({type(value).__name__}) is not an integer")
-    if number < 1:
-        raise RecordError("bad_page_number", f"{doc_id}: page_number {number} is not >= 1")
+    if not 1 <= number <= INT32_MAX:  # the record's page_number is an int32 column
+        raise RecordError("bad_page_number", f"{doc_id}: page_number {number} is not in 1..{INT32_MAX}")
     return number
 
 
@@ -226,8 +230,10 @@ class _MixBase:
         self.provenance = [ProvenanceStep(f"read:{self.kind}", VERSION, params_hash(settings.options))]
 
     # --- hooks for the two parquet variants -------------------------------------------------
-    def member_key(self, row: dict[str, Any], tar_names: set[str]) -> tuple[str, str]:
-        """(tarball basename, member name) holding the row's PDF; raise ``RecordError`` if none."""
+    def member_key(self, row: dict[str, Any]) -> tuple[str, str]:
+        """(tarball, member name) holding the row's PDF: the tarball as its normalised path relative to the
+        root (``_tar_uri`` makes it the URI its unit reads), or ``"*"`` for any of the unit's; raise
+        ``RecordError`` if none."""
         raise NotImplementedError
 
     def response_fields(self, row: dict[str, Any], where: str) -> tuple[dict[str, Any], str | None]:
@@ -238,6 +244,12 @@ class _MixBase:
     # --- shared machinery -------------------------------------------------------------------
     def _root(self, parquet_uri: str) -> str:
         return self.options.root or posixpath.dirname(parquet_uri) or "."
+
+    def _tar_uri(self, parquet_uri: str, tar_path: str) -> str:
+        """The URI of a tarball a row names by its normalised path relative to the root (``member_key``):
+        the one rule that plans a tarball's unit and routes rows to it, so two tarballs of one name in
+        different folders stay apart and one spelled two ways is one unit."""
+        return io.join(self._root(parquet_uri), tar_path)
 
     def _open(self, parquet_uri: str) -> pq.ParquetFile:
         return open_parquet(parquet_uri)
@@ -286,14 +298,15 @@ class _MixBase:
     required_columns: tuple[str, ...] = ()
 
     def _tar_names(self, unit: JoinUnit) -> set[str]:
-        return {posixpath.basename(t) for t in unit.tarballs or ()}
+        """The tarball keys of the rows this unit resolves (``_tar_uri`` of ``member_key``)."""
+        return set(unit.tarballs or ())
 
     def _rows_without_tarball(self, unit: JoinUnit, pf: pq.ParquetFile, id_col: str) -> Iterator[Row]:
         """Rows whose PDF is in no known tarball (bad or missing ``pdf_relpath``, or, for 0225, a bad id)."""
         try:
             for _, _, n, row in self._iter_rows(pf, [id_col, *self.key_columns]):
                 try:
-                    self.member_key(row, set())
+                    self.member_key(row)
                 except RecordError as exc:
                     try:
                         doc_id = _doc_id(row[id_col])
@@ -304,29 +317,27 @@ class _MixBase:
             yield Row(source_id=unit.parquet, error=RecordError(
                 "unreadable_parquet", f"{unit.parquet}: {type(exc).__name__}: {_cap(str(exc), 500)}"))
 
-    def _all_tar_names(self, parquet_uri: str) -> set[str]:
-        return {posixpath.basename(t) for t in self._tarball_uris(parquet_uri)}
-
     def _tarball_uris(self, parquet_uri: str) -> list[str]:
         raise NotImplementedError
 
     def _join(self, unit: JoinUnit, pf: pq.ParquetFile, id_col: str) -> Iterator[Row]:
         tar_names = self._tar_names(unit)
-        try:
-            all_tars = self._all_tar_names(unit.parquet)
-        except Exception:  # noqa: BLE001 - the hooks of both variants do not need it
-            all_tars = set()
-        # (tarball or "*", member) -> [(row group, index, doc id)] for rows this unit must resolve
+        # (tarball URI or "*", member) -> [(row group, index, doc id)] for rows this unit must resolve
         wanted: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
+        # tarball URI -> its path as the rows name it (normalised): messages name it so, free of the input's
+        # location (a refresh carries a unit's letters over to a run elsewhere)
+        tar_paths: dict[str, str] = {}
         bad_ids: list[Row] = []  # rows routed here whose id cannot name them: reported by their place
         try:
             for rg, i, n, row in self._iter_rows(pf, [id_col, *self.key_columns]):
                 try:
-                    key = self.member_key(row, all_tars)
+                    tar_path, member = self.member_key(row)
                 except RecordError:
                     continue  # reported by the tarball-less unit
+                key = (tar_path if tar_path == "*" else self._tar_uri(unit.parquet, tar_path), member)
                 if key[0] not in tar_names:
                     continue
+                tar_paths[key[0]] = tar_path
                 try:
                     wanted.setdefault(key, []).append((rg, i, _doc_id(row[id_col])))
                 except RecordError as exc:
@@ -364,9 +375,14 @@ class _MixBase:
                 if tar_name in failures:
                     reason, why = failures[tar_name]
                     error = RecordError(reason, f"{doc_id}: {why}")
+                elif tar_name == "*" and failures:  # any tarball may hold it: maybe one that could not be read
+                    reason, why = next(iter(failures.values()))
+                    others = f" (and {len(failures) - 1} more unreadable tarballs)" if len(failures) > 1 else ""
+                    error = RecordError(reason, f"{doc_id}: member {_short(member)} not found in the tarballs "
+                                                f"read; {why}{others}")
                 else:
-                    error = RecordError(
-                        "missing_tar_member", f"{doc_id}: member {_short(member)} not found in {_cap(tar_name)}")
+                    error = RecordError("missing_tar_member", f"{doc_id}: member {_short(member)} not found in "
+                                                              f"{_cap(tar_paths.get(tar_name, tar_name))}")
                 yield Row(source_id=doc_id, error=error)
 
     def _tar_members(self, tar_uri: str, wanted: dict, failures: dict
@@ -374,7 +390,7 @@ class _MixBase:
         """Stream one tarball: (rows, PDF bytes or the refusal, member name) for each member some rows want,
         those rows removed from ``wanted``. When the stream breaks, ``failures`` gets the tarball's reason and
         the rows of a member being read go back to ``wanted``; rows already handed out are not touched."""
-        tar_name = posixpath.basename(tar_uri)
+        tar_name = tar_uri  # the key rows are routed by (``_join``)
         try:
             stream = io.open_read(tar_uri)
         except Exception as exc:
@@ -481,7 +497,6 @@ class OlmOcrMixSource(_MixBase):
     def _tarball_uris(self, parquet_uri: str) -> list[str]:
         """The tarballs the file's rows point into; ``RecordError`` when the file or its ``pdf_relpath``
         column cannot be read (its tarball-less unit reports that, as ``read`` finds the same)."""
-        root = self._root(parquet_uri)
         pf = self._open(parquet_uri)
         if "pdf_relpath" not in pf.schema_arrow.names:
             raise RecordError("bad_schema", f"{parquet_uri}: no pdf_relpath column")
@@ -492,12 +507,14 @@ class OlmOcrMixSource(_MixBase):
         try:
             for batch in pf.iter_batches(columns=["pdf_relpath"]):
                 for rel in batch.column(0).to_pylist():
-                    if isinstance(rel, str) and ":" in rel:
-                        names.add(rel.split(":", 1)[0])
+                    try:
+                        names.add(_split_relpath(rel)[0])
+                    except RecordError:
+                        continue  # the tarball-less unit reports the row
         except Exception as exc:  # a corrupt page of the column
             raise RecordError("unreadable_parquet", f"{parquet_uri}: {type(exc).__name__}: {_cap(str(exc), 500)}"
                               ) from exc
-        return sorted(io.join(root, n) for n in names if safe_member_name(n))
+        return sorted(self._tar_uri(parquet_uri, n) for n in names)
 
     def plan(self, uri: str) -> Iterator[JoinUnit]:
         yield JoinUnit(uri, None)
@@ -517,23 +534,24 @@ class OlmOcrMixSource(_MixBase):
         own = f"{rows.get(tarball, '')}:{io.content_id(tarball) if tarball else ''}"
         return hashlib.sha256(own.encode()).hexdigest()
 
-    def member_key(self, row: dict[str, Any], tar_names: set[str]) -> tuple[str, str]:
-        tar_path, member = _split_relpath(row.get("pdf_relpath"))
-        return posixpath.basename(tar_path), member
+    def member_key(self, row: dict[str, Any]) -> tuple[str, str]:
+        return _split_relpath(row.get("pdf_relpath"))
 
     def response_fields(self, row: dict[str, Any], where: str) -> tuple[dict[str, Any], str | None]:
         return page_response(row, where), row.get("natural_text")
 
 
 def _split_relpath(rel: Any) -> tuple[str, str]:
-    """(tarball path, member) of a ``pdf_relpath``; ``RecordError`` when it names none or either part is
-    unsafe. The one rule for which unit reports a row: the tarball's, or the no-tarball unit when this raises."""
+    """(tarball path, member) of a ``pdf_relpath``, the path normalised (``./pdf_tarballs/t.tar.gz`` and
+    ``pdf_tarballs//t.tar.gz`` are ``pdf_tarballs/t.tar.gz``); ``RecordError`` when it names none or either
+    part is unsafe. The one rule for which unit reports a row: its tarball's (``_MixBase._tar_uri``), or the
+    no-tarball unit when this raises."""
     if not isinstance(rel, str) or ":" not in rel:
         raise RecordError("missing_pdf_relpath", f"pdf_relpath {_short(rel)} is not '<tarball>:<member>'")
     tar_path, member = rel.split(":", 1)
     if not safe_member_name(tar_path) or not safe_member_name(member):
         raise RecordError("unsafe_tar_member", f"pdf_relpath {_short(rel)} points outside the archive")
-    return tar_path, member
+    return posixpath.normpath(tar_path), member
 
 
 @functools.lru_cache(maxsize=64)
@@ -544,7 +562,7 @@ def _rows_by_tarball(parquet_uri: str, digest: str, root: str) -> dict[str | Non
     hashes: dict[str | None, Any] = {}
     for batch in open_parquet(parquet_uri).iter_batches():
         for row in batch.to_pylist():
-            try:
+            try:  # the URI ``_MixBase._tar_uri`` gives the row's tarball (its unit's)
                 key: str | None = io.join(root, _split_relpath(row.get("pdf_relpath"))[0])
             except RecordError:
                 key = None
@@ -573,7 +591,7 @@ class OlmOcrMix0225Source(OlmOcrMixSource):
         yield JoinUnit(uri, None)
         yield JoinUnit(uri, tuple(self._tarball_uris(uri)))
 
-    def member_key(self, row: dict[str, Any], tar_names: set[str]) -> tuple[str, str]:
+    def member_key(self, row: dict[str, Any]) -> tuple[str, str]:
         doc_id = _doc_id(row.get("id", row.get("__index_level_0__")))
         if not safe_member_name(f"{doc_id}.pdf"):
             raise RecordError("unsafe_tar_member", f"id {_short(doc_id)} cannot name a tar member")
@@ -680,7 +698,7 @@ class OlmOcrTrainDirSource:
         where = f"the dataset root {root}"
         md = path_under(root, rel, where)
         pdf_path = path_under(root, rel[: -len(".md")] + ".pdf", where)
-        raw = io.read_bytes(md)
+        raw = read_file(md, md)  # a folder or FIFO named X.md: unsafe_path, never opened
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -693,7 +711,7 @@ class OlmOcrTrainDirSource:
             source_id=source_id,
             page_number=1,
             payload_kind="pdf",
-            payload=io.read_bytes(pdf_path),
+            payload=read_file(pdf_path, pdf_path),
             response=body,
             domain=self.settings.domain,
             language=fields["primary_language"] or self.settings.language,

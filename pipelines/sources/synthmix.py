@@ -27,14 +27,16 @@ from dataclasses import dataclass
 from typing import Iterator, Literal
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under
+from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, read_file
 from pipelines.sources.olmocr_mix import parse_front_matter
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 from schemas.unit_tests import UnitTest, check_all, unit_test_from_dict, unit_test_to_json
 
-VERSION = "2"  # 2: a PDF or reference resolving (through symlinks) outside the dataset root is unsafe_path
+VERSION = "3"  # 2: a PDF or reference resolving (through symlinks) outside the dataset root is unsafe_path;
+# 3: a PDF or reference that is not a regular file (a folder, a FIFO) is its page's unsafe_path, and any other
+# failure of one page its bad_record, never the whole file's letter
 
 
 class OlmOcrSynthmixSource:
@@ -111,6 +113,9 @@ class OlmOcrSynthmixSource:
             return Row(source_id=source_id, pages=[self._page(root, pdf, page, source_id, tests, invalid)])
         except (RecordError, Dropped) as exc:
             return Row(source_id=source_id, error=exc)
+        except Exception as exc:  # noqa: BLE001 - one bad page must not end the file (the pages after it)
+            return Row(source_id=source_id, error=RecordError("bad_record", f"{source_id}: {type(exc).__name__}: "
+                                                                            f"{exc}"))
 
     def _page(self, root: str, pdf: str, page: int, source_id: str, tests: list[UnitTest],
               invalid: int) -> SourcePage:
@@ -130,7 +135,7 @@ class OlmOcrSynthmixSource:
         if not io.exists(pdf_uri):
             raise RecordError("missing_pdf", f"{source_id}: {pdf_uri} does not exist")
         try:
-            text = io.read_bytes(md).decode("utf-8")
+            text = read_file(md, md).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RecordError("invalid_utf8", f"{md}: not UTF-8 at byte {exc.start}") from None
         fields, body = parse_front_matter(text, md)
@@ -143,7 +148,7 @@ class OlmOcrSynthmixSource:
         s = self.settings
         return SourcePage(
             source=s.name, source_id=source_id, page_number=page, payload_kind="pdf",
-            payload=io.read_bytes(pdf_uri), pdf_page_index=page - 1, response=body, domain=s.domain,
+            payload=read_file(pdf_uri, pdf_uri), pdf_page_index=page - 1, response=body, domain=s.domain,
             language=fields["primary_language"] or s.language, license=s.license, instruction=s.instruction,
             task=s.task, split=s.split, rotation=fields["rotation_correction"],
             quality={"olmocr": fields, "read": {"counters": counters}},
