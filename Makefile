@@ -44,7 +44,7 @@ train: $(STAMP) out/curriculum/manifest.json out/corpus/manifest.json
 retrieve: $(STAMP) out/corpus/manifest.json
 	@test -f out/model/errors.json || { echo "out/model/errors.json is missing: run make train first"; exit 1; }
 	$(PY) -m classifiers.train --corpus out/corpus --errors out/model/errors.json --failing-corpus out/curriculum \
-	  --out out/classifiers
+	  --set eval_fraction=0 --out out/classifiers  # configs/train.yaml's eval_fraction: the curriculum's train pages
 	$(PY) -m classifiers.retrieve --corpus out/corpus --classifiers out/classifiers --k 1000 --out out/retrieval $(ARGS)
 
 out/curriculum/manifest.json: | $(STAMP)
