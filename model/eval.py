@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from tqdm import tqdm
 
-from model.models import Loaded, load
+from model.models import Loaded, load_or_exit
 from model.processing import Encoded
 from pipelines.instruct.conventions import checkable
 from schemas.similarity import normalized_edit_distance
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--out", help="write the report JSON here")
     args = ap.parse_args(argv)
-    loaded = load(args.model)
+    loaded = load_or_exit(ap, args.model)
     fraction = cli_eval_fraction(args.corpus, args.eval_fraction)
     sources: list = []
     samples = eval_samples(uncapped(DataConfig(path=args.corpus, eval_fraction=fraction)), loaded.processor,

@@ -520,7 +520,7 @@ def _jsonable(cfg: GRPOConfig) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     import yaml
 
-    from model.models import load
+    from model.models import load_or_exit
 
     ap = argparse.ArgumentParser(prog="python -m model.grpo",
                                  description="GRPO with dense verifiable rewards (ReMax or group-mean baseline) "
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> None:
         if value is not None:
             raw[key] = value
     cfg = load_config(GRPOConfig, raw, "grpo")
-    loaded = load(args.model)
+    loaded = load_or_exit(ap, args.model)
     prompts = load_prompts(args.corpus, loaded.processor, cfg)
     history = train_grpo(loaded, cfg, prompts, args.out)
     print(f"GRPO: {len(history)} steps on {len(prompts)} prompts, reward {history[0].reward_mean:.4f} -> "

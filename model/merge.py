@@ -433,14 +433,14 @@ def main(argv: list[str] | None = None) -> None:
 
     from safetensors.torch import load_file, save_file
 
-    from model.models import load, save
+    from model.models import load_or_exit, save
 
     n = len(args.models)
     params = {"linear": {}, "task_arithmetic": {"lam": args.lam}, "ties": {"density": args.density, "lam": args.lam},
               "dare": {"p": args.p, "seed": args.seed, "combine": args.combine, "lam": args.lam}}[args.method]
     cand = MergeCandidate(args.method, params, tuple(args.weights or [1.0 / n] * n))
-    base = load(args.base)
-    loaded = [load(m) for m in args.models]
+    base = load_or_exit(ap, args.base)
+    loaded = [load_or_exit(ap, m) for m in args.models]
     states = [m.model.state_dict() for m in loaded]
     target = loaded[0]
 

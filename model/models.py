@@ -161,20 +161,35 @@ def build_tiny(kind: str = "tiny", seed: int = 0, white_zero: bool = False, **si
 
 def load(source: str, dtype: torch.dtype | None = None) -> Loaded:
     """``tiny``/``tiny-moe`` (fresh weights) or a local checkpoint folder (model + processor files)."""
-    if source in TINY_KINDS:
-        return build_tiny(source)
     path = Path(source)
+    if source in TINY_KINDS:
+        if path.is_dir():  # which one was meant? a saved checkpoint must not be replaced by fresh weights unnoticed
+            raise ModelLoadError(f"{source!r} names both the built-in {source} model and a folder here: pass "
+                                 f"./{source} for the folder")
+        return build_tiny(source)
     if not path.is_dir():
         raise ModelLoadError(f"checkpoint {source!r} is not a local folder (nothing is fetched from a hub)")
     if not (path / "config.json").exists():
         raise ModelLoadError(f"checkpoint {source!r} has no config.json")
     from transformers import AutoModelForImageTextToText
 
-    processor = PageProcessor.from_pretrained(path)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype or torch.float32)
+    try:
+        processor = PageProcessor.from_pretrained(path)
+        model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype or torch.float32)
+    except (OSError, ValueError, KeyError) as exc:  # a missing or unreadable file, an unknown architecture
+        raise ModelLoadError(f"checkpoint {source!r} cannot be loaded: {type(exc).__name__}: "
+                             f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}") from exc
     check_tokenizer(model, processor, source)
     suppress_vision_tokens(model)
     return Loaded(model, processor, str(path))
+
+
+def load_or_exit(parser, source: str) -> Loaded:
+    """``load(source)`` for a command line: a checkpoint that cannot load is one line naming it and exit 2."""
+    try:
+        return load(source)
+    except ModelLoadError as exc:
+        parser.exit(2, f"{parser.prog}: {exc}\n")
 
 
 def check_tokenizer(model: nn.Module, processor: PageProcessor, source: str) -> None:

@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
                         max_new_tokens=args.max_new_tokens, self_distill=not args.no_self_distill)
         fraction = cli_eval_fraction(args.corpus, args.eval_fraction)
         loaded = load(args.checkpoint)
-    except (ValueError, ModelLoadError) as exc:
+    except (ValueError, ModelLoadError, FileNotFoundError) as exc:
         ap.exit(2, f"{ap.prog}: {exc}\n")
     result = fit_for_checkpoint(loaded, args.corpus, cfg, args.limit, args.out, eval_fraction=fraction)
     last = result.history[-1]

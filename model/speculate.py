@@ -15,7 +15,7 @@ import torch
 
 from model.data import DataConfig, eval_samples
 from model.decode import accept_stats, bench_on_corpus, format_table, generate
-from model.models import load
+from model.models import load_or_exit
 from model.mtp import MTPConfig, fit_for_checkpoint
 from model.mtp_head import load_head
 from model.records import EVAL_FRACTION_HELP, cli_eval_fraction, fraction_arg
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     args = ap.parse_args(argv)
-    loaded = load(args.checkpoint)
+    loaded = load_or_exit(ap, args.checkpoint)
     loaded.model.eval()
     fraction = cli_eval_fraction(args.corpus, args.eval_fraction)
     if args.head:

@@ -82,7 +82,13 @@ class ShortStage:
         self.cfg = cfg
         self.path = resolve_tokenizer_path(cfg.tokenizer_path)  # fail at start-up, not per record
         self._provenance = ProvenanceStep(f"clean:{self.name}", VERSION, params_hash(asdict(cfg)))
-        self._tokenizer: Any = None  # loaded on first use, per worker
+        try:  # ... a file that is not a tokenizer too (a git-lfs pointer): not one dead letter per record
+            from tokenizers import Tokenizer
+
+            self._tokenizer: Any = Tokenizer.from_file(str(self.path))  # again on each worker (__getstate__)
+        except Exception as exc:
+            raise ValueError(f"short: tokenizer_path {cfg.tokenizer_path!r}: {self.path} is not a tokenizer.json "
+                             f"({type(exc).__name__}: {str(exc)[:200]})") from None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -149,3 +149,22 @@ def test_missing_checkpoint_and_tokenizer_mismatch_fail_before_training(tmp_path
     save(small.model, small.processor, tmp_path / "small")
     with pytest.raises(ModelLoadError, match="tokenizer has"):
         load(str(tmp_path / "small"))
+
+
+def test_an_incomplete_checkpoint_or_a_folder_named_like_a_built_in_model_fails_in_one_line(tmp_path, monkeypatch,
+                                                                                             capsys):
+    from model.eval import main as eval_main
+
+    loaded = build_tiny("tiny")
+    save(loaded.model, loaded.processor, tmp_path / "ck")
+    (tmp_path / "ck" / "model.safetensors").unlink()  # a copy that lost its weights
+    with pytest.raises(ModelLoadError, match="cannot be loaded: OSError"):
+        load(str(tmp_path / "ck"))
+    with pytest.raises(SystemExit) as exited:  # the CLIs: one line naming it, exit 2 (was a traceback)
+        eval_main(["--model", str(tmp_path / "ck"), "--corpus", str(tmp_path)])
+    assert exited.value.code == 2 and "cannot be loaded" in capsys.readouterr().err
+    save(loaded.model, loaded.processor, tmp_path / "tiny")
+    monkeypatch.chdir(tmp_path)  # "tiny" is both the built-in model and a saved folder here: which one?
+    with pytest.raises(ModelLoadError, match="pass ./tiny for the folder"):
+        load("tiny")
+    assert load("./tiny").source.endswith("tiny")

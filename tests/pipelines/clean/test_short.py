@@ -73,6 +73,10 @@ def test_missing_tokenizer_is_a_config_error(tmp_path):
         ShortStage(ShortConfig(tokenizer_path=str(tmp_path)))
     with pytest.raises(ValueError, match="min_tokens"):
         ShortStage(ShortConfig(min_tokens=0))
+    # a file that is there but is no tokenizer (a git-lfs pointer) fails at start-up too, not once per record
+    (tmp_path / "tokenizer.json").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 1\n")
+    with pytest.raises(ValueError, match=r"is not a tokenizer\.json"):
+        ShortStage(ShortConfig(tokenizer_path=str(tmp_path)))
 
 
 def test_pickles_without_the_loaded_tokenizer(stage):
