@@ -368,3 +368,32 @@ def test_a_file_that_breaks_partway_is_dead_lettered_and_the_other_files_written
     (letter,) = pq.read_table(tmp_path / "out" / "dead_letter.parquet").to_pylist()
     assert "b.parquet: read failed after 1 rows" in letter["message"]
     assert sum(s["rows"] for s in manifest.shards) == 3
+
+
+def test_a_rerun_removes_what_a_killed_run_left_and_a_killed_rerun_is_not_finished(tmp_path, monkeypatch):
+    """A kill leaves ``*.parquet.tmp-*`` beside the shards (load_dataset and pq.read_table of data/ then fail or
+    read pages twice) and, on a rerun, the old manifest over new files."""
+    import pipelines.stage as stage_module
+    from pipelines.stage import checked_inputs, run
+    from pipelines.validate_stage import validate_record
+
+    pq.write_table(pa.Table.from_pylist([r.to_row() for r in RECORDS[:3]], schema=PAGE_SCHEMA), tmp_path / "in.parquet")
+    out = tmp_path / "out"
+    files = checked_inputs(str(tmp_path / "in.parquet"))
+    run("validate", validate_record, files, str(out), {})
+    shard = next((out / "data").glob("*.parquet"))
+    (out / "data" / f"{shard.name}.tmp-0badc0de").write_bytes(shard.read_bytes())  # killed before its rename
+    (out / "dead_letter.parquet.tmp-0badc0de").write_bytes(b"")  # killed as it opened
+    real = stage_module.TableSink.close
+
+    def killed(self):
+        raise KeyboardInterrupt  # the rerun dies before its first file is in place
+
+    monkeypatch.setattr(stage_module.TableSink, "close", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run("validate", validate_record, files, str(out), {})
+    assert not (out / "manifest.json").exists()
+    monkeypatch.setattr(stage_module.TableSink, "close", real)
+    manifest = run("validate", validate_record, files, str(out), {})
+    assert sorted(p.name for p in out.rglob("*") if ".tmp-" in p.name) == []
+    assert pq.read_table(out / "data").num_rows == manifest.totals("validate").out == 3
