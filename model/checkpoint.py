@@ -10,6 +10,7 @@ Layout of a checkpoint folder (loadable by `model.models.load` as a plain model 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import tempfile
@@ -61,8 +62,9 @@ def save_checkpoint(path: str | Path, model, processor, optimizer=None, schedule
     The files are written into a scratch folder inside ``path`` (the same file system, even when ``path``
     is a mount point or a link to another disk) and then moved in, the trainer state last: a save that
     fails or is killed while writing (seconds for a real model) leaves the checkpoint already in ``path``
-    as it was, so ``--resume`` from the folder a run saves into in place stays safe. Other files in
-    ``path`` (the training logs) are kept.
+    as it was, so ``--resume`` from the folder a run saves into in place stays safe. A kill while the files
+    move in (a few renames) would leave files of two saves: the trainer state lists each file's sha256, and
+    ``load_checkpoint`` refuses such a mix. Other files in ``path`` (the training logs) are kept.
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -77,6 +79,7 @@ def save_checkpoint(path: str | Path, model, processor, optimizer=None, schedule
             doc["optimizer"] = meta
         if scheduler is not None:
             doc["scheduler"] = scheduler.state_dict()
+        doc["files"] = {f.name: _sha256(f) for f in sorted(scratch.iterdir()) if f.is_file()}
         (scratch / STATE_FILE).write_text(json.dumps(doc))
         written = sorted(scratch.iterdir(), key=lambda f: f.name == STATE_FILE)  # the state last
         if optimizer is None:
@@ -86,21 +89,31 @@ def save_checkpoint(path: str | Path, model, processor, optimizer=None, schedule
     return path
 
 
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def load_checkpoint(path: str | Path, model, optimizer=None, scheduler=None,
                     restore_rng: bool = True) -> dict[str, Any]:
     """Load weights into ``model`` (and optimizer/scheduler when given); return the saved state."""
+    from model.models import ModelLoadError
+
     path = Path(path)
     if optimizer is not None and not (path / OPTIM_FILE).exists():
-        from model.models import ModelLoadError
-
         raise ModelLoadError(f"{path} has no {OPTIM_FILE}: not a training checkpoint to resume from "
                              "(start a new run from its weights instead)")
+    doc = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
+    changed = [name for name, digest in doc.get("files", {}).items()
+               if not (path / name).is_file() or _sha256(path / name) != digest]
+    if changed:  # a save killed while its files moved in: weights of one step, optimizer and state of another
+        raise ModelLoadError(f"{path}: {', '.join(changed)} are not the files its {STATE_FILE} was saved with (a "
+                             "save was interrupted while moving its files in): resume from an earlier checkpoint")
     # transformers renames keys on save (e.g. Qwen2.5-VL's "model.visual." -> "visual."), so read the
     # weights back through from_pretrained rather than the raw safetensors names.
     saved = type(model).from_pretrained(path, dtype=next(model.parameters()).dtype)
     model.load_state_dict(saved.state_dict(), strict=True)
     del saved
-    doc = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
     if optimizer is not None:
         optimizer.load_state_dict(_unflatten_optimizer(load_file(str(path / OPTIM_FILE)),
                                                        doc["optimizer"]))

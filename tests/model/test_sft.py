@@ -168,3 +168,23 @@ def test_an_incomplete_checkpoint_or_a_folder_named_like_a_built_in_model_fails_
     with pytest.raises(ModelLoadError, match="pass ./tiny for the folder"):
         load("tiny")
     assert load("./tiny").source.endswith("tiny")
+
+
+def test_resume_refuses_a_checkpoint_whose_files_come_from_two_saves(tmp_path):
+    """A kill while a save moves its files in leaves new weights beside the old optimizer and state: resuming
+    from it trained silently from a mix."""
+    import torch
+
+    from model.checkpoint import load_checkpoint, save_checkpoint
+
+    loaded = build_tiny("tiny")
+    optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=1e-3)
+    save_checkpoint(tmp_path / "c", loaded.model, loaded.processor, optimizer, state={"step": 2})
+    assert load_checkpoint(tmp_path / "c", build_tiny("tiny").model,
+                           torch.optim.AdamW(build_tiny("tiny").model.parameters()))["step"] == 2
+    later = build_tiny("tiny", seed=1)
+    save_checkpoint(tmp_path / "later", later.model, later.processor, optimizer, state={"step": 4})
+    (tmp_path / "later" / "model.safetensors").replace(tmp_path / "c" / "model.safetensors")  # moved in, then killed
+    fresh = build_tiny("tiny")
+    with pytest.raises(ModelLoadError, match="model.safetensors are not the files its trainer_state.json"):
+        load_checkpoint(tmp_path / "c", fresh.model, torch.optim.AdamW(fresh.model.parameters()))
