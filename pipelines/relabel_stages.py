@@ -13,6 +13,7 @@ import os
 
 from pipelines.clean.repeats import RepeatsConfig, find_loop
 from relabel import stages
+from relabel.cache import MODEL_DIGEST_ENV
 from relabel.client import MODEL_ENV
 from relabel.prompts import JUDGE_VERSION, REFINE_VERSION, RELABEL_VERSION
 from relabel.stages import AuditConfig, PreferenceConfig, RelabelConfig
@@ -26,11 +27,13 @@ VERSION = f"{stages.VERSION}:{RELABEL_VERSION}:{JUDGE_VERSION}:{REFINE_VERSION}"
 
 def resolved_inputs(spec: dict) -> list[str]:
     """What a relabel stage's answers depend on beyond its config: the endpoint and model as the run
-    resolves them (``relabel.client``: the config's, else ``$OPENAI_BASE_URL`` / ``$PAGEMILL_RELABEL_MODEL``).
-    A model the server names only at run time (neither set) is not known here; docs/refresh.md says so."""
+    resolves them (``relabel.client``: the config's, else ``$OPENAI_BASE_URL`` / ``$PAGEMILL_RELABEL_MODEL``)
+    and the served checkpoint's content digest that ``relabel.serve`` exports (a retrained checkpoint at the
+    same path). A model the server names only at run time (neither set) is not known here; docs/refresh.md
+    says so."""
     client = spec.get("client") or {}
     return [client.get("base_url") or os.environ.get("OPENAI_BASE_URL", ""),
-            client.get("model") or os.environ.get(MODEL_ENV, "")]
+            client.get("model") or os.environ.get(MODEL_ENV, ""), os.environ.get(MODEL_DIGEST_ENV, "")]
 
 
 def loop_kind(text: str) -> str | None:

@@ -17,9 +17,12 @@ The price: SQLite needs a POSIX file lock, so the cache lives on a local or shar
 there is refused at start-up with that message.
 
 The key is the sha256 of the model, the prompt version, the page image's sha256, the prompt text and
-the sampling parameters (``max_tokens``, ``temperature``, ``seed``), and the client's ``max_image_side`` when
-set: a new prompt version, model, seed or image size asks again; nothing else does. Failed requests
-(rejected, timed out, server errors: ``RequestFailed``) are not cached, so a rerun retries them. Every
+the sampling parameters (``max_tokens``, ``temperature``, ``seed``), the client's ``max_image_side`` when
+set, and the model's digest ``$PAGEMILL_RELABEL_MODEL_DIGEST`` when set (``python -m relabel.serve`` sets it
+to a hash of the served checkpoint's content: a model name is a path there, and a checkpoint rewritten at
+that path is another model): a new prompt version, model, model digest, seed or image size asks again;
+nothing else does. Failed requests (rejected, timed out, server errors: ``RequestFailed``) are not
+cached, so a rerun retries them. Every
 answer is cached, also one the stage cannot use (empty, truncated, a verdict that does not parse): the
 same request at the same seed would get it again, so a rerun does not ask; a new seed or a deleted cache
 file does.
@@ -37,6 +40,9 @@ from pathlib import Path
 
 from relabel.client import Answer, ChatRequest
 
+# the served model's content digest (relabel.serve sets it); part of every cache key when set
+MODEL_DIGEST_ENV = "PAGEMILL_RELABEL_MODEL_DIGEST"
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
   key TEXT PRIMARY KEY,
@@ -50,15 +56,20 @@ CREATE TABLE IF NOT EXISTS answers (
 """
 
 
-def request_key(model: str, prompt_version: str, request: ChatRequest, max_image_side: int = 0) -> tuple[str, str, str]:
+def request_key(model: str, prompt_version: str, request: ChatRequest, max_image_side: int = 0,
+                model_digest: str | None = None) -> tuple[str, str, str]:
     """(key, image sha256, params JSON) of one request. ``max_image_side``: the client's size limit, which
-    changes the image sent (0, sending the image as stored, leaves the key as it was before the limit existed)."""
+    changes the image sent (0, sending the image as stored, leaves the key as it was before the limit existed).
+    ``model_digest``: the model's content digest, by default ``$PAGEMILL_RELABEL_MODEL_DIGEST`` (empty or unset
+    leaves the key as it was before the digest existed)."""
+    if model_digest is None:
+        model_digest = os.environ.get(MODEL_DIGEST_ENV, "")
     image_sha = hashlib.sha256(request.image).hexdigest() if request.image is not None else ""
     params = {**request.params(), "text_sha256": hashlib.sha256(request.text.encode()).hexdigest()}
     if max_image_side and request.image is not None:
         params["max_image_side"] = max_image_side
     params = json.dumps(params, sort_keys=True)
-    blob = json.dumps([model, prompt_version, image_sha, params])
+    blob = json.dumps([model, prompt_version, image_sha, params, *([model_digest] if model_digest else [])])
     return hashlib.sha256(blob.encode()).hexdigest(), image_sha, params
 
 
@@ -115,4 +126,4 @@ class AnswerCache:
             self._conn = None
 
 
-__all__ = ["AnswerCache", "request_key"]
+__all__ = ["MODEL_DIGEST_ENV", "AnswerCache", "request_key"]

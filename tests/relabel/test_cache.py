@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from relabel.cache import AnswerCache, request_key
+from relabel.cache import MODEL_DIGEST_ENV, AnswerCache, request_key
 from relabel.client import Answer, ChatRequest
 
 
@@ -40,6 +40,21 @@ def test_key_depends_on_the_image_size_limit_and_is_unchanged_without_one():
     assert len({as_stored, request_key("m", "v1", request, 768)[0], request_key("m", "v1", request, 1024)[0]}) == 3
     text_only = ChatRequest("Say hi.", None, 64, 0.0, 0)  # no image, nothing resized: the limit does not matter
     assert request_key("m", "v1", text_only, 768)[0] == request_key("m", "v1", text_only)[0]
+
+
+def test_key_depends_on_the_model_digest_and_is_unchanged_without_one(monkeypatch):
+    """The same model name (relabel.serve's: the served path) with other content behind it is asked again."""
+    request = ChatRequest("Transcribe.", b"png-bytes", 64, 0.0, 0)
+    monkeypatch.delenv(MODEL_DIGEST_ENV, raising=False)
+    plain = request_key("/tmp/ck", "v1", request)[0]
+    assert request_key("/tmp/ck", "v1", request, model_digest="")[0] == plain
+    monkeypatch.setenv(MODEL_DIGEST_ENV, "")  # empty: as unset
+    assert request_key("/tmp/ck", "v1", request)[0] == plain
+    monkeypatch.setenv(MODEL_DIGEST_ENV, "digest-a")
+    first = request_key("/tmp/ck", "v1", request)[0]
+    assert request_key("/tmp/ck", "v1", request, model_digest="digest-a")[0] == first
+    monkeypatch.setenv(MODEL_DIGEST_ENV, "digest-b")  # the checkpoint at that path was rewritten
+    assert len({plain, first, request_key("/tmp/ck", "v1", request)[0]}) == 3
 
 
 def test_two_processes_writing_one_cache_do_not_corrupt_it(tmp_path):
