@@ -314,7 +314,8 @@ class LocalServer:
                    "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu"]
         log = open(self.log_path or self.work / "server.log", "ab")
         self.process = subprocess.Popen(command, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=_end_with_parent if sys.platform == "linux" else None)
         log.close()
         deadline = time.monotonic() + self.startup_timeout_s
         try:
@@ -398,10 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     except ServeError as exc:
         print(exc, file=sys.stderr)
         return 2
-    stop = {"now": False}
+    stop: dict = {"now": False, "signum": 0, "starting": True}
 
     def on_signal(signum, _frame):
-        stop["now"] = True
+        stop.update(now=True, signum=signum)
+        if stop["starting"]:  # still starting the server: stop now, never run the command
+            raise _Stopped(signum)
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
@@ -411,9 +414,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         server.start()
+        stop["starting"] = False
     except ServeError as exc:
         print(exc, file=sys.stderr)
         return 1
+    except _Stopped as stopped:
+        server.stop()
+        print(f"relabel.serve: stopped by signal {stopped.signum} while the server started", file=sys.stderr)
+        return 128 + stopped.signum
     try:
         print(f"base_url={server.base_url}\nmodel={server.model}\nmodel_digest={server.digest}\n"
               f"(ready in {time.monotonic() - started:.1f} s)", flush=True)
@@ -425,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "unused"), "PAGEMILL_RELABEL_MODEL": server.model,
                MODEL_DIGEST_ENV: server.digest}
         child = subprocess.Popen(command, env=env)
+        if stop["now"] and child.poll() is None:  # a signal between the start and `child` naming it
+            child.send_signal(stop["signum"])
         while child.poll() is None:
             try:
                 child.wait(0.5)
@@ -433,6 +443,23 @@ def main(argv: list[str] | None = None) -> int:
         return child.returncode
     finally:
         server.stop()
+
+
+class _Stopped(Exception):
+    """SIGTERM/SIGINT while ``main`` starts the server: stop it and exit 128 + signum, running no command."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _end_with_parent() -> None:
+    """In the server's process, before it runs: Linux sends it SIGTERM when the process that started it ends,
+    even by SIGKILL, so a killed ``relabel.serve`` leaves no server holding its port and the model's memory."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 if __name__ == "__mp_main__":

@@ -8,8 +8,10 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -289,3 +291,37 @@ def test_server_killed_mid_run_dead_letters_then_a_restarted_server_finishes_fro
     finally:
         server.stop()
     assert log.stat().st_size > 0 and not work.exists()  # the log asked for stays, the work folder goes
+
+
+def _server_child(launcher: subprocess.Popen, within_s: float = 120.0):
+    """The transformers-serve process ``launcher`` (python -m relabel.serve) started, once it exists."""
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        for child in psutil.Process(launcher.pid).children(recursive=True):
+            if "--transformers-serve" in " ".join(child.cmdline()):
+                return child
+        time.sleep(0.05)
+    raise AssertionError("relabel.serve started no server")
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_signal_while_the_server_starts_runs_no_command_and_leaves_no_server(tiny_checkpoint, tmp_path, how):
+    """SIGTERM (Ctrl-C, an Airflow stop) during the start-up used to wait it out and run the command anyway;
+    a SIGKILLed launcher left transformers serve running, holding its port and the model."""
+    import psutil
+
+    marker = tmp_path / "ran"
+    launcher = subprocess.Popen([sys.executable, "-m", "relabel.serve", "--checkpoint", str(tiny_checkpoint), "--",
+                                 "touch", str(marker)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = _server_child(launcher)
+    launcher.send_signal(getattr(signal, how))
+    launcher.communicate(timeout=120)
+    assert launcher.returncode == (128 + signal.SIGTERM if how == "SIGTERM" else -signal.SIGKILL)
+    assert not marker.exists()
+    try:
+        server.wait(timeout=60)  # gone with its launcher, whichever way the launcher ended
+    except psutil.TimeoutExpired:
+        server.kill()
+        raise AssertionError(f"the server outlived relabel.serve ({how})") from None
