@@ -12,8 +12,12 @@ Two sets, each judged by both checkers:
 2. **edits** (made another way: the sample's reference formulas edited by fixed rules, not
    transcriptions): each reference formula against respellings that render alike, faces
    (`\\mathcal`, `\\mathrm`, `\\mathbf` ...), a subscript made a superscript, a changed symbol, a
-   dropped term, extra spacing, an embedding in a larger formula; olmOCR's
-   `compare_rendered_equations` (after its exact-string shortcut) against `formulas_match`.
+   dropped term, extra spacing, an embedding in a larger formula, a negated relation (`\\neq`,
+   `\\notin`), a decoration on a letter (`\\bar`, `\\sqrt`, `\\overline`, `\\cancel`), a fraction bar
+   dropped (`\\atop`); olmOCR's `compare_rendered_equations` (after its exact-string shortcut) against
+   `formulas_match`. pagemill fails every negation and decoration on purpose (docs/judging.md, Math);
+   olmOCR-Bench passes most decorations (it ignores rules and SVG, and what is drawn over the glyphs it
+   maps) and fails the negations, by its neighbour rule (the overlay glyph competes as a neighbour).
 
 Prints each disagreement and the agreement per set and per edit kind. olmOCR's renderer is run as
 it is, except that it gets Debian's Chromium (`schemas.browser.launch_chromium`) instead of
@@ -137,6 +141,14 @@ def _drop_last_term(f: str) -> str | None:
     return f[:cut] if cut > 0 else None
 
 
+_ARG = r"\{((?:[^{}]|\{[^{}]*\})*)\}"  # a braced argument, one level of braces inside
+
+
+def _frac_to_atop(f: str) -> str | None:
+    out = re.sub(r"\\frac" + _ARG + _ARG, r"{\1 \\atop \2}", f, count=1)
+    return out if out != f else None
+
+
 EDITS: dict[str, tuple[str, Callable[[str], str | None]]] = {
     # kind: (what olmOCR-Bench's rule is meant to say about it, edit)
     "unbraced scripts": ("same", _unbrace_scripts),
@@ -144,6 +156,7 @@ EDITS: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "embedded": ("same", lambda f: f"y = {f} + 1"),
     "no \\left/\\right": ("same", lambda f: (re.sub(r"\\(left|right)(?![A-Za-z])", "", f) or None)
                           if "\\left" in f else None),
+    "\\frac -> \\dfrac": ("same", _first(r"\\frac(?![A-Za-z])", r"\\dfrac")),
     "\\mathcal": ("face", _face(r"\mathcal")),
     "\\mathrm": ("face", _face(r"\mathrm")),
     "\\mathbb": ("face", _first(r"(?<![\\A-Za-z{])([A-Z])(?![A-Za-z])", lambda m: rf"\mathbb{{{m.group(1)}}}")),
@@ -155,6 +168,13 @@ EDITS: dict[str, tuple[str, Callable[[str], str | None]]] = {
     "+ -> -": ("different", _first(r"\+", "-")),
     "term dropped": ("different", _drop_last_term),
     "\\quad after =": ("spacing", _first(r"=", r"= \\quad ")),
+    "= -> \\neq": ("negated", _first(r"=", r"\\neq ")),
+    "\\in -> \\notin": ("negated", _first(r"\\in(?![A-Za-z])", r"\\notin")),
+    "\\bar": ("decorated", _face(r"\bar")),
+    "\\sqrt": ("decorated", _face(r"\sqrt")),
+    "\\overline": ("decorated", _face(r"\overline")),
+    "\\cancel": ("decorated", _face(r"\cancel")),
+    "\\frac -> \\atop": ("different", _frac_to_atop),
 }
 
 
@@ -229,6 +249,8 @@ def main() -> None:
             _report("edits (all kinds)", everything)
             meant_same = [r for k, rs in by_kind.items() if EDITS[k][0] in ("same", "face") for r in rs]
             _report("edits that render the same formula (respellings, faces)", meant_same)
+            changed = [r for k, rs in by_kind.items() if EDITS[k][0] in ("negated", "decorated") for r in rs]
+            _report("edits that negate a relation or decorate a letter (pagemill fails these on purpose)", changed)
         print(f"\n{time.perf_counter() - start:.0f} s")
         renderer.close()
 

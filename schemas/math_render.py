@@ -11,13 +11,18 @@
 3. pass if the reference's MathML is a substring of the candidate's, both stripped of whitespace
    and zero-width characters (the `<annotation>` holding the TeX source and the outermost `<mrow>`
    are left out, so a formula embedded in a larger one is found; olmOCR-Bench keeps that `<mrow>`
-   and finds such formulas by the glyph rule instead);
-4. otherwise pass if every reference glyph (a character of the HTML rendering, with its box) maps
-   onto a distinct identical candidate glyph (`Glyph.identity`: same character, font size and
-   boldness) such that neighbours agree: for each reference glyph and its nearest glyph up, down,
-   left or right, their images stand at the same relative offset (within `TOLERANCE_PX`) and no
-   other candidate glyph in that direction is nearer (within `TOLERANCE_PX`). The mapping is found
-   by backtracking.
+   and finds such formulas by the glyph rule instead), at a place not inside a radical, fraction,
+   `menclose` (cancel, box), accent or over/under construct or phantom (`_DECORATING`: `x+y` is in
+   the MathML of `\\sqrt{x+y}`, but not as it is); otherwise
+4. pass if every reference glyph (a character of the HTML rendering, with its box) and mark (a
+   stroke KaTeX draws without a character: fraction bar, over/underline, `\\sout`, radical, cancel
+   stroke, wide accent, stretchy arrow or brace; `Glyph.mark`) maps onto a distinct identical
+   candidate one (`Glyph.identity`: same character or mark kind, font size and boldness) such that
+   neighbours agree: for each reference glyph and its nearest glyph up, down, left or right, their
+   images stand at the same relative offset (within `TOLERANCE_PX`) and no other candidate glyph in
+   that direction is nearer (within `TOLERANCE_PX`); and no candidate glyph or mark left unmapped
+   lies on a mapped one (`overlays`: a negation overlay, an accent, a radical, a bar or stroke over
+   or under them). The mapping is found by backtracking.
 
 Where this differs from olmOCR-Bench (`olmocr/bench/katex/render.py`), on purpose:
 
@@ -29,6 +34,12 @@ Where this differs from olmOCR-Bench (`olmocr/bench/katex/render.py`), on purpos
   around the row or column), never the offsets; so it passes `x^2` for `x_2`. We compare offsets.
 - olmOCR-Bench's KaTeX stylesheet is inlined into an `about:blank` page, so KaTeX's fonts never
   load and glyphs are laid out in the system's fallback fonts; we load KaTeX's own fonts.
+- olmOCR-Bench sees characters only and never asks what else the candidate draws on them, so it passes
+  `\\sqrt{x+y}=z`, `\\overline{x+y}=z`, `\\cancel{x}+y=z` for `x+y=z`, `{a \\atop b}=c` for
+  `\\frac{a}{b}=c`, and some added accents; its neighbour rule happens to fail most negations
+  (`\\neq`, `\\notin`, `\\not\\subset`: the overlay glyph competes as a neighbour). pagemill's check
+  also scores GRPO rewards, so a changed meaning must fail: marks take part in the mapping, nothing
+  may be drawn over what maps, and MathML found only under a decoration is left to the glyph rule.
 
 `benchmarks/math_parity.py` measures the agreement with olmOCR-Bench's own code (docs/judging.md).
 
@@ -58,9 +69,11 @@ import sqlite3
 import tempfile
 import threading
 import warnings
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Self
 
@@ -79,7 +92,8 @@ FONT_SIZE_PX = 24
 # Bump when what the page extracts changes, so cached renders of the old form are not reused.
 # 2: failures carry a reason; trust-refused commands and KaTeX's error-colour nodes fail; outputs over
 # MAX_NODES / MAX_GLYPHS fail (formula_too_large); maxExpand is MAX_EXPAND.
-RENDER_FORMAT = "pagemill-katex-render/2"
+# 3: marks (fraction bars, over/underlines, radicals, cancel strokes, other SVG) are extracted.
+RENDER_FORMAT = "pagemill-katex-render/3"
 MAX_BATCH = 64
 # What a batch may take beyond one deadline, per formula, before it is given up and its formulas are rendered
 # one at a time (formulas take ~5-20 ms each): a formula that never ends holds its batch ~37 s, not 64 deadlines.
@@ -144,7 +158,49 @@ function pmMeasure(el) {
       }
     }
   }
-  return {mathml, glyphs};
+  return {mathml, glyphs, marks: html ? pmMarks(html) : []};
+}
+
+// Strokes KaTeX draws without a character: rules (fraction bars, over/underlines, \sout) and SVG (radicals,
+// cancel strokes, wide accents, stretchy arrows and braces). Each becomes a mark [kind, x, y, w, h, font]
+// the comparison maps like a glyph. Tall delimiters (SVG inside .delimsizing) are left out: delimiters are
+// compared as leniently as their glyph forms; so are array rules (\hline, column lines) and box frames.
+const PM_RULES = [["frac-line", "frac-line"], ["overline-line", "overline"], ["underline-line", "underline"],
+                  ["katex-sout", "strike"]];
+function pmMarkKind(el) {
+  if (el.localName === "svg") {
+    if (el.closest(".delimsizing")) return null;
+    const lines = [...el.querySelectorAll("line")];
+    if (lines.length) return "cancel:" + lines.map((l) => l.getAttribute("y1")).join(",");
+    const atom = el.closest(".sqrt, .mord, .mrel, .mbin, .mop, .minner, .mopen, .mclose, .mpunct");
+    if (atom && atom.classList.contains("sqrt")) return "sqrt";
+    const path = el.querySelector("path");
+    const d = path ? (path.getAttribute("d") || "").replace(/\s+/g, " ").slice(0, 24) : "";
+    return "svg:" + d;
+  }
+  for (const [cls, kind] of PM_RULES) if (el.classList.contains(cls)) return kind;
+  return null;
+}
+
+function pmMarks(html) {
+  const origin = html.getBoundingClientRect();
+  const marks = [];
+  for (const el of html.querySelectorAll("svg, .frac-line, .overline-line, .underline-line, .katex-sout")) {
+    const kind = pmMarkKind(el);
+    if (!kind) continue;
+    const r = el.getBoundingClientRect();
+    let [x0, y0, x1, y1] = [r.left, r.top, r.right, r.bottom];
+    const parent = el.parentElement;
+    if (el.localName === "svg" && parent && getComputedStyle(parent).overflow !== "visible") {
+      const p = parent.getBoundingClientRect();  // a stretchy SVG is 400em wide, clipped by its parent
+      [x0, y0, x1, y1] = [Math.max(x0, p.left), Math.max(y0, p.top), Math.min(x1, p.right), Math.min(y1, p.bottom)];
+    }
+    if (x1 - x0 <= 0 || y1 - y0 <= 0) continue;
+    const size = parseFloat(getComputedStyle(el.localName === "svg" ? el.parentElement : el).fontSize).toFixed(1);
+    marks.push([kind, +(x0 - origin.x).toFixed(2), +(y0 - origin.y).toFixed(2), +(x1 - x0).toFixed(2),
+                +(y1 - y0).toFixed(2), `mark|400|normal|${size}`]);
+  }
+  return marks;
 }
 
 function pmRenderOne(tex, limits) {
@@ -218,7 +274,13 @@ def _page_html(katex_dist: Path) -> str:
 @dataclass(frozen=True)
 class Glyph:
     """One rendered character: its box in CSS pixels from the rendering's top-left corner, and its
-    font (family|weight|style|size)."""
+    font (family|weight|style|size).
+
+    A mark (`mark=True`) is a stroke KaTeX draws without a character, compared like a glyph: `char` names
+    its kind (`frac-line`, `overline`, `underline`, `strike`, `sqrt`, `cancel:<y1>`, or `svg:<path start>`
+    for wide accents, stretchy arrows and braces; never one character, so never equal to a glyph's), `font`
+    is `mark|400|normal|<size>`.
+    """
 
     char: str
     x: float
@@ -226,6 +288,7 @@ class Glyph:
     w: float
     h: float
     font: str
+    mark: bool = False
 
     @property
     def cx(self) -> float:
@@ -270,6 +333,7 @@ class RenderedFormula:
     mathml: str = ""
     glyphs: tuple[Glyph, ...] = ()
     error: str | None = None
+    marks: tuple[Glyph, ...] = ()  # rules and SVG strokes (`Glyph.mark`), in document order
     # why it failed: KATEX_ERROR (KaTeX rejected it, or drew a refused command), KATEX_TIMEOUT, FORMULA_TOO_LARGE
     reason: str | None = None
 
@@ -279,8 +343,9 @@ class RenderedFormula:
 
     def to_json(self) -> str:
         glyphs = [[g.char, g.x, g.y, g.w, g.h, g.font] for g in self.glyphs]
-        return json.dumps({"mathml": self.mathml, "glyphs": glyphs, "error": self.error, "reason": self.reason},
-                          ensure_ascii=False)
+        marks = [[m.char, m.x, m.y, m.w, m.h, m.font] for m in self.marks]
+        return json.dumps({"mathml": self.mathml, "glyphs": glyphs, "marks": marks, "error": self.error,
+                           "reason": self.reason}, ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, latex: str, data: dict) -> RenderedFormula:
@@ -289,7 +354,11 @@ class RenderedFormula:
         glyphs = tuple(
             Glyph(str(c), float(x), float(y), float(w), float(h), str(f)) for c, x, y, w, h, f in data["glyphs"]
         )
-        return cls(latex=latex, mathml=str(data["mathml"]), glyphs=glyphs)
+        marks = tuple(
+            Glyph(str(c), float(x), float(y), float(w), float(h), str(f), mark=True)
+            for c, x, y, w, h, f in data.get("marks", ())
+        )
+        return cls(latex=latex, mathml=str(data["mathml"]), glyphs=glyphs, marks=marks)
 
 
 def katex_version(katex_dir: Path = KATEX_DIR) -> str:
@@ -589,20 +658,98 @@ def _layout(glyphs: tuple[Glyph, ...], tol: float) -> _Layout:
     return _Layout(glyphs, centers, nearest, nearest_dist)
 
 
+def _font_size(g: Glyph) -> float:
+    try:
+        return float(g.font.rsplit("|", 1)[-1])
+    except ValueError:
+        return 0.0
+
+
+# How much of the smaller box two glyphs must share, across and down, for one to lie on the other.
+OVERLAY_SHARE_X, OVERLAY_SHARE_Y = 0.5, 0.25
+_OVERLAY_BLOCK = 256  # candidate glyphs per vectorised block (memory ~ n x block)
+
+
+def overlays(glyphs: Sequence[Glyph], tol: float = TOLERANCE_PX) -> list[list[int]]:
+    """For each glyph or mark k, the indices of the others that lie on it (drawn over it, changing it).
+
+    A glyph lies on a glyph at least as large (font size within 5%) when their centres are within `tol`
+    on both axes, or their boxes share at least half the narrower width and a quarter of the lower
+    height: KaTeX's negation overlays (`\\neq`, `\\not\\subset`, the `/` of `\\notin`) and accents
+    (`\\bar`, `\\hat`, `\\tilde`, `\\dot`) do; neighbours, scripts and the limits of `\\sum`
+    (script size) do not. A mark (`Glyph.mark`: a rule or SVG stroke) lies on whatever has its centre
+    under the mark's width with the boxes at most `2 * tol` apart vertically: a radical, overline,
+    underline, cancel stroke, wide accent or brace over what it decorates, a fraction bar under its
+    numerator and over its denominator. A glyph lies on a mark when its centre is inside the mark's box
+    (the index of `\\sqrt[3]`, anything added under a cancel stroke).
+    """
+    items = tuple(glyphs)
+    n = len(items)
+    if n == 0:
+        return []
+    box = np.array([[g.x, g.y, g.x + g.w, g.y + g.h] for g in items], dtype=float)
+    size = np.array([_font_size(g) for g in items])
+    mark = np.array([g.mark for g in items], dtype=bool)
+    w, h = box[:, 2] - box[:, 0], box[:, 3] - box[:, 1]
+    cx, cy = (box[:, 0] + box[:, 2]) / 2, (box[:, 1] + box[:, 3]) / 2
+    out: list[list[int]] = [[] for _ in range(n)]
+    for start in range(0, n, _OVERLAY_BLOCK):
+        ks = slice(start, min(n, start + _OVERLAY_BLOCK))  # on[j, k - start]: does j lie on k?
+        ox = np.minimum(box[:, None, 2], box[None, ks, 2]) - np.maximum(box[:, None, 0], box[None, ks, 0])
+        oy = np.minimum(box[:, None, 3], box[None, ks, 3]) - np.maximum(box[:, None, 1], box[None, ks, 1])
+        centred = (np.abs(cx[:, None] - cx[None, ks]) <= tol) & (np.abs(cy[:, None] - cy[None, ks]) <= tol)
+        shared = ((ox >= OVERLAY_SHARE_X * np.minimum(w[:, None], w[None, ks]))
+                  & (oy >= OVERLAY_SHARE_Y * np.minimum(h[:, None], h[None, ks])))
+        glyph_on = ~mark[:, None] & ~mark[None, ks] & (size[:, None] >= 0.95 * size[None, ks]) & (centred | shared)
+        mark_on = (mark[:, None] & (box[:, None, 0] <= cx[None, ks]) & (cx[None, ks] <= box[:, None, 2])
+                   & (oy >= -2 * tol))
+        inside = (~mark[:, None] & mark[None, ks]
+                  & (box[None, ks, 0] <= cx[:, None]) & (cx[:, None] <= box[None, ks, 2])
+                  & (box[None, ks, 1] <= cy[:, None]) & (cy[:, None] <= box[None, ks, 3]))
+        on = glyph_on | mark_on | inside
+        for j, col in zip(*(a.tolist() for a in np.nonzero(on)), strict=True):
+            if j != start + col:
+                out[start + col].append(j)
+    return out
+
+
 def map_glyphs(
-    reference: Sequence[Glyph], candidate: Sequence[Glyph], tol: float = TOLERANCE_PX
+    reference: Sequence[Glyph], candidate: Sequence[Glyph], tol: float = TOLERANCE_PX, *, check_overlays: bool = True
 ) -> dict[int, int] | None:
-    """A mapping of reference glyph indices onto candidate glyph indices that keeps neighbours, or None."""
+    """A mapping of reference glyph indices onto candidate glyph indices that keeps neighbours, or None.
+
+    Glyphs and marks alike (`Glyph.mark`; a mark maps onto a mark of its kind). With `check_overlays` no
+    candidate glyph or mark left unmapped may lie on a mapped one (`overlays`): the candidate may hold more
+    formula beside the reference's, not strokes drawn over it (a negation, an accent, a radical, a bar).
+    """
+    return _map_glyphs(reference, candidate, tol, check_overlays)[0]
+
+
+def _map_glyphs(
+    reference: Sequence[Glyph], candidate: Sequence[Glyph], tol: float, check_overlays: bool
+) -> tuple[dict[int, int] | None, bool]:
+    """`map_glyphs`, and whether the overlay rule ruled out a candidate glyph or a complete mapping."""
     ref, hyp = _layout(tuple(reference), tol), _layout(tuple(candidate), tol)
     n = len(ref.glyphs)
     if n == 0:
-        return {}
+        return {}, False
+    ref_ids, hyp_ids = [g.identity for g in ref.glyphs], [g.identity for g in hyp.glyphs]
     by_identity: dict[tuple[str, str, bool], list[int]] = {}
-    for k, g in enumerate(hyp.glyphs):
-        by_identity.setdefault(g.identity, []).append(k)
-    options = [by_identity.get(g.identity, []) for g in ref.glyphs]
+    for k, key in enumerate(hyp_ids):
+        by_identity.setdefault(key, []).append(k)
+    on: list[list[int]] = []
+    blocked = False
+    if check_overlays:
+        on = overlays(hyp.glyphs, tol)
+        # A candidate glyph under something the reference has nowhere can never be used: prune it up front.
+        wanted = set(ref_ids)
+        unusable = {k for k, js in enumerate(on) if any(hyp_ids[j] not in wanted for j in js)}
+        if unusable:
+            blocked = any(hyp_ids[k] in wanted for k in unusable)
+            by_identity = {key: [k for k in ks if k not in unusable] for key, ks in by_identity.items()}
+    options = [by_identity.get(key, []) for key in ref_ids]
     if any(not o for o in options):
-        return None
+        return None, blocked
 
     # Constraints between reference glyphs i and j: (i, j, direction of j seen from i).
     edges: list[list[tuple[int, str]]] = [[] for _ in range(n)]
@@ -651,9 +798,12 @@ def map_glyphs(
     steps = 0
 
     def search(pos: int) -> bool:
-        nonlocal steps
-        if pos == n:
-            return True
+        nonlocal steps, blocked
+        if pos == n:  # complete: nothing left unmapped may lie on a mapped glyph
+            if not on or all(j in used for k in used for j in on[k]):
+                return True
+            blocked = True
+            return False
         i = order[pos]
         for k in options[i]:
             steps += 1
@@ -669,7 +819,7 @@ def map_glyphs(
             used.discard(k)
         return False
 
-    return dict(mapping) if search(0) else None
+    return (dict(mapping), blocked) if search(0) else (None, blocked)
 
 
 def _opposite(d: str) -> str:
@@ -684,24 +834,71 @@ def _strip_ws(s: str) -> str:
     return _INVISIBLE.sub("", s)
 
 
+# Elements that change what they enclose: a formula found inside one of them is not found as it is (radical,
+# fraction, strike or frame, accent, over/underline, brace or stacked script, phantom). The glyph rule judges.
+_DECORATING = ("msqrt", "mroot", "mfrac", "menclose", "mover", "munder", "munderover", "mphantom")
+_DECORATING_TAG = re.compile(rf"<(/?)(?:{'|'.join(_DECORATING)})(?=[\s/>])[^>]*?(/?)>")
+
+
+def _mathml_contains(reference: str, candidate: str) -> bool:
+    """The reference's MathML (stripped) occurs in the candidate's, at least once outside every element
+    that changes what it encloses (`_DECORATING`; KaTeX's MathML is well nested)."""
+    ref, cand = _strip_ws(reference), _strip_ws(candidate)
+    if not ref or ref not in cand:
+        return False
+    tags = [m for m in _DECORATING_TAG.finditer(candidate) if not m.group(2)]  # self-closing ones enclose nothing
+    if not tags:
+        return True
+    gaps = [(m.start(), m.end() - m.start()) for m in _INVISIBLE.finditer(candidate)]
+    at, removed = [g[0] for g in gaps], list(accumulate(g[1] for g in gaps))
+
+    def stripped(i: int) -> int:  # position in `cand` of the tag at `candidate[i]` (no tag starts in whitespace)
+        k = bisect_right(at, i)
+        return i - (removed[k - 1] if k else 0)
+
+    opens = [stripped(m.start()) for m in tags if not m.group(1)]
+    closes = [stripped(m.start()) for m in tags if m.group(1)]
+    pos = cand.find(ref)
+    while pos >= 0:
+        if bisect_left(opens, pos) == bisect_left(closes, pos):  # no decorating element open here
+            return True
+        pos = cand.find(ref, pos + 1)
+    return False
+
+
+def _marks(rendered: RenderedFormula) -> str:
+    return f"{len(rendered.marks)} mark" + ("" if len(rendered.marks) == 1 else "s")
+
+
 def compare_rendered(reference: RenderedFormula, candidate: RenderedFormula) -> tuple[bool, str]:
-    """olmOCR-Bench's rule on two renderings: MathML containment, else a neighbour-preserving glyph mapping."""
+    """olmOCR-Bench's rule on two renderings: MathML containment, else a neighbour-preserving glyph mapping.
+
+    Stricter than olmOCR-Bench, so that a changed meaning fails: MathML found only inside a radical,
+    fraction, accent, strike ... is left to the glyph rule; the reference's marks (fraction bars, radicals,
+    over/underlines, cancel strokes) map like glyphs; nothing the candidate adds may lie on what maps
+    (`map_glyphs`, `overlays`).
+    """
     if reference.error is not None:
         return False, f"reference formula does not render: {reference.error}"
     if candidate.error is not None:
         return False, f"candidate formula does not render: {candidate.error}"
-    ref_mathml = _strip_ws(reference.mathml)
-    if ref_mathml and ref_mathml in _strip_ws(candidate.mathml):
+    if _mathml_contains(reference.mathml, candidate.mathml):
         return True, "reference MathML is contained in the candidate's MathML"
-    if not reference.glyphs:
+    ref_items, hyp_items = reference.glyphs + reference.marks, candidate.glyphs + candidate.marks
+    if not ref_items:
         return False, "reference renders no glyphs and its MathML is not in the candidate's"
-    mapping = map_glyphs(reference.glyphs, candidate.glyphs)
+    ref_n = f"{len(reference.glyphs)} glyphs" + (f" and {_marks(reference)}" if reference.marks else "")
+    hyp_n = f"{len(candidate.glyphs)}" + (f" and {len(candidate.marks)}" if candidate.marks else "")
+    mapping, blocked = _map_glyphs(ref_items, hyp_items, TOLERANCE_PX, True)
     if mapping is None:
-        return False, (
-            f"MathML differs and the reference's {len(reference.glyphs)} glyphs do not map onto the "
-            f"candidate's {len(candidate.glyphs)} with consistent neighbours (tolerance {TOLERANCE_PX:g}px)"
-        )
-    return True, f"all {len(reference.glyphs)} reference glyphs map onto the candidate's layout"
+        why = (f"MathML differs and the reference's {ref_n} do not map onto the candidate's {hyp_n} with "
+               f"consistent neighbours (tolerance {TOLERANCE_PX:g}px)")
+        if blocked:
+            why += (" without a candidate glyph or mark lying on a mapped one (a negation, accent, radical, bar "
+                    "or stroke the reference lacks)")
+        return False, why
+    marks = f" (and its {_marks(reference)})" if reference.marks else ""
+    return True, f"all {len(reference.glyphs)} reference glyphs map onto the candidate's layout{marks}"
 
 
 def formulas_match(reference: str, candidate: str, renderer: KatexRenderer | None = None) -> tuple[bool, str]:

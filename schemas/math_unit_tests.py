@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
@@ -23,6 +24,10 @@ _DOLLAR_PATTERNS = (
 )
 
 
+def _nfc(text: str) -> str:
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
 @lru_cache(maxsize=64)
 def extract_equations(markdown: str, ignore_dollar_delimited: bool = False) -> tuple[str, ...]:
     """Candidate formulas in olmOCR-Bench order: every ``\\(..\\)``, then ``\\[..\\]``, then (unless
@@ -39,7 +44,10 @@ def extract_equations(markdown: str, ignore_dollar_delimited: bool = False) -> t
 @dataclass(kw_only=True)
 class MathTest(UnitTest):
     """The formula ``math`` appears: an extracted equation equal to it, or one that renders the same
-    (``schemas.math_render.formulas_match``; candidates tried most string-similar first)."""
+    (``schemas.math_render.formulas_match``; candidates tried most string-similar first).
+
+    The formula and the equations are compared in Unicode NFC: a page in NFD (``≠`` as ``=`` + U+0338,
+    which KaTeX rejects; ``é`` as ``e`` + U+0301) reads as the same formulas."""
 
     TYPES: ClassVar[tuple[str, ...]] = ("math",)
 
@@ -52,8 +60,9 @@ class MathTest(UnitTest):
         self._bool("ignore_dollar_delimited")
 
     def check(self, markdown: str) -> tuple[bool, str]:
-        equations = extract_equations(markdown, self.ignore_dollar_delimited)
-        if self.math in equations:
+        math = _nfc(self.math)
+        equations = tuple(_nfc(eq) for eq in extract_equations(markdown, self.ignore_dollar_delimited))
+        if math in equations:
             return True, f"equation {shorten(self.math)!r} found verbatim"
         if not equations:
             kinds = "\\( \\) or \\[ \\]" if self.ignore_dollar_delimited else "\\( \\), \\[ \\], $$ $$ or $ $"
@@ -62,11 +71,11 @@ class MathTest(UnitTest):
             formulas_match,  # lazy: pulls in the browser-based renderer
         )
 
-        ordered = sorted(equations, key=lambda eq: -fuzz.ratio(eq, self.math))
+        ordered = sorted(equations, key=lambda eq: -fuzz.ratio(eq, math))
         last_reason = ""
         for hypothesis in ordered:
             try:
-                matched, reason = formulas_match(self.math, hypothesis)
+                matched, reason = formulas_match(math, hypothesis)
             except Exception as exc:  # noqa: BLE001 - one unrenderable candidate must not hide the others
                 matched, reason = False, f"{type(exc).__name__}: {exc}"
             if matched:

@@ -282,6 +282,155 @@ def test_glyph_mapping_rules_without_a_browser() -> None:
     assert map_glyphs([g("x", 0, 0, "F")], [g("x", 0, 0, "G")]) is None
 
 
+# -- meaning changes drawn over the reference's glyphs (negations, accents, strokes) ---------------------
+
+
+def test_negated_relations_fail_against_the_plain_relation(renderer) -> None:
+    """KaTeX draws `\\neq`, `\\not\\subset`, `\\notin` as the relation plus an overlay glyph at the same place:
+    every reference glyph still maps, so only the overlay left unmapped on a mapped glyph shows the negation.
+    Pairs from synth pages (formula-form-s0-00004, blog-s1-00022) and the relations KaTeX negates so."""
+    from schemas.math_render import formulas_match
+
+    negated = [
+        (r"\mathbf{w} \in \mathbb{R}^{3}", r"\mathbf{w} \notin \mathbb{R}^{3}"),
+        (r"\dot{f}(t) = -5\,\tilde{f}(t) + \ddot{u}(t)", r"\dot{f}(t) \neq -5\,\tilde{f}(t) + \ddot{u}(t)"),
+        (r"∑_{i=1}^{4} c_i ≥ α", r"∑_{i\neq 1}^{4} c_i ≥ α"),
+        (r"A \subset B", r"A \not\subset B"),
+        (r"a \equiv b", r"a \not\equiv b"),
+        ("a = b", "a ≠ b"),
+        ("a = b", r"a \not= b"),
+        ("a < b", r"a \not< b"),
+    ]
+    for ref, cand in negated:
+        ok, why = formulas_match(ref, cand, renderer)
+        assert not ok and "lying on a mapped one" in why, (ref, cand, why)
+    # Spellings of the same negation still match each other.
+    for ref, cand in ((r"a \neq b", r"a \not= b"), (r"a \not= b", "a ≠ b"), (r"x \notin A", r"x ∉ A")):
+        assert formulas_match(ref, cand, renderer)[0], (ref, cand)
+
+
+def test_accents_added_by_the_candidate_fail(renderer) -> None:
+    from schemas.math_render import formulas_match
+
+    for ref, cand in ((r"O(x \log x)", r"O(\bar{x} \log x)"), ("x = 1", r"\hat{x} = 1"), ("x = 1", r"\tilde{x} = 1"),
+                      ("f(t) = 1", r"\dot{f}(t) = 1"), ("x = 1", r"\vec{x} = 1"), ("AB = 1", r"\widehat{AB} = 1")):
+        ok, why = formulas_match(ref, cand, renderer)
+        assert not ok and "lying on a mapped one" in why, (ref, cand, why)
+    assert formulas_match(r"O(\bar{x} \log x)", r"O(\bar{x} \log x) + 1", renderer)[0]
+
+
+def test_rules_and_svg_strokes_are_marks_that_must_match(renderer) -> None:
+    """Fraction bars, over/underlines, radicals and cancel strokes are no characters: they are extracted as
+    marks, so a reference's bar must be in the candidate, and a candidate's radical or stroke over the
+    reference's glyphs fails. Tall delimiters (SVG) are not marks."""
+    from schemas.math_render import formulas_match
+
+    kinds = {tex: tuple(m.char for m in renderer.render(tex).marks)
+             for tex in (r"\frac{a}{b}", r"\sqrt{x}", r"\overline{x}", r"\underline{x}", r"\cancel{x}",
+                         r"{a \atop b}", r"\left(\begin{matrix}a\\b\\c\\d\\e\end{matrix}\right)")}
+    assert kinds == {r"\frac{a}{b}": ("frac-line",), r"\sqrt{x}": ("sqrt",), r"\overline{x}": ("overline",),
+                     r"\underline{x}": ("underline",), r"\cancel{x}": ("cancel:100%",), r"{a \atop b}": (),
+                     r"\left(\begin{matrix}a\\b\\c\\d\\e\end{matrix}\right)": ()}
+    assert all(m.mark for m in renderer.render(r"\sqrt{x}").marks)
+    for ref, cand in (("x + y = z", r"\sqrt{x + y} = z"), ("x + y = z", r"\overline{x + y} = z"),
+                      ("x + y = z", r"\cancel{x} + y = z"), (r"\frac{a}{b} = c", r"{a \atop b} = c"),
+                      ("x + y = z", r"\underline{x + y} = z"), (r"\sqrt{2}", r"\sqrt[3]{2}"),
+                      ("x+y", r"\sqrt{x+y}"), ("x+y", r"\frac{x+y}{2}")):
+        assert not formulas_match(ref, cand, renderer)[0], (ref, cand)
+    # The MathML of `x+y` is inside the candidate's, but under a radical or a fraction: the glyph rule decides.
+    ok, why = formulas_match("x+y", r"\sqrt{x+y}", renderer)
+    assert "MathML differs" in why
+
+
+def test_more_formula_beside_the_reference_and_respellings_still_pass(renderer) -> None:
+    """Containment stays: strokes, negations and accents elsewhere in the candidate do not matter; the
+    reference's own bars and radicals map onto the candidate's."""
+    from schemas.math_render import formulas_match
+
+    for ref, cand in ((r"\frac{a}{b} = c", r"\frac{a}{b} = c + \sqrt{d}"),
+                      ("x + y = z", r"w \neq x + y = z \quad \sqrt{2}"),
+                      ("x + y = z", r"\overline{w} + x + y = z"),
+                      (r"\sqrt{x+y} = z", r"\sqrt{x+y} = z + \bar{u}"),
+                      (r"\dfrac{a}{b} = c", r"\frac{a}{b} = c"),
+                      (r"a \leq b", "a ≤ b"), (r"f \to g", r"f \rightarrow g"),
+                      (r"\sum_{i=1}^{n} a_i", r"\sum_{i=1}^{n} a_i + b")):
+        ok, why = formulas_match(ref, cand, renderer)
+        assert ok, (ref, cand, why)
+    ok, why = formulas_match(r"\dfrac{a}{b} = c", r"\frac{a}{b} = c", renderer)
+    assert "glyphs map" in why and "1 mark" in why  # found by the layout rule, its bar included
+
+
+def test_marks_survive_the_cache(tmp_path: Path, browser_assets: None) -> None:
+    from schemas.math_render import KatexRenderer, RenderedFormula
+
+    with KatexRenderer(tmp_path) as first:
+        fresh = first.render(r"\sqrt{x} + \frac{a}{b}")
+    with KatexRenderer(tmp_path) as second:
+        cached = second.render(r"\sqrt{x} + \frac{a}{b}")
+        assert second.render_count == 0
+    assert cached == fresh and sorted(m.char for m in cached.marks) == ["frac-line", "sqrt"]
+    assert RenderedFormula.from_dict("x", {"mathml": "", "glyphs": []}).marks == ()  # an entry without marks
+
+
+def test_math_test_reads_nfd_pages_and_formulas_as_nfc(renderer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KaTeX rejects the combining U+0338 of an NFD `≠`: a page (or a test formula) in NFD must still match."""
+    import unicodedata
+
+    from schemas import math_render
+    from schemas.unit_tests import MathTest
+
+    monkeypatch.setattr(math_render, "default_renderer", lambda: renderer)
+
+    def nfd(s: str) -> str:
+        return unicodedata.normalize("NFD", s)
+
+    def math(formula: str) -> MathTest:
+        return MathTest(pdf="p.pdf", page=1, id="m", type="math", math=formula, ignore_dollar_delimited=True)
+
+    assert nfd("a ≠ b") != "a ≠ b"
+    for ref, page in (("a ≠ b", nfd(r"Text \(a ≠ b\) more.")), (nfd("x ∉ A"), r"Text \(x ∉ A\) more."),
+                      ("a ≠ b", nfd(r"Text \(a≠b\) more."))):
+        ok, why = math(ref).check(page)
+        assert ok, (ref, page, why)
+    assert not math("a = b").check(nfd(r"Text \(a ≠ b\) more."))[0]
+
+
+def test_overlay_rule_without_a_browser() -> None:
+    """An unmapped candidate glyph on a mapped one (same centre, or boxes largely shared at no smaller size)
+    fails the mapping; a mark over or under mapped glyphs does too; script-size limits and marks elsewhere
+    do not."""
+    from schemas.math_render import Glyph, map_glyphs, overlays
+
+    def g(c: str, x: float, y: float, size: str = "29.0", w: float = 10, h: float = 20) -> Glyph:
+        return Glyph(c, x, y, w, h, f"KaTeX_Main|400|normal|{size}")
+
+    def mark(kind: str, x: float, y: float, w: float, h: float) -> Glyph:
+        return Glyph(kind, x, y, w, h, "mark|400|normal|29.0", mark=True)
+
+    ref = [g("a", 0, 0), g("=", 15, 0), g("b", 30, 0)]
+    negated = [g("a", 0, 0), g("\ue020", 15, 0), g("=", 15, 0), g("b", 30, 0)]
+    assert map_glyphs(ref, negated) is None
+    assert map_glyphs(ref, negated, check_overlays=False) == {0: 0, 1: 2, 2: 3}
+    assert overlays(negated)[2] == [1] and overlays(negated)[0] == []
+    # The reference's own overlay maps: nothing is left over.
+    assert map_glyphs(negated, negated) == {0: 0, 1: 1, 2: 2, 3: 3}
+    # A second, plain copy of the formula elsewhere in the candidate is found past the negated one.
+    assert map_glyphs(ref, negated + [g("a", 0, 50), g("=", 15, 50), g("b", 30, 50)]) == {0: 4, 1: 5, 2: 6}
+    # A smaller glyph (a limit) sharing the box is no overlay; one of the same size is.
+    assert map_glyphs(ref, [*ref, g("n", 16, 4, size="20.3", w=6)]) is not None
+    assert map_glyphs(ref, [*ref, g("ˉ", 16, 4, w=8)]) is None
+    # A radical over `a = b`, a bar just under it: fail; a radical beside it: fine.
+    assert map_glyphs(ref, [*ref, mark("sqrt", -5, -2, 50, 24)]) is None
+    assert map_glyphs(ref, [*ref, mark("frac-line", -2, 26, 44, 2)]) is None
+    assert map_glyphs(ref, [*ref, mark("sqrt", 60, -2, 30, 24)]) is not None
+    # A reference mark must find a candidate mark of its kind.
+    bar_ref = [g("a", 0, -20), mark("frac-line", 0, 5, 10, 2), g("b", 0, 20)]
+    assert map_glyphs(bar_ref, [g("a", 0, -20), g("b", 0, 20)]) is None
+    assert map_glyphs(bar_ref, [g("a", 0, -20), mark("overline", 0, 5, 10, 2), g("b", 0, 20)]) is None
+    assert map_glyphs(bar_ref, [g("a", 50, -20), mark("frac-line", 50, 5, 10, 2), g("b", 50, 20)]) == \
+        {0: 0, 1: 1, 2: 2}
+
+
 class _CountingServer(ThreadingHTTPServer):
     connections = 0
 
