@@ -61,7 +61,15 @@ from pipelines.clean.dedup_stage import (
 )
 from pipelines.clean.registry import build_stage
 from pipelines.config import CleanConfig, CorpusConfig, SourceSettings, load_config
-from pipelines.local_runner import discard, new_pipeline
+from pipelines.local_runner import (
+    LocalRunner,
+    RunnerUnavailable,
+    check_runner,
+    discard,
+    ignores_unknown_options,
+    new_pipeline,
+    unknown_options,
+)
 from pipelines.quiet import quiet_beam_args, quiet_stderr
 from pipelines.refresh import (
     FAST_PATH_MAX_INPUTS,
@@ -78,6 +86,8 @@ from pipelines.refresh import (
     check_previous,
     decide,
     describe_unit,
+    describing,
+    forget_files,
     legacy_carried_letters,
     resolve_previous,
     reused_keys,
@@ -91,6 +101,7 @@ from pipelines.render import render_page
 from pipelines.transforms import (
     ApplyBatchStage,
     ApplyStage,
+    Batches,
     GatherAll,
     PlanInputs,
     ReadUnits,
@@ -136,12 +147,13 @@ def stage_order(cfg: CorpusConfig) -> list[str]:
 
 
 def source_inputs(sources: Iterable[SourceSettings]) -> list[tuple[SourceSettings, str]]:
-    """``(settings, uri)`` for every input a source's paths match; a source that matches none is an error."""
+    """``(settings, uri)`` for every input a source's paths match; a source that matches none is an error
+    (``io.NoInput``: reported before any work, the CLI exits 2)."""
     inputs = []
     for settings in sources:
         uris = sorted({u for pattern in settings.paths for u in io.match(pattern)})
         if not uris:
-            raise ValueError(f"source {settings.name!r}: no input matches {list(settings.paths)}")
+            raise io.NoInput(f"source {settings.name!r}: no input matches {list(settings.paths)}")
         inputs.extend((settings, u) for u in uris)
     return inputs
 
@@ -238,19 +250,31 @@ def write_samples(group: tuple[tuple[str, str], list[PageRecord]], dropped_dir: 
     return Envelope(Kind.SAMPLE_FILE, write_dropped_samples(stage_reason, records, dropped_dir))
 
 
-def described_units(element, fingerprints: dict[str, dict[str, str]]) -> Iterator[tuple]:
-    """``(settings, uri)`` -> ``(settings, unit, UnitInfo)`` for each unit the source plans."""
+def described_units(element, fingerprints: dict[str, dict[str, str]], plan: str = "") -> Iterator[tuple]:
+    """``(settings, uri)`` -> ``(settings, unit, UnitInfo)`` for each unit the source plans. ``plan``: the
+    run's planning id; the first element of a run a process describes drops what it cached of the
+    input files for an earlier one (``refresh.describing``)."""
+    if plan:
+        describing(plan)
     for settings, unit in plan_units(element):
         yield settings, unit, describe_unit(settings, unit, fingerprints[settings.name])
 
 
-def decide_reuse(planned: Iterable[tuple], previous_uri: str | None, spill_dir: str) -> Iterator[Envelope]:
+def decide_reuse(planned: Iterable[tuple], previous_uri: str | None, spill_dir: str,
+                 output: str = "") -> Iterator[Envelope]:
     """The reuse decision over every planned unit: units to read (``UNIT``), the reused units'
     counts as their previous run recorded them, the previous files to carry pages, dead letters and
     dropped samples from (``CARRY``, each naming the file of reused keys written under
     ``spill_dir``: a file, not a side input, which Beam's DaskRunner computes inside each task),
     every unit's info and a summary. Nothing per record: the carried rows are read on the carry
-    branch, a row group at a time."""
+    branch, a row group at a time.
+
+    First it removes ``output``'s ``manifest.json`` (a finished earlier run's): every step that writes
+    into the output folder comes after this one, so until the run writes its own manifest (last) the
+    folder reads as an unfinished run, never as the old run over new shards; and a runner that never
+    starts the run (a Dask scheduler that does not answer) leaves the finished run as it was."""
+    if output:
+        remove_manifest(output)
     planned = list(planned)
     previous = PreviousRun.load(previous_uri)
     decision = decide([info for _, _, info in planned], previous)
@@ -278,6 +302,13 @@ def decide_reuse(planned: Iterable[tuple], previous_uri: str | None, spill_dir: 
         for name in previous.manifest.dropped_sample_files:
             if name in names:
                 yield Envelope(Kind.CARRY, ("sample", io.join(previous.folder, name), *names[name], keys))
+
+
+def remove_manifest(output: str) -> None:
+    """``output/manifest.json`` removed, if there is one: the commit phase of a run into ``output`` starts."""
+    old = io.join(output, "manifest.json")
+    if io.exists(old):
+        io.delete([old])
 
 
 def _previous_drops(manifest: RunManifest) -> Iterator[tuple[str, set[str]]]:
@@ -403,6 +434,7 @@ class PlanUnits(beam.PTransform):
         self.planned = planned
         self.inputs = source_inputs(cfg.sources) if planned is None else []  # fails before any work
         self.fingerprints = stage_fingerprints(cfg)
+        self.plan = uuid.uuid4().hex  # the workers describe this run's inputs as they are now (``describing``)
 
     def expand(self, pbegin):
         if self.planned is not None:
@@ -412,7 +444,7 @@ class PlanUnits(beam.PTransform):
             | "Inputs" >> beam.Create(self.inputs)
             | "Parts" >> beam.FlatMap(input_parts)  # a local folder -> its files: planned on every worker
             | "SpreadInputs" >> beam.Reshuffle()
-            | "PlanAndDescribe" >> beam.FlatMap(described_units, self.fingerprints)
+            | "PlanAndDescribe" >> beam.FlatMap(described_units, self.fingerprints, self.plan)
         )
 
 
@@ -423,13 +455,14 @@ class ReuseUnchanged(beam.PTransform):
     info and a summary for the manifest step}``. Without ``previous`` every unit is read and
     "carried" is None (no steps are built for it)."""
 
-    def __init__(self, previous: str | None, spill_dir: str):
+    def __init__(self, previous: str | None, spill_dir: str, output: str = ""):
         super().__init__()
-        self.previous, self.spill_dir = previous, spill_dir
+        self.previous, self.spill_dir, self.output = previous, spill_dir, output
 
     def expand(self, planned):
+        # "Decide" removes the output's old manifest: every step that writes into the output comes after it
         decided = (planned | "GatherUnits" >> GatherAll()
-                   | "Decide" >> beam.FlatMap(decide_reuse, self.previous, self.spill_dir))
+                   | "Decide" >> beam.FlatMap(decide_reuse, self.previous, self.spill_dir, self.output))
         pages = None  # nothing to carry without a previous run: no branch (each step is a round trip)
         if self.previous is not None:
             pages = (
@@ -478,11 +511,11 @@ class Clean(beam.PTransform):
     def expand(self, envelopes):
         for name, stage in self.stages:
             if hasattr(stage, "run_batch"):  # relabel stages: many requests in flight, a bounded batch held
-                # a fixed size (2 x the requests in flight): the adaptive sizer times batches that are mostly
-                # waiting on the server, and warns on the degenerate fits it gets from them
+                # a fixed size (2 x the requests in flight): an adaptive sizer would time batches that are
+                # mostly waiting on the server, and warn on the degenerate fits it gets from them
                 size = 2 * stage.client_cfg.concurrency
                 envelopes = (envelopes
-                             | f"{name}Batches" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)
+                             | f"{name}Batches" >> Batches(size)
                              | name >> beam.ParDo(ApplyBatchStage(name, stage, keep_dropped=self.keep_dropped)))
             else:
                 envelopes = envelopes | name >> beam.ParDo(ApplyStage(name, stage, keep_dropped=self.keep_dropped))
@@ -704,7 +737,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, beam_args: list[str], pr
     units = (
         p
         | "PlanUnits" >> PlanUnits(cfg, planned)
-        | "ReuseUnchanged" >> ReuseUnchanged(previous, spill_dir)
+        | "ReuseUnchanged" >> ReuseUnchanged(previous, spill_dir, cfg.run.output)
     )
     # Pages are spilled on each branch before the branches meet: a Flatten of two producers is a fusion
     # break, where a runner would move and buffer every page (Beam's FnApiRunner holds them in memory).
@@ -746,7 +779,9 @@ def scratch_dir(spill_dir: str) -> str:
 def plan_in_process(cfg: CorpusConfig) -> list[tuple] | None:
     """``(settings, unit, UnitInfo)`` for every unit, planned and described here, by the functions the
     ``PlanUnits`` step maps (None when there are more than ``FAST_PATH_MAX_INPUTS`` inputs: the Beam
-    step spreads those over its workers)."""
+    step spreads those over its workers). What this process cached of the input files for an earlier
+    run is forgotten first (``refresh.forget_files``)."""
+    forget_files()
     inputs = source_inputs(cfg.sources)
     if len(inputs) > FAST_PATH_MAX_INPUTS:
         return None
@@ -772,16 +807,20 @@ def fast_path(cfg: CorpusConfig, args: list[str], previous: str, started: float)
 
 def run(cfg: CorpusConfig, beam_args: list[str] | None = None, previous: str | None = None,
         fast: bool = True) -> RunManifest:
-    """Run the DAG and return the manifest it wrote (raises if the run does not balance).
+    """Run the DAG and return the manifest it wrote, balanced or not: ``manifest.imbalances()`` lists what
+    does not add up (the CLI exits 2 on any), ``manifest.dead_letter_rate()`` says how much was
+    dead-lettered (the CLI exits 3 past ``run.max_dead_letter_rate``); neither raises here.
     ``previous``: refresh incrementally from that run (a run folder or a releases root); with ``fast``
     an unchanged rerun copies the previous run's files without starting Beam (``fast_path``).
 
     The run holds ``output_lock`` on its output folder throughout (``OutputBusy`` when another run holds
     it). A previous run must be a finished one whose shards are those its manifest lists
     (``refresh.verify_run``; ``PreviousRunError``); the output folder itself makes a full run
-    (``previous_unless_output``). Before anything in the output is
-    replaced, its ``manifest.json`` is removed: until the new one is written (last), the folder reads as
-    an unfinished run, never as the old run over new shards."""
+    (``previous_unless_output``). Before anything in the output is replaced, its ``manifest.json`` is
+    removed (by the DAG's ``Decide`` step, which every writing step follows): until the new one is written
+    (last), the folder reads as an unfinished run, never as the old run over new shards. A runner that
+    cannot start the run (``RunnerUnavailable``, a ``ConnectionError``) leaves the folder as it was. An
+    input pattern that matches nothing raises ``io.NoInput`` (a ``ValueError``) before any work."""
     started = time.time()
     args = list(cfg.run.beam_args) + list(beam_args or [])
     with output_lock(cfg.run.output):
@@ -815,11 +854,15 @@ def _run_locked(cfg: CorpusConfig, args: list[str], previous: str | None, fast: 
     except BaseException:  # e.g. no relabel endpoint: its workers and temporary folder go with it
         discard(p)
         raise
-    # the commit phase starts: no file of an earlier run in this folder may be read as this run's
-    old_manifest = io.join(cfg.run.output, "manifest.json")
-    if io.exists(old_manifest):
-        io.delete([old_manifest])
-    result = p.run()
+    # The commit phase starts in the DAG's "Decide" step, which removes the old manifest.json before any step
+    # writes into the output folder: a runner that fails to start leaves a finished run as it was.
+    try:
+        result = p.run()
+    except OSError as exc:  # ConnectionError, TimeoutError: on the local runner p.run() runs the DAG (its error)
+        if isinstance(p.runner, LocalRunner):
+            raise
+        raise RunnerUnavailable(f"the runner did not start the run ({type(exc).__name__}: {exc}); "
+                                f"nothing ran, and {cfg.run.output} is as it was") from exc
     try:
         result.wait_until_finish()
     finally:
@@ -875,6 +918,20 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:  # a config typo (ConfigError), no such file, no run at --previous
         print(f"pipelines.corpus: {exc}", file=sys.stderr)
         return 2
+    given = list(cfg.run.beam_args) + beam_args
+    try:
+        check_runner(given)
+    except (ValueError, ImportError) as exc:  # a --runner Beam cannot make; nothing started
+        print(f"pipelines.corpus: --runner: {exc}", file=sys.stderr)
+        return 2
+    unknown = unknown_options(given, [flag for action in parser._actions for flag in action.option_strings])
+    if unknown and ignores_unknown_options(given):  # a typo there would run on other settings than meant
+        print(f"pipelines.corpus: unknown option(s): {', '.join(unknown)}; neither this command nor Beam's "
+              f"options (the runner's included) define them", file=sys.stderr)
+        return 2
+    if unknown:  # Dataflow (and Flink/Spark with an uber jar, Prism) pass options they do not know to the service
+        print(f"pipelines.corpus: warning: Beam does not define {', '.join(unknown)}: passed on to the runner as "
+              f"given", file=sys.stderr)
     try:
         if args.verbose:
             logging.basicConfig()  # a no-op when Beam's import already configured the root logger
@@ -883,9 +940,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with quiet_stderr():
                 manifest = run(cfg, quiet_beam_args(beam_args), previous, not args.no_fast_path)
-    except (ConnectionError, OutputBusy, PreviousRunError) as exc:
-        # relabel.client.ServerUnavailable: no endpoint, checked before any record; another run writing the
-        # output; a previous run that did not finish or whose shards are not its manifest's
+    except (ConnectionError, OutputBusy, PreviousRunError, io.NoInput) as exc:
+        # relabel.client.ServerUnavailable: no endpoint, checked before any record; RunnerUnavailable: a runner
+        # that could not start the run (a Dask scheduler that does not answer); another run writing the output;
+        # a previous run that did not finish or whose shards are not its manifest's; a source matching nothing
         print(f"pipelines.corpus: {exc}", file=sys.stderr)
         return 2
     print(manifest.summary_table())

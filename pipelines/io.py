@@ -98,6 +98,11 @@ def match(pattern: str) -> list[str]:
     return found
 
 
+class NoInput(ValueError):
+    """A source whose paths match no input (``pipelines.corpus.source_inputs``): a config error, reported
+    before any work."""
+
+
 class NotARegularFile(OSError):
     """A local path that is a FIFO, socket, device or folder: never read (opening a FIFO blocks until a
     writer comes, a device may never end). ``kind`` names what it is."""
@@ -250,18 +255,35 @@ def write_bytes_atomic(uri: str, data: bytes) -> None:
     rename(tmp, uri)
 
 
-@functools.lru_cache(maxsize=4096)
 def content_id(uri: str) -> str:
     """What a file holds, as an id (incremental refresh, ``pipelines/refresh.py``): sha256 of a local
     file's bytes; for an object store its own content id, without downloading (Hub: the LFS sha256 or
     blob id; others: size and mtime); ``missing`` when there is no such file (the reader reports it).
-    Cached per process."""
+
+    Cached per process: a local file's id under its path, size, modification and change times and
+    inode, so a file written since is hashed again; a store's until ``content_id.cache_clear()``, which
+    each run's planning does (``refresh.describing``): a long-lived process (a Dask worker, a launcher
+    that runs twice) never describes a run's inputs by what an earlier run saw."""
+    if "://" not in uri:
+        try:
+            found = os.stat(uri)
+        except OSError:
+            return "missing"
+        return _content_id(uri, (found.st_size, found.st_mtime_ns, found.st_ctime_ns, found.st_ino))
+    return _content_id(uri, None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _content_id(uri: str, _stamp: tuple | None) -> str:
     try:
         return _digest(uri)
     except NotARegularFile as exc:  # never opened; the reader refuses it
         return f"not a regular file: {exc.kind}"
     except (FileNotFoundError, IndexError, OSError):
         return "missing"
+
+
+content_id.cache_clear = _content_id.cache_clear  # type: ignore[attr-defined]
 
 
 def sha256(uri: str) -> str:

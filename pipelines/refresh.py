@@ -175,12 +175,44 @@ def _siblings(path: str) -> list[str]:
     return [os.path.join(folder, n) for n in _listdir(folder or ".") if n.split(".")[0] == stem] or [path]
 
 
-@functools.lru_cache(maxsize=256)
 def _listdir(folder: str) -> tuple[str, ...]:
+    """The files in a local folder, sorted; cached per process under the folder's modification and change
+    times and inode (a file added or removed since is seen) until ``forget_files``."""
+    try:
+        found = os.stat(folder)
+    except OSError:
+        return ()
+    return _listed(folder, (found.st_mtime_ns, found.st_ctime_ns, found.st_ino))
+
+
+@functools.lru_cache(maxsize=256)
+def _listed(folder: str, _stamp: tuple) -> tuple[str, ...]:
     try:
         return tuple(sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n))))
     except OSError:
         return ()
+
+
+_listdir.cache_clear = _listed.cache_clear  # type: ignore[attr-defined]
+_described_plan: list[str] = [""]  # the plan this process last described units for (``describing``)
+
+
+def forget_files() -> None:
+    """Drop what this process cached about input files (content ids, folder listings): a new run's
+    planning starts from the files as they are now."""
+    file_digest.cache_clear()
+    _listed.cache_clear()
+
+
+def describing(plan: str) -> None:
+    """Called before describing units for the run planning ``plan`` (an id new with each run): the first
+    such call in a process forgets what it cached for an earlier run (``forget_files``), which a
+    long-lived process (a Dask worker, a launcher running twice) would otherwise take for the
+    inputs' state now; later calls of the same run keep the cache (one folder listed once, one
+    store file's id asked once)."""
+    if plan != _described_plan[0]:
+        forget_files()
+        _described_plan[0] = plan
 
 
 def _is_file(path: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from typing import Any, Callable, Iterable, Iterator
 
 import apache_beam as beam
@@ -134,11 +135,72 @@ class ApplyStage(beam.DoFn):
             sys.stderr.flush()
 
 
+class Batches(beam.PTransform):
+    """Envelopes -> lists of envelopes holding at most ``size`` records (``ITEM``s) each, for
+    ``ApplyBatchStage``; other envelopes ride along in the batch of the records around them and count
+    for nothing, so a batch has ``size`` records whatever number of count events come with them.
+
+    On most runners this is ``beam.BatchElements``, fused with the steps around it: a batch per
+    ``size`` records of a bundle, the last one emitted from ``finish_bundle``. Beam's DaskRunner drops
+    what a DoFn emits from ``finish_bundle`` (it collects a ParDo's outputs before calling it), so on
+    Dask each record is keyed by its bundle and its batch number in that bundle, and a GroupByKey makes
+    the batches: the same batches, no output from ``finish_bundle``, at most ``size`` records to a
+    group (on Dask every step's partition is held in memory anyway). Elsewhere that group would be a
+    fusion break that moves and buffers every record (Beam's FnApiRunner holds them all in memory),
+    hence the two ways."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def expand(self, envelopes):
+        if on_dask(envelopes.pipeline):
+            return (envelopes
+                    | "KeyByBatch" >> beam.ParDo(KeyByBatch(self.size))
+                    | "GroupBatches" >> beam.GroupByKey()
+                    | "Batch" >> beam.MapTuple(_batch))
+        return envelopes | "Batch" >> beam.BatchElements(min_batch_size=self.size, max_batch_size=self.size,
+                                                         element_size_fn=_record_weight)
+
+
+def on_dask(pipeline: beam.Pipeline) -> bool:
+    """Whether ``pipeline`` runs on Beam's DaskRunner (or a subclass of it)."""
+    return any(cls.__name__ == "DaskRunner" and cls.__module__.startswith("apache_beam.runners.dask")
+               for cls in type(pipeline.runner).__mro__)
+
+
+def _record_weight(envelope: Envelope) -> int:
+    return 1 if envelope.kind == Kind.ITEM else 0
+
+
+class KeyByBatch(beam.DoFn):
+    """Envelope -> ``((bundle, batch number), envelope)``: a new batch number after every ``size``
+    records of the bundle (``Batches`` on Dask). Emits from ``process`` only."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def start_bundle(self):
+        self._bundle = uuid.uuid4().hex  # a retried bundle's keys are new ones: only one attempt is kept
+        self._batch = self._records = 0
+
+    def process(self, envelope: Envelope) -> Iterator:
+        if envelope.kind == Kind.ITEM:
+            if self._records == self.size:
+                self._batch, self._records = self._batch + 1, 0
+            self._records += 1
+        yield (self._bundle, self._batch), envelope
+
+
+def _batch(_key, envelopes: Iterable[Envelope]) -> list[Envelope]:
+    return list(envelopes)
+
+
 class ApplyBatchStage(beam.DoFn):
     """``ApplyStage`` for stages that work on many records at once (``stage.run_batch(records)``: per
-    record its outputs or its exception), fed by ``beam.BatchElements``: the relabel stages keep many
-    requests in flight while at most one batch of records is held per worker. Accounting is
-    ``apply_stage``'s, record by record."""
+    record its outputs or its exception), fed by ``Batches``: the relabel stages keep many requests in
+    flight while at most one batch of records is held per worker. Accounting is ``apply_stage``'s,
+    record by record."""
 
     def __init__(self, stage: str, batch_stage: Any, keep_dropped: bool = False):
         self.stage = stage
@@ -325,6 +387,5 @@ def _tag(payload: Any, kind: Kind) -> Envelope:
     return Envelope(kind, payload)
 
 
-__all__ = ["ReadUnits", "input_parts", "plan_units", "PlanInputs",
-           "ApplyStage", "ApplyBatchStage", "Spill", "SpillDeadLetters", "SpillLosers",
-           "payloads", "tagged", "GatherAll"]
+__all__ = ["ReadUnits", "input_parts", "plan_units", "PlanInputs", "ApplyStage", "ApplyBatchStage", "Batches",
+           "KeyByBatch", "on_dask", "Spill", "SpillDeadLetters", "SpillLosers", "payloads", "tagged", "GatherAll"]

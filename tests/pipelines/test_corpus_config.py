@@ -185,7 +185,8 @@ def test_every_config_field_has_help():
 
 
 def test_the_cli_stops_before_any_work_naming_what_is_wrong(tmp_path, capsys, monkeypatch):
-    """A missing config, a key typo, a --previous that is no run, no relabel endpoint: exit 2 with one line
+    """A missing config, a key typo, a --previous that is no run, no relabel endpoint, a source matching no
+    input, an option neither this command nor Beam defines, a runner Beam does not know: exit 2 with one line
     (no traceback), and no output folder."""
     from pipelines.corpus import main
 
@@ -196,12 +197,20 @@ def test_the_cli_stops_before_any_work_naming_what_is_wrong(tmp_path, capsys, mo
     plain.write_text(yaml.safe_dump({"clean": {"stages": [], "dedup": {"enabled": False}},
                                      "sources": [{"name": "s", "kind": "local_folder", "paths": [str(tmp_path)],
                                                   "license": "unknown"}]}))
+    nothing = tmp_path / "nothing.yaml"  # a source whose paths match no file
+    nothing.write_text(yaml.safe_dump({"clean": {"stages": [], "dedup": {"enabled": False}},
+                                       "sources": [{"name": "pdfs", "kind": "local_folder", "license": "unknown",
+                                                    "paths": [str(tmp_path / "no" / "such" / "*.pdf")]}]}))
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     cases = [
         (["--config", str(tmp_path / "none.yaml")], "No such file or directory"),
         (["--config", str(typo)], "run.outptu: unknown key"),
         (["--config", str(plain), "--previous", str(tmp_path / "nothing")], "no refresh/units.parquet"),
         (["--config", str(DEFAULT_CONFIG)], "relabel: no endpoint"),  # the bundled config relabels
+        (["--config", str(nothing)], "source 'pdfs': no input matches"),
+        # a Beam option typo: the local runner would ignore it and run with one worker per core
+        (["--config", str(plain), "--direct_num_worker=1"], "--direct_num_worker (did you mean --direct_num_workers?)"),
+        (["--config", str(plain), "--runner=DaskRunnr"], "Unexpected pipeline runner: DaskRunnr"),
     ]
     import tempfile
 

@@ -1,5 +1,6 @@
 """The local runner never starts Beam's Prism runner (which downloads a binary from GitHub on every run),
-where Beam's own DirectRunner does; other runners named by ``--runner`` are left to Beam.
+where Beam's own DirectRunner does; Beam's DaskRunner is made with the filesystem options for its workers;
+other runners named by ``--runner`` are left to Beam. Options that no Beam class defines are named.
 
 PrismRunner.run_pipeline is replaced by a recorder: the real one would try the download, which cannot
 run here (no network), so whether it is called is the behaviour under test."""
@@ -12,7 +13,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability import prism_runner
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.local_runner import CachedViewOptions, LocalRunner, pipeline_runner
+from pipelines.local_runner import (
+    DASK_RUNNER,
+    CachedViewOptions,
+    LocalRunner,
+    filesystem_options,
+    ignores_unknown_options,
+    pipeline_runner,
+    unknown_options,
+)
 from tests.helpers import IN_MEMORY
 
 
@@ -49,8 +58,49 @@ def test_beams_own_direct_runner_tries_prism_first(prism_calls: list[str]) -> No
 
 
 def test_other_runners_are_left_to_beam() -> None:
-    for name in ("apache_beam.runners.dask.dask_runner.DaskRunner", "DataflowRunner", "FlinkRunner", "PrismRunner"):
+    for name in ("DataflowRunner", "FlinkRunner", "SparkRunner", "PrismRunner"):
         assert pipeline_runner(PipelineOptions([f"--runner={name}"])) is None
+
+
+def test_the_dask_runner_is_beams_with_the_filesystem_options_for_its_workers() -> None:
+    """Beam's DaskRunner never hands the pipeline's options to Beam's filesystems in a Dask worker (its
+    ``s3://`` calls went without the ``--s3_*`` options); the runner made for its name does, through a worker
+    plugin carrying what the filesystems read (``tests/pipelines/test_dask_runner.py`` runs it on a cluster)."""
+    from apache_beam.runners.dask.dask_runner import DaskRunner
+
+    args = [f"--runner={DASK_RUNNER}", "--dask_client_address=tcp://scheduler:8786", "--s3_endpoint_url=http://s3:9000",
+            "--s3_access_key_id=k", "--no_auth", "--direct_num_workers=2"]
+    assert isinstance(pipeline_runner(PipelineOptions(args)), DaskRunner)
+    assert filesystem_options(PipelineOptions(args)) == {"s3_endpoint_url": "http://s3:9000", "s3_access_key_id": "k",
+                                                         "no_auth": True}
+
+
+# The command lines of docs/sources.md: every option one that Beam (with the runner named) defines.
+OTHER_RUNNERS = [
+    ["--runner=DataflowRunner", "--project=P", "--region=R", "--temp_location=gs://bucket/tmp",
+     "--extra_package=dist/pagemill-0.1.0.tar.gz", "--experiments=use_runner_v2", "--max_num_workers=8"],
+    ["--runner", "DataflowRunner", "--project", "P", "--region", "R", "--temp_location", "gs://bucket/tmp"],
+    ["--runner=FlinkRunner", "--flink_master=host:8081", "--environment_type=LOOPBACK", "--parallelism=4"],
+    ["--runner=SparkRunner", "--spark_master_url=spark://host:7077", "--spark_submit_uber_jar"],
+    [f"--runner={DASK_RUNNER}", "--dask_client_address=tcp://scheduler:8786", "--dask_npartitions=64"],
+    ["--direct_running_mode=multi_processing", "--direct_num_workers=0", "--s3_endpoint_url=http://s3:9000"],
+]
+
+
+@pytest.mark.parametrize("args", OTHER_RUNNERS)
+def test_every_runners_own_options_are_known(args: list[str]) -> None:
+    assert unknown_options(args) == []
+
+
+def test_an_option_no_beam_class_defines_is_named_with_the_nearest_one() -> None:
+    args = [f"--runner={DASK_RUNNER}", "--dask_client_adress=tcp://scheduler:8786", "--bogus", "value", "--outptu=x"]
+    assert unknown_options(args, ["--output"]) == ["--dask_client_adress (did you mean --dask_client_address?)",
+                                                   "--bogus", "--outptu (did you mean --output?)"]
+    assert unknown_options(["--dask_npartitions=4"]) == [  # Dask's options, without --runner naming it
+        f"--dask_npartitions (an option of Beam's DaskRunner, which takes --runner={DASK_RUNNER})"]
+    # the local runner and Dask drop what they do not know; Dataflow, Flink and Spark may pass it on
+    assert ignores_unknown_options(args) and ignores_unknown_options(["--direct_num_workers=2"])
+    assert not any(ignores_unknown_options(a) for a in OTHER_RUNNERS[:4])
 
 
 def test_the_local_runner_runs_the_graph_without_a_runner_api_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -349,29 +349,23 @@ def copy_run(out: Path, target: Path) -> Path:
 
 
 def test_an_interrupted_run_leaves_no_manifest_and_is_no_previous_run(first, samples, tmp_path, monkeypatch):
-    """A rerun into a finished run's folder removes its manifest.json before anything there is replaced, so
-    a run stopped midway never leaves the old manifest and units table over new shards."""
+    """A rerun into a finished run's folder removes its manifest.json before anything there is replaced (the
+    DAG's ``Decide`` step, which every writing step follows), so a run stopped midway never leaves the old
+    manifest and units table over new shards."""
     from pipelines import release
     from schemas.manifest import ManifestError
 
     _, out = first
     rerun = copy_run(out, tmp_path / "work" / "out")
-    real = corpus.new_pipeline
 
-    def killed_midway(*args, **kwargs):
-        pipeline = real(*args, **kwargs)
+    def killed_midway(*args):  # the first shard write fails: the run stops while it writes
+        raise RuntimeError(f"killed midway; the old manifest there: {(rerun / 'manifest.json').exists()}")
 
-        def run():
-            assert not (rerun / "manifest.json").exists()  # gone before any shard is written
-            raise KeyboardInterrupt  # a SIGTERM/SIGKILL while the run writes
-
-        pipeline.run = run
-        return pipeline
-
-    monkeypatch.setattr(corpus, "new_pipeline", killed_midway)
+    monkeypatch.setattr(corpus, "write_planned_shard", killed_midway)
     cfg = load_config(small_corpus_config(samples, tmp_path / "work"))
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Exception, match="killed midway; the old manifest there: False"):
         corpus.run(cfg, IN_MEMORY)
+    monkeypatch.undo()
     assert not (rerun / "manifest.json").exists() and (rerun / refresh.UNITS_FILE).exists()
     with pytest.raises(refresh.PreviousRunError, match="no manifest.json"):
         corpus.run(load_config(small_corpus_config(samples, tmp_path / "next")), IN_MEMORY, previous=str(rerun))
@@ -441,6 +435,7 @@ def test_another_relabel_model_or_prompt_version_is_another_refresh_key(samples,
     import dataclasses
 
     import pipelines.relabel_stages as relabel_stages
+    from relabel.cache import MODEL_DIGEST_ENV
     from relabel.client import MODEL_ENV
 
     cfg = load_config(small_corpus_config(samples, tmp_path))
@@ -462,4 +457,24 @@ def test_another_relabel_model_or_prompt_version_is_another_refresh_key(samples,
     monkeypatch.setattr(relabel_stages, "VERSION", relabel_stages.VERSION.removesuffix("-next"))
     assert keys() == second
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:10/v1")
-    assert all(keys()[s] != second[s] for s in first)
+    third = keys()
+    assert all(third[s] != second[s] for s in first)
+    monkeypatch.setenv(MODEL_DIGEST_ENV, "0" * 64)  # relabel.serve: the same path, retrained weights
+    assert all(keys()[s] != third[s] for s in first)
+
+
+def test_planning_again_in_one_process_sees_a_file_edited_and_a_label_added_since(samples, tmp_path):
+    """A launcher that runs twice, or a Dask worker that described the previous run's units: content ids and
+    folder listings were cached per process for good (tests cleared them by hand), so an edited input and a
+    label added beside a page were taken for what they were at the first plan."""
+    shutil.copytree(samples / "local", tmp_path / "samples" / "local")
+    cfg = load_config(small_corpus_config(tmp_path / "samples", tmp_path / "work", lambda raw: raw.__setitem__(
+        "sources", [s for s in raw["sources"] if s["name"] == "local-pdfs"])))
+    before = {info.name: info.content for _, _, info in corpus.plan_in_process(cfg)}
+    report = tmp_path / "samples" / "local" / "report.md"
+    report.write_text(report.read_text() + "\nA line added after the first plan.\n")
+    (tmp_path / "samples" / "local" / "unlabelled.md").write_text("A label added after the first plan.\n")
+    after = {info.name: info.content for _, _, info in corpus.plan_in_process(cfg)}
+    assert set(after) == set(before)
+    changed = sorted(name for name in before if after[name] != before[name])
+    assert len(changed) == 2 and any("report" in n for n in changed) and any("unlabelled" in n for n in changed)
