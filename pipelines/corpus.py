@@ -122,6 +122,7 @@ from pipelines.write import (
     ShardPlan,
     SpillStat,
     WriteConfig,
+    half_written,
     merge_spill_stats,
     output_lock,
     plan_shards,
@@ -400,7 +401,7 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
              for p in io.match(io.join(out, folder, "*.parquet"))
              if "/".join(p.replace("\\", "/").split("/")[-2:]) not in keep
              and "/".join(p.replace("\\", "/").split("/")[-3:]) not in keep]
-    io.delete(stale)
+    io.delete(stale + half_written(out))
     if spill_dir:
         io.delete_tree(spill_dir)
     remove_empty_tmp(out)
@@ -932,6 +933,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # Dataflow (and Flink/Spark with an uber jar, Prism) pass options they do not know to the service
         print(f"pipelines.corpus: warning: Beam does not define {', '.join(unknown)}: passed on to the runner as "
               f"given", file=sys.stderr)
+    if args.releases:
+        latest = io.join(args.releases, LATEST)
+        if io.exists(latest) and io.read_bytes(latest).decode("utf-8", "replace").strip() == version:
+            # a rerun of the version LATEST names (an Airflow retry): LATEST must never name a folder that is
+            # being replaced (a killed rerun would leave it naming a run without a manifest, and every later
+            # version would be refused); it is written again once this run balances
+            io.delete([latest])
+            print(f"pipelines.corpus: {latest} named {version}, which this run replaces: removed until it balances",
+                  file=sys.stderr)
     try:
         if args.verbose:
             logging.basicConfig()  # a no-op when Beam's import already configured the root logger

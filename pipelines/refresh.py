@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 from pipelines import io
 from pipelines.io import content_id as file_digest
 from pipelines.sources.base import input_bases, relative_to_inputs
-from pipelines.write import shard_problems
+from pipelines.write import half_written, shard_problems
 from schemas.deadletter import DeadLetter
 from schemas.manifest import RunManifest
 from schemas.page import PAGE_SCHEMA
@@ -323,6 +323,11 @@ def check_previous(uri: str) -> str:
     """The previous run's folder (``resolve_previous``); ValueError when it holds no units table, so that
     ``--previous`` is checked before a run starts."""
     folder = resolve_previous(uri)
+    started = any(io.exists(io.join(folder, part)) for part in ("data", "_tmp", "dead_letter", UNITS_FILE))
+    if started and not io.exists(io.join(folder, "manifest.json")):  # a first run killed before its units table
+        raise PreviousRunError(f"previous run {folder}: no manifest.json: a run into that folder did not finish "
+                               f"(interrupted or failed), so its files are not one run's; rerun it, or refresh "
+                               f"from another run")
     if not io.exists(io.join(folder, UNITS_FILE)):
         raise ValueError(f"previous run {folder}: no {UNITS_FILE} (a run from before incremental refresh, "
                          f"or not a corpus output); run without --previous once")
@@ -657,7 +662,7 @@ def carry_whole(infos: Iterable[UnitInfo], previous_uri: str, output: str, finge
     stale = [p for folder in ("data", "dead_letter", "dropped", LOSER_PAGES_FOLDER)
              for p in io.match(io.join(output, folder, "*.parquet"))
              if not any(p.replace("\\", "/").endswith("/" + f) for f in files)]
-    io.delete(stale + [io.join(output, "manifest.json")])
+    io.delete(stale + half_written(output) + [io.join(output, "manifest.json")])
     for f in files:
         io.copy_file(io.join(previous.folder, f), io.join(output, f))
     manifest = RunManifest.from_json(json.dumps(body))

@@ -44,6 +44,7 @@ import hashlib
 import io as _io
 import json
 import os
+import shutil
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -440,6 +441,15 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     return result
 
 
+def half_written(output: str) -> list[str]:
+    """Files a killed run left half-written in ``output``'s shard folders (``<shard>.parquet.tmp-<id>``,
+    ``<file>.parquet.tmp``): readers of ``data/`` would take them for shards (``datasets`` fails on one,
+    ``pq.read_table`` reads its pages twice). Only called under the output's lock, when this run's own
+    are renamed."""
+    return [p for folder in ("data", "dead_letter", "dropped", "refresh/dedup_losers")
+            for pattern in ("*.parquet.tmp-*", "*.parquet.tmp") for p in io.match(io.join(output, folder, pattern))]
+
+
 def shard_problems(folder: str, shards: Iterable[dict], hash_remote: bool = False) -> list[str]:
     """How ``folder``'s shards differ from what a manifest lists for them (``file``, ``rows``, ``bytes``,
     ``sha256``): a missing file, another row count (the Parquet footer), size or sha256. Local files are
@@ -648,6 +658,9 @@ def output_lock(output: str) -> Iterator[None]:
               file=sys.stderr)
     if locked:
         _held_locks.append(fd)
+        # No other run writes here while we hold the lock: what is under _tmp/ was left by killed runs (their
+        # spills, ~1.5x the corpus each). Unlocked (no flock), another run may be spilling there: kept.
+        shutil.rmtree(os.path.join(output, "_tmp"), ignore_errors=True)
     try:
         yield
     finally:

@@ -394,24 +394,27 @@ def test_a_previous_run_whose_shards_are_not_its_manifests_is_refused(first, sam
     assert "its shards are not the ones its manifest.json lists" in capsys.readouterr().err
 
 
-def test_runs_into_one_output_folder_never_overlap_and_keep_each_others_tmp(samples, tmp_path, capsys):
-    """A second run into a folder another run is writing is refused (exit 2); a run removes only its own
-    ``_tmp/<run>/``."""
+def test_runs_into_one_output_folder_never_overlap_and_sweep_what_killed_runs_left(samples, tmp_path, capsys):
+    """A second run into a folder another run is writing is refused (exit 2). A run holding the lock removes
+    what killed runs left: their spills under ``_tmp/`` (~1.5x the corpus each) and half-written shards, which
+    readers of ``data/`` took for shards (``datasets`` failed, ``pq.read_table`` read every page twice)."""
     config = small_corpus_config(samples, tmp_path)
     cfg = load_config(config)
     with corpus.output_lock(cfg.run.output):  # (pipelines.write.output_lock)
         assert corpus.main(["--config", str(config), *IN_MEMORY]) == 2
         assert "is being written by another run" in capsys.readouterr().err
         assert not (Path(cfg.run.output) / "manifest.json").exists()
-    other = Path(cfg.run.output) / "_tmp" / "otherrun" / "spill.arrow"  # a run that is still going
-    other.parent.mkdir(parents=True)
-    other.write_bytes(b"spilled")
     manifest, out = run(samples, tmp_path)
-    assert other.read_bytes() == b"spilled" and sorted(p.name for p in (out / "_tmp").iterdir()) == ["otherrun"]
-    other.unlink()
-    other.parent.rmdir()
+    killed = out / "_tmp" / "killedrun" / "spill.arrow"
+    killed.parent.mkdir(parents=True)
+    killed.write_bytes(b"spilled")
+    shard = next((out / "data").glob("*.parquet"))
+    (out / "data" / f"{shard.name}.tmp-0badc0de").write_bytes(shard.read_bytes())  # killed before its rename
+    (out / "dead_letter" / "x.parquet.tmp").write_bytes(b"")
     run(samples, tmp_path)
     assert not (out / "_tmp").exists()
+    assert sorted(p.name for p in out.rglob("*.tmp*")) == []
+    assert pq.read_table(out / "data").num_rows == sum(s["rows"] for s in manifest.shards)
 
 
 def test_releases_take_no_output_and_no_version_made_of_dots(samples, tmp_path, capsys):
@@ -478,3 +481,32 @@ def test_planning_again_in_one_process_sees_a_file_edited_and_a_label_added_sinc
     assert set(after) == set(before)
     changed = sorted(name for name in before if after[name] != before[name])
     assert len(changed) == 2 and any("report" in n for n in changed) and any("unlabelled" in n for n in changed)
+
+
+def test_latest_never_names_a_version_being_replaced(samples, tmp_path, monkeypatch, capsys):
+    """An Airflow retry of the version LATEST names, killed midway, left LATEST naming a folder without a
+    manifest: every later version was refused until that one was rerun."""
+    config = small_corpus_config(samples, tmp_path)
+    releases = tmp_path / "releases"
+    assert corpus.main(["--config", str(config), "--releases", str(releases), "--version", "v1", *IN_MEMORY]) == 0
+    assert (releases / "LATEST").read_text() == "v1"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(corpus, "run", killed)
+        with pytest.raises(KeyboardInterrupt):
+            corpus.main(["--config", str(config), "--releases", str(releases), "--version", "v1", *IN_MEMORY])
+    assert not (releases / "LATEST").exists()
+    assert corpus.main(["--config", str(config), "--releases", str(releases), "--version", "v2", *IN_MEMORY]) == 0
+    assert (releases / "LATEST").read_text() == "v2"
+
+
+def test_a_killed_first_run_as_previous_is_named_unfinished(samples, tmp_path):
+    folder = tmp_path / "killed"
+    (folder / "data").mkdir(parents=True)  # shards begun, no units table, no manifest
+    with pytest.raises(refresh.PreviousRunError, match="did not finish"):
+        refresh.check_previous(str(folder))
+    with pytest.raises(ValueError, match="no refresh/units.parquet"):
+        refresh.check_previous(str(tmp_path))  # not a run at all
