@@ -239,7 +239,8 @@ def _merge(loaded, cfg: TrainRunConfig, out: Path, base: Path, candidates: list[
             local.loaded = copy.deepcopy(loaded)
         local.loaded.model.load_state_dict(state)
         # the eval pages streamed again for each evaluation: never all of them encoded at once
-        samples = run_eval_samples(cfg, loaded.processor, limit=mcfg.max_pages or cfg.eval_limit)
+        # through this thread's own processor: a tokenizer call sets state on the tokenizer (split_special_tokens)
+        samples = run_eval_samples(cfg, local.loaded.processor, limit=mcfg.max_pages or cfg.eval_limit)
         s = evaluate(local.loaded, samples, mcfg.max_new_tokens, progress=False,
                      batch_size=cfg.eval_batch_size).summary
         rate = s["unit_test_pass_rate"]

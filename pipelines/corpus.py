@@ -933,6 +933,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # Dataflow (and Flink/Spark with an uber jar, Prism) pass options they do not know to the service
         print(f"pipelines.corpus: warning: Beam does not define {', '.join(unknown)}: passed on to the runner as "
               f"given", file=sys.stderr)
+    unpointed = None
     if args.releases:
         latest = io.join(args.releases, LATEST)
         if io.exists(latest) and io.read_bytes(latest).decode("utf-8", "replace").strip() == version:
@@ -940,8 +941,21 @@ def main(argv: list[str] | None = None) -> int:
             # being replaced (a killed rerun would leave it naming a run without a manifest, and every later
             # version would be refused); it is written again once this run balances
             io.delete([latest])
+            unpointed = latest
             print(f"pipelines.corpus: {latest} named {version}, which this run replaces: removed until it balances",
                   file=sys.stderr)
+    code = 1
+    try:
+        code = _main_run(args, cfg, beam_args, previous)
+        return code
+    finally:
+        # a run that never started (no scheduler, no endpoint, another run writing) left the version whole
+        if unpointed and code != 0 and io.exists(io.join(cfg.run.output, "manifest.json")):
+            io.write_bytes_atomic(unpointed, version.encode())
+
+
+def _main_run(args: argparse.Namespace, cfg: CorpusConfig, beam_args: list[str], previous: str | None) -> int:
+    """``main`` from the run on: run, print the summary, check the balance and rate, point LATEST."""
     try:
         if args.verbose:
             logging.basicConfig()  # a no-op when Beam's import already configured the root logger

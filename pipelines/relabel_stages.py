@@ -27,13 +27,16 @@ VERSION = f"{stages.VERSION}:{RELABEL_VERSION}:{JUDGE_VERSION}:{REFINE_VERSION}"
 
 def resolved_inputs(spec: dict) -> list[str]:
     """What a relabel stage's answers depend on beyond its config: the endpoint and model as the run
-    resolves them (``relabel.client``: the config's, else ``$OPENAI_BASE_URL`` / ``$PAGEMILL_RELABEL_MODEL``)
-    and the served checkpoint's content digest that ``relabel.serve`` exports (a retrained checkpoint at the
-    same path). A model the server names only at run time (neither set) is not known here; docs/refresh.md
-    says so."""
+    resolves them (``relabel.client``: the config's, else ``$OPENAI_BASE_URL`` / ``$PAGEMILL_RELABEL_MODEL``);
+    under ``relabel.serve`` the model and the served checkpoint's content digest it exports instead of the URL
+    (a retrained checkpoint at the same path asks again; a new port at every start does not). A model the
+    server names only at run time (neither set) is not known here; docs/refresh.md says so."""
     client = spec.get("client") or {}
-    return [client.get("base_url") or os.environ.get("OPENAI_BASE_URL", ""),
-            client.get("model") or os.environ.get(MODEL_ENV, ""), os.environ.get(MODEL_DIGEST_ENV, "")]
+    model = client.get("model") or os.environ.get(MODEL_ENV, "")
+    digest = os.environ.get(MODEL_DIGEST_ENV, "")
+    if digest:  # relabel.serve: the weights themselves; its URL has a new port at every start
+        return [model, digest]
+    return [client.get("base_url") or os.environ.get("OPENAI_BASE_URL", ""), model]
 
 
 def loop_kind(text: str) -> str | None:

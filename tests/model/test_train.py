@@ -17,7 +17,7 @@ def synth_record(n: int):
     return corpus_record("jinaocrsynth", "synthetic-layout", n, response=text, unit_tests=tests)
 
 
-def test_train_runs_every_phase_end_to_end(tmp_path):
+def test_train_runs_every_phase_end_to_end(tmp_path, monkeypatch):
     records = [corpus_record("docs-a", "docs", n) for n in range(12)] + [synth_record(n) for n in range(6)]
     corpus = write_records(tmp_path / "corpus", records)
     cfg = TrainRunConfig.from_mapping(dict(
@@ -31,7 +31,25 @@ def test_train_runs_every_phase_end_to_end(tmp_path):
         merge={"budget": 2, "workers": 2, "max_new_tokens": 4},
         mtp={"steps": 2, "batch_size": 2, "max_new_tokens": 8, "bench_max_new_tokens": 6},
     ))
+    import threading
+
+    import model.train as train_module
+
+    used = []  # (thread, processor) of each eval-page stream
+    real = train_module.run_eval_samples
+
+    def spy(cfg, processor, *args, **kwargs):
+        used.append((threading.current_thread(), id(processor)))
+        return real(cfg, processor, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "run_eval_samples", spy)
     results = run(cfg)
+    # merge search streams eval pages in its worker threads, each through its own processor: a tokenizer call
+    # sets state on the tokenizer (split_special_tokens), and a shared one lost pages their image tokens
+    workers = {(thread, processor) for thread, processor in used if thread is not threading.main_thread()}
+    main = {processor for thread, processor in used if thread is threading.main_thread()}
+    assert workers and len({p for _, p in workers}) == len({t for t, _ in workers}) and not main & {
+        p for _, p in workers}
     out = Path(cfg.out)
     for name in ("untrained", "sft-alignment", "sft-robustness", "grpo", "merged"):
         assert (out / name / "config.json").exists(), name

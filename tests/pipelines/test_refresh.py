@@ -462,8 +462,15 @@ def test_another_relabel_model_or_prompt_version_is_another_refresh_key(samples,
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:10/v1")
     third = keys()
     assert all(third[s] != second[s] for s in first)
-    monkeypatch.setenv(MODEL_DIGEST_ENV, "0" * 64)  # relabel.serve: the same path, retrained weights
-    assert all(keys()[s] != third[s] for s in first)
+    # relabel.serve exports the served weights' digest: a retrained checkpoint at the same path asks again, and
+    # the port, new at every start, no longer counts (every unit was read again at each `make corpus`)
+    monkeypatch.setenv(MODEL_DIGEST_ENV, "0" * 64)
+    served = keys()
+    assert all(served[s] != third[s] for s in first)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:11/v1")
+    assert keys() == served
+    monkeypatch.setenv(MODEL_DIGEST_ENV, "1" * 64)
+    assert all(keys()[s] != served[s] for s in first)
 
 
 def test_planning_again_in_one_process_sees_a_file_edited_and_a_label_added_since(samples, tmp_path):
@@ -485,19 +492,29 @@ def test_planning_again_in_one_process_sees_a_file_edited_and_a_label_added_sinc
 
 def test_latest_never_names_a_version_being_replaced(samples, tmp_path, monkeypatch, capsys):
     """An Airflow retry of the version LATEST names, killed midway, left LATEST naming a folder without a
-    manifest: every later version was refused until that one was rerun."""
+    manifest: every later version was refused until that one was rerun. A retry that never starts (no
+    scheduler) leaves the version and LATEST as they were."""
     config = small_corpus_config(samples, tmp_path)
     releases = tmp_path / "releases"
-    assert corpus.main(["--config", str(config), "--releases", str(releases), "--version", "v1", *IN_MEMORY]) == 0
+    args = ["--config", str(config), "--releases", str(releases), "--version", "v1", *IN_MEMORY]
+    assert corpus.main(args) == 0
     assert (releases / "LATEST").read_text() == "v1"
 
+    def never_started(*args, **kwargs):
+        raise ConnectionError("no scheduler")  # as RunnerUnavailable
+
     def killed(*args, **kwargs):
+        (releases / "v1" / "manifest.json").unlink()  # the DAG's first step removes it, then the kill
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
+        patch.setattr(corpus, "run", never_started)
+        assert corpus.main(args) == 2
+    assert (releases / "LATEST").read_text() == "v1"
+    with monkeypatch.context() as patch:
         patch.setattr(corpus, "run", killed)
         with pytest.raises(KeyboardInterrupt):
-            corpus.main(["--config", str(config), "--releases", str(releases), "--version", "v1", *IN_MEMORY])
+            corpus.main(args)
     assert not (releases / "LATEST").exists()
     assert corpus.main(["--config", str(config), "--releases", str(releases), "--version", "v2", *IN_MEMORY]) == 0
     assert (releases / "LATEST").read_text() == "v2"
