@@ -24,6 +24,7 @@ from pipelines.local_runner import DASK_RUNNER, new_pipeline
 from pipelines.transforms import Batches
 from tests.helpers import IN_MEMORY, small_corpus_config
 from tests.object_stores import assert_same_rows, free_port, s3_server
+from tests.pipelines.test_corpus import shard_digests
 from tests.relabel.scripted_server import MODELS, ScriptedServer, completion
 
 
@@ -50,20 +51,6 @@ def run_to_end(p: beam.Pipeline) -> None:
     finally:
         if getattr(result, "client", None) is not None:
             result.client.close()
-
-
-def shard_digests(out: Path) -> dict[str, str]:
-    """Every output file's sha256 and the manifest without what timings and arguments make differ."""
-    digests = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-               for folder in ("data", "dead_letter", "dropped", "refresh/dedup_losers")
-               for p in sorted((out / folder).glob("*.parquet"))}
-    manifest = json.loads((out / "manifest.json").read_text())
-    del manifest["run"]
-    for per in manifest["stages"].values():
-        for counts in per.values():
-            del counts["seconds"]
-    digests["manifest.json"] = json.dumps(manifest)
-    return digests
 
 
 # --- batched stages --------------------------------------------------------------------------------
