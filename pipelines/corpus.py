@@ -117,6 +117,7 @@ from pipelines.validate_stage import validate_record
 from pipelines.write import (
     DEAD_LETTERS,
     PAGES,
+    SHARD_FOLDERS,
     OutputBusy,
     ShardedTable,
     ShardPlan,
@@ -397,8 +398,7 @@ def finalize(items: Iterable[Envelope], cfg: CorpusConfig, started: float, beam_
     out = cfg.run.output
     losers = {s["losers_file"] for s in shards if "losers_file" in s}
     keep = {s["file"] for s in shards} | {d["file"] for d in dead_files} | set(sample_files) | losers
-    stale = [p for folder in ("data", "dead_letter", "dropped", "refresh/dedup_losers")
-             for p in io.match(io.join(out, folder, "*.parquet"))
+    stale = [p for folder in SHARD_FOLDERS for p in io.match(io.join(out, folder, "*.parquet"))
              if "/".join(p.replace("\\", "/").split("/")[-2:]) not in keep
              and "/".join(p.replace("\\", "/").split("/")[-3:]) not in keep]
     io.delete(stale + half_written(out))

@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 from pipelines import io
 from pipelines.io import content_id as file_digest
 from pipelines.sources.base import input_bases, relative_to_inputs
-from pipelines.write import half_written, shard_problems
+from pipelines.write import SHARD_FOLDERS, half_written, shard_problems
 from schemas.deadletter import DeadLetter
 from schemas.manifest import RunManifest
 from schemas.page import PAGE_SCHEMA
@@ -659,8 +659,7 @@ def carry_whole(infos: Iterable[UnitInfo], previous_uri: str, output: str, finge
         return None
     if not verified:
         verify_run(previous.folder, previous.manifest)
-    stale = [p for folder in ("data", "dead_letter", "dropped", LOSER_PAGES_FOLDER)
-             for p in io.match(io.join(output, folder, "*.parquet"))
+    stale = [p for folder in SHARD_FOLDERS for p in io.match(io.join(output, folder, "*.parquet"))
              if not any(p.replace("\\", "/").endswith("/" + f) for f in files)]
     io.delete(stale + half_written(output) + [io.join(output, "manifest.json")])
     for f in files:

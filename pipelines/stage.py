@@ -379,11 +379,11 @@ def run(name: str, stage: Callable, files: list[str], output: str, options: dict
     """Run ``stage`` over the records of ``files`` (``checked_inputs``) into ``output``; returns the
     manifest it wrote."""
     from pipelines import io
-    from pipelines.write import record_bytes
+    from pipelines.write import half_written, record_bytes
 
     started = time.time()
     # a previous run's manifest goes first: an interrupted rerun must not pass for a finished run
-    io.delete([m for m in io.match(io.join(output, "manifest.json"))])
+    io.delete(io.match(io.join(output, "manifest.json")))
     counts: dict[tuple[str, str, str, str], float] = {}
     pages: dict[str, TableSink] = {}
     dead = TableSink(output, "dead_letter.parquet", DEAD_LETTER_SCHEMA)
@@ -423,8 +423,7 @@ def run(name: str, stage: Callable, files: list[str], output: str, options: dict
     io.delete([p for p in io.match(io.join(output, "data", "*.parquet"))
                if "data/" + p.replace("\\", "/").rsplit("/", 1)[-1] not in written])  # a previous run's splits
     # what killed runs left half-written (ours are renamed by now): readers of data/ would take them for shards
-    io.delete([p for pattern in ("*.parquet.tmp-*", "data/*.parquet.tmp-*")
-               for p in io.match(io.join(output, pattern))])
+    io.delete(half_written(output, ("", "data")))
     config = getattr(stage, "cfg", None)
     manifest = RunManifest.from_events(
         (CountEvent(*key, value) for key, value in counts.items()), [name],

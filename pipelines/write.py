@@ -441,13 +441,17 @@ def write_shard(plan: ShardPlan, output: str, cfg: WriteConfig, table: ShardedTa
     return result
 
 
-def half_written(output: str) -> list[str]:
-    """Files a killed run left half-written in ``output``'s shard folders (``<shard>.parquet.tmp-<id>``,
-    ``<file>.parquet.tmp``): readers of ``data/`` would take them for shards (``datasets`` fails on one,
-    ``pq.read_table`` reads its pages twice). Only called under the output's lock, when this run's own
-    are renamed."""
-    return [p for folder in ("data", "dead_letter", "dropped", "refresh/dedup_losers")
-            for pattern in ("*.parquet.tmp-*", "*.parquet.tmp") for p in io.match(io.join(output, folder, pattern))]
+# The corpus run's Parquet folders under its output (``refresh/dedup_losers``: pipelines.refresh.LOSER_PAGES_FOLDER)
+SHARD_FOLDERS = ("data", "dead_letter", "dropped", "refresh/dedup_losers")
+
+
+def half_written(output: str, folders: tuple[str, ...] = SHARD_FOLDERS) -> list[str]:
+    """Files a killed run left half-written in ``output``'s ``folders`` (``""``: ``output`` itself), named
+    ``<shard>.parquet.tmp-<id>`` or ``<file>.parquet.tmp``: readers of ``data/`` would take them for shards
+    (``datasets`` fails on one, ``pq.read_table`` reads its pages twice). Called when this run's own are
+    renamed (under the output's lock, for a corpus run)."""
+    return [p for folder in folders for pattern in ("*.parquet.tmp-*", "*.parquet.tmp")
+            for p in io.match(io.join(output, folder, pattern) if folder else io.join(output, pattern))]
 
 
 def shard_problems(folder: str, shards: Iterable[dict], hash_remote: bool = False) -> list[str]:

@@ -10,6 +10,8 @@ import hashlib
 import io
 import json
 import random
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow as pa
@@ -263,3 +265,12 @@ def pubtabnet_reference_teds(pred: str, true: str, structure_only: bool = False)
     d = APTED(_ref_tree(tables[0], structure_only), _ref_tree(tables[1], structure_only),
               _ref_config()).compute_edit_distance()
     return 1.0 - d / n
+
+
+def loopback_server(handler) -> ThreadingHTTPServer:
+    """An HTTP server on 127.0.0.1 (a free port: ``server.server_address[1]``) answering with ``handler``, one
+    daemon thread per request, served from a daemon thread; ``shutdown()`` and ``server_close()`` end it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

@@ -449,6 +449,7 @@ def test_another_relabel_model_or_prompt_version_is_another_refresh_key(samples,
         fingerprints = refresh.stage_fingerprints(cfg)[cfg.sources[0].name]
         return {stage: fingerprints[stage] for stage in ("relabel", "audit")}
 
+    monkeypatch.delenv(MODEL_DIGEST_ENV, raising=False)  # (a LocalServer started earlier in this process sets it)
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv(MODEL_ENV, "model-a")
     first = keys()

@@ -18,8 +18,10 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Callable
+
+from tests.helpers import loopback_server
 
 CHAT = "/v1/chat/completions"
 
@@ -40,11 +42,8 @@ class FaultProxy:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = loopback_server(self._handler())
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
 
     @property
     def base_url(self) -> str:

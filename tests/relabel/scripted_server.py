@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Iterable
+
+from tests.helpers import loopback_server
 
 
 def completion(content: Any = "ok", usage: Any = "default", finish: str = "stop") -> dict:
@@ -92,11 +94,8 @@ class ScriptedServer:
         self.busy = 0
         self.lock = threading.Condition()
         self.release = threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = loopback_server(self._handler())
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
 
     @property
     def base_url(self) -> str:

@@ -6,7 +6,6 @@ import collections
 import http.server
 import json
 import pathlib
-import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,6 +19,7 @@ from samples.make import finepdfs as sample
 from samples.make.pdfs import text_pdf
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import params_hash
+from tests.helpers import loopback_server
 
 ENG = "finepdfs/data/eng_Latn/train/000_00000.parquet"
 FRA = "finepdfs/data/fra_Latn/train/000_00000.parquet"
@@ -374,9 +374,7 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
 def test_http_root_uses_ranged_gets(built: pathlib.Path, honour_range: bool) -> None:
     handler = type("Handler", (_RangeHandler,), {"root": built / "finepdfs" / "warc",
                                                   "honour_range": honour_range})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = loopback_server(handler)
     try:
         root = f"http://127.0.0.1:{server.server_address[1]}"
         rows = list(FinePdfsSource(_settings(root, http_retries=0)).read(str(built / FRA)))
@@ -405,8 +403,7 @@ def test_a_rows_file_path_cannot_leave_warc_root(built: pathlib.Path, tmp_path: 
         def log_message(self, *args) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = loopback_server(Recorder)
     root = tmp_path / "warc"
     root.mkdir()
     outside = built / "finepdfs" / "warc"  # real WARCs, but not under this root
