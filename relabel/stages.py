@@ -4,7 +4,8 @@
   (default) records the candidate and its normalised edit distance to the label in
   ``quality["relabel"]``; ``replace`` swaps the response and keeps the old one there. Candidates that
   are empty, truncated (``finish_reason`` "length") or end in a degeneration loop are rejected with
-  that reason and never become labels (``on_reject``: keep the record as it was, or drop it).
+  that reason and never become labels (``on_reject``: keep the record as it was, or drop it); under
+  ``replace`` so is a candidate that fails one of the record's unit tests (``fails_unit_tests``).
 - ``AuditStage``: a judge scores (image, label) on the rubric of ``relabel.prompts`` and answers JSON;
   a malformed answer is asked again once with another seed, then the record is dead-lettered
   ``audit_unparseable``. Below ``threshold``: ``flag`` (``quality["audit"]["low"]``) or ``drop``
@@ -41,8 +42,9 @@ from schemas.config import check_names, option
 from schemas.deadletter import Dropped, RecordError
 from schemas.edit_distance import normalized_edit_distance
 from schemas.page import TASKS, PageRecord, ProvenanceStep, params_hash, stable_id
+from schemas.unit_tests import passing_tests
 
-VERSION = "1"
+VERSION = "2"  # 2: a replacement that fails one of the record's unit tests is rejected
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,11 @@ class RelabelStage(_ConfiguredStage):
                               self.cfg.seed, f"{record.id}:relabel")
         answer = await ask(request, RELABEL_VERSION)
         reason = rejection(answer, self.loop_detector)
+        if reason is None and self.cfg.mode == "replace" and record.unit_tests:
+            # the record's tests were checked on its label (verifiable truth, e.g. a synthetic page's): a
+            # replacement must pass them all, or the record would carry tests its own label fails
+            failed = len(record.unit_tests) - len(passing_tests(record.unit_tests, answer.text))
+            reason = "fails_unit_tests" if failed else None
         finding: dict[str, Any] = {"model": self.client.model, "prompt_version": RELABEL_VERSION,
                                    "mode": self.cfg.mode, "finish_reason": answer.finish_reason}
         if reason is not None:

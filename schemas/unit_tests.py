@@ -62,7 +62,7 @@ from schemas.unit_test_base import CHECKED_VALUES, TEST_TYPES, UnitTest
 __all__ = [
     "CHECKED_VALUES", "FORMATS", "TEST_CLASSES", "TEST_TYPES", "BaselineTest", "FootnoteTest", "FormatTest",
     "LoadProblem", "MathTest", "OrderTest", "PresenceTest", "TableTest", "UnitTest", "check_all", "dump_tests",
-    "extract_equations", "formatted_spans", "load_tests", "read_tests", "unit_test_from_dict",
+    "extract_equations", "formatted_spans", "load_tests", "passing_tests", "read_tests", "unit_test_from_dict",
     "unit_test_from_json", "unit_test_to_dict", "unit_test_to_json",
 ]
 
@@ -172,6 +172,18 @@ def load_tests(path: str | Path) -> list[UnitTest]:
 def dump_tests(tests: Iterable[UnitTest], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         fh.writelines(unit_test_to_json(test) + "\n" for test in tests)
+
+
+def passing_tests(lines: Iterable[str], text: str) -> list[str]:
+    """The entries of ``lines`` (``PageRecord.unit_tests``: one JSON test each) that pass on ``text``, in
+    order. A stage that rewrites a record's response keeps only these (or rejects the rewrite), so no
+    record carries a test its own label fails; a check that raises is a failure, as in ``check_all``."""
+    kept = []
+    for number, line in enumerate(lines):
+        test = unit_test_from_json(line, f"unit_tests[{number}]")
+        if check_all([test], text)[0][1]:
+            kept.append(line)
+    return kept
 
 
 def check_all(tests: Iterable[UnitTest], markdown: str,

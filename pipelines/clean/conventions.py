@@ -3,7 +3,8 @@
 "Labels are then rewritten toward one formatting convention, so that equations appear individually
 delimited as ``$x+y$,$t+v$`` instead of comma-separated as ``$x+y,t+v$``, which keeps formatting
 variation from dominating the loss." Three rewrites, each counted in
-``record.quality["conventions"]["counters"]``:
+``record.quality["conventions"]["counters"]`` (a rewritten label keeps only the unit tests that still
+pass on it; the others are counted as ``tests_dropped``):
 
 ``split_formulas``
     An inline formula that is a comma-separated list of independent expressions becomes one
@@ -54,8 +55,9 @@ from typing import Any, Literal
 from schemas.config import option
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, params_hash
+from schemas.unit_tests import passing_tests
 
-VERSION = "1"
+VERSION = "2"  # 2: a rewritten response keeps only the unit tests that pass on it
 COUNTERS = ("split_formulas", "inline_delimiters", "display_delimiters", "bold", "italic")
 FORMATS = ("markdown", "text")
 INLINE = {"\\(": ("\\(", "\\)"), "$": ("$", "$")}
@@ -530,6 +532,11 @@ class ConventionsStage:
             text, counters = rewrite(record.response, self.cfg)
             finding = {"changed": text != record.response, "counters": counters}
             record.response = text
+        if finding.get("changed") and record.unit_tests:
+            # e.g. a math test of `\(a=1, b=2\)` fails once the list is split into one formula per item
+            kept = passing_tests(record.unit_tests, record.response)
+            finding["counters"] = {**finding["counters"], "tests_dropped": len(record.unit_tests) - len(kept)}
+            record.unit_tests = kept
         record.quality[self.name] = finding
         record.provenance.append(self._provenance)
         return [record]

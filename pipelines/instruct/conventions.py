@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from pipelines.clean.conventions import mask_code_and_math, strip_formula_delimiters, unmask
 from schemas.layout import Element, grid_box, nemotron_class
 from schemas.tables import Table, parse_html_tables, place_cells
-from schemas.unit_tests import unit_test_from_json, unit_test_to_json
+from schemas.unit_tests import passing_tests, unit_test_from_json, unit_test_to_json
 
 CONVENTIONS: tuple[str, ...] = (
     "markdown", "plain", "markdown_tables", "latex_tables",
@@ -478,10 +478,5 @@ def adapt_test(convention: str, line: str) -> str | None:
 def kept_tests(convention: str, tests: list[str], response: str) -> list[str]:
     """The page's tests adapted to ``convention`` that pass on the ``checkable`` text of ``response``
     (the rewrite), which is what ``model.eval`` and ``model.rewards`` score."""
-    text = checkable(convention, response)
-    kept = []
-    for line in tests:
-        adapted = adapt_test(convention, line)
-        if adapted is not None and unit_test_from_json(adapted).check(text)[0]:
-            kept.append(adapted)
-    return kept
+    adapted = (adapt_test(convention, line) for line in tests)
+    return passing_tests([line for line in adapted if line is not None], checkable(convention, response))

@@ -4,6 +4,7 @@ a random-weight model cannot give them), their accounting, the cache and resumin
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -15,6 +16,7 @@ from relabel.prompts import parse_verdict
 from relabel.stages import AuditConfig, PreferenceConfig, RelabelConfig
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import validate
+from schemas.unit_tests import PresenceTest, unit_test_to_json
 from tests.helpers import page_record
 from tests.relabel.fault_proxy import prompt_text
 
@@ -44,6 +46,19 @@ def test_relabel_replace_swaps_the_label_and_keeps_the_old_one(proxy, tmp_path):
     assert out.response == "# New label\n\nBetter text." and finding["previous"] == "Old text."
     assert 0 < finding["distance"] <= 1 and finding["rejected"] is None
     assert not validate(out)
+
+
+def test_relabel_replace_rejects_a_label_that_fails_the_records_unit_tests(proxy, tmp_path):
+    tests = [unit_test_to_json(PresenceTest(pdf="p.pdf", page=1, id="t1", type="present", text="Old text"))]
+    proxy.rewrite = lambda request: "# New label\n\nBetter prose."
+    cfg = RelabelConfig(client=client(proxy), cache_path=str(tmp_path / "c.sqlite"), mode="replace", max_tokens=8)
+    [out] = RelabelStage(cfg)(page_record(response="Old text.", unit_tests=tests))
+    assert out.response == "Old text." and out.unit_tests == tests  # the label its tests were checked on
+    assert out.quality["relabel"]["rejected"] == "fails_unit_tests"
+    proxy.rewrite = lambda request: "# New label\n\nOld text, better."  # passes the test: replaces
+    cfg = replace(cfg, cache_path=str(tmp_path / "other.sqlite"))  # (the first answer is cached)
+    [out] = RelabelStage(cfg)(page_record(response="Old text.", unit_tests=tests))
+    assert out.response == "# New label\n\nOld text, better." and out.quality["relabel"]["rejected"] is None
 
 
 @pytest.mark.parametrize("content, reason", [("", "empty"), ("abc " * 300, "loop_exact")])

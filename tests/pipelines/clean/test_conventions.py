@@ -6,6 +6,7 @@ import pytest
 from pipelines.clean.conventions import ConventionsConfig, ConventionsStage, rewrite
 from schemas.deadletter import RecordError
 from schemas.page import PageRecord, ProvenanceStep, page_id
+from schemas.unit_tests import MathTest, PresenceTest, passing_tests, unit_test_to_json
 
 DOLLARS = ConventionsConfig(inline="$", display="$$")
 
@@ -153,3 +154,19 @@ def test_ten_megabyte_response_is_rewritten():
     out, counters = rewrite(text)
     assert counters["inline_delimiters"] == 250_000
     assert out.startswith(r"Some words and a formula \(x_{i,j}\) here.")
+
+
+def test_a_rewritten_label_keeps_only_the_unit_tests_that_still_pass_on_it():
+    """The math test of a comma-joined formula fails once the formula is split: it goes, counted; the
+    rest stay. (Real KaTeX in Chromium judges the math test.)"""
+    math = unit_test_to_json(MathTest(pdf="p.pdf", page=1, id="m", type="math", math="a=1, b=2"))
+    present = unit_test_to_json(PresenceTest(pdf="p.pdf", page=1, id="t", type="present", text="be given"))
+    rec = record(r"Let \(a=1, b=2\) be given.")
+    rec.unit_tests = [math, present]
+    assert [passing_tests([line], rec.response) == [line] for line in rec.unit_tests] == [True, True]
+    out = ConventionsStage()(rec)[0]
+    assert out.response == r"Let \(a=1\), \(b=2\) be given."
+    assert out.unit_tests == [present] and out.quality["conventions"]["counters"]["tests_dropped"] == 1
+    unchanged = record("Nothing to rewrite here.")
+    unchanged.unit_tests = [math]  # a label the stage leaves alone keeps its tests unchecked
+    assert ConventionsStage()(unchanged)[0].unit_tests == [math]
