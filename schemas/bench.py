@@ -98,12 +98,20 @@ def pdf_base(pdf: str) -> str:
 
 
 def expand_test_paths(patterns: Sequence[str]) -> list[Path]:
-    """Glob patterns (or plain paths) -> sorted, de-duplicated JSONL paths."""
+    """Glob patterns (or plain paths) -> sorted JSONL paths, each file once however it is spelt (the
+    first spelling in sorted order names it: ``a.jsonl`` and ``$PWD/a.jsonl`` are one group)."""
     paths: list[str] = []
     for pattern in patterns:
         matched = glob.glob(pattern, recursive=True) if glob.has_magic(pattern) else [pattern]
         paths.extend(p for p in matched if os.path.isfile(p))
-    return [Path(p) for p in sorted(set(paths))]
+    seen: set[str] = set()
+    unique = []
+    for p in sorted(set(paths)):
+        real = os.path.realpath(p)
+        if real not in seen:
+            seen.add(real)
+            unique.append(Path(p))
+    return unique
 
 
 def _run_page(tests: list[tuple[str, UnitTest]], files: list[Path], problems: list[str]) -> list[UnitTestResult]:
@@ -158,6 +166,8 @@ def run_bench(test_files: Sequence[str | Path], candidates: str | Path, *, boots
         for p in bad:
             problems.append(p.message)
             data = p.data if isinstance(p.data, dict) else {}
+            if skip_baseline and data.get("type") == "baseline":
+                continue  # listed as a problem, not scored: every baseline test is left out
             page = data.get("page")
             results.append(UnitTestResult(
                 group, str(data.get("id") or p.where), str(data.get("type") or "invalid"), str(data.get("pdf") or ""),

@@ -14,8 +14,8 @@ The work unit is one ``bench_data/<name>.jsonl`` file, streamed line by line; it
 rotation used) and, as ``unit_tests``, the tests that pass on that reference under the project's one
 checker (``schemas.unit_tests``). Counters under ``quality["read"]["counters"]`` reach the manifest:
 ``tests_kept``, ``tests_failed_reference`` (dropped: they fail on their own reference) and
-``tests_invalid`` (lines that are not valid tests). A page whose tests come back after another page's
-is dead-lettered as ``split_test_group`` rather than silently emitted twice.
+``tests_invalid`` (lines that are not valid tests, or repeat an earlier line's id). A page whose tests
+come back after another page's is dead-lettered as ``split_test_group`` rather than silently emitted twice.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 from schemas.unit_tests import UnitTest, check_all, unit_test_from_dict, unit_test_to_json
 
-VERSION = "3"  # 2: a PDF or reference resolving (through symlinks) outside the dataset root is unsafe_path;
+VERSION = "4"  # 2: a PDF or reference resolving (through symlinks) outside the dataset root is unsafe_path;
 # 3: a PDF or reference that is not a regular file (a folder, a FIFO) is its page's unsafe_path, and any other
-# failure of one page its bad_record, never the whole file's letter
+# failure of one page its bad_record, never the whole file's letter; 4: a repeated test id is invalid
 
 
 class OlmOcrSynthmixSource:
@@ -77,6 +77,7 @@ class OlmOcrSynthmixSource:
         seen: set[tuple[str, int]] = set()
         key: tuple[str, int] | None = None
         group: list[UnitTest] = []
+        ids: set[str] = set()  # a repeated id is invalid, as olmOCR's load_tests and schemas.unit_tests.read_tests say
         invalid = 0
         with handle:
             for number, raw in enumerate(io.iter_lines(handle), start=1):
@@ -89,6 +90,10 @@ class OlmOcrSynthmixSource:
                 except (UnicodeDecodeError, json.JSONDecodeError, ValueError):
                     invalid += 1
                     continue
+                if test.id in ids:
+                    invalid += 1
+                    continue
+                ids.add(test.id)
                 this = (test.pdf, test.page)
                 if this != key:
                     if key is not None:

@@ -111,6 +111,24 @@ def test_baseline_options(bench_dir):
     assert len(no_default.groups) == 2
 
 
+def test_skip_baseline_leaves_out_invalid_baseline_lines_too(tmp_path):
+    tests = _jsonl(tmp_path / "t.jsonl", [
+        {"pdf": "d.pdf", "page": 1, "id": "p", "type": "present", "text": "one"},
+        {"pdf": "d.pdf", "page": 1, "id": "b", "type": "baseline", "max_repeats": 0},  # invalid
+    ])
+    (tmp_path / "cand").mkdir()
+    (tmp_path / "cand" / "d_pg1_repeat1.md").write_text("one", encoding="utf-8")
+    result = run_bench([tests], tmp_path / "cand", bootstrap=0, skip_baseline=True)
+    assert [(x.id, x.passed) for x in result.results] == [("p", True)] and result.score == 1.0
+    assert any("max_repeats" in p for p in result.problems)  # still reported
+
+
+def test_a_test_file_named_two_ways_is_one_group(bench_dir, monkeypatch):
+    monkeypatch.chdir(bench_dir / "tests")
+    paths = bench.expand_test_paths(["*.jsonl", str(bench_dir / "tests" / "a.jsonl"), "./b.jsonl"])
+    assert sorted(p.name for p in paths) == ["a.jsonl", "b.jsonl"]  # each file once
+
+
 def test_default_baseline_is_one_per_pdf_on_page_1(tmp_path):
     # olmOCR's benchmark.py adds BaselineTest(page=1) to each PDF with no baseline test on any page
     tests = _jsonl(tmp_path / "t.jsonl", [

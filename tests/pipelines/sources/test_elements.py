@@ -95,6 +95,19 @@ def test_synthmix_claude_original_reference_and_split_groups(root, tmp_path):
     assert outcomes == ["ok", "ok", "dead:split_test_group"]
 
 
+def test_synthmix_a_repeated_test_id_is_invalid_not_kept_twice(root, tmp_path):
+    lines = (root / "olmocr-synthmix/bench_data/general.jsonl").read_text().splitlines()
+    first = [ln for ln in lines if "pdf_00000" in ln]
+    jsonl = tmp_path / "bench_data" / "general.jsonl"
+    jsonl.parent.mkdir()
+    jsonl.write_text("\n".join([*first, first[0]]) + "\n")  # the first test again, as olmOCR's load_tests refuses
+    rows = read(source("olmocr_synthmix", root=str(root / "olmocr-synthmix")), jsonl)
+    (page,) = rows["general/pdf_00000_page1"].pages
+    ids = [unit_test_from_json(t).id for t in page.unit_tests]
+    assert len(ids) == len(set(ids)) == 6
+    assert page.quality["read"]["counters"] == {"tests_kept": 6, "tests_failed_reference": 1, "tests_invalid": 2}
+
+
 def test_synthmix_pdf_or_reference_symlinked_out_of_the_dataset_is_unsafe(tmp_path):
     import os
 
