@@ -25,7 +25,9 @@ The release folder (``--out``):
 
 Shards are written streaming (record batches of the corpus shards, never the corpus in memory),
 under temporary names until their count is known; a rerun on the same corpus writes byte-identical
-files, and files of an earlier release that this one does not hold are removed. The folder is
+files, and files of an earlier release that this one does not hold are removed (so ``--out`` must be
+apart from ``--corpus``: the same folder or one inside the other is refused, exit 2, before either is
+touched). The folder is
 checked before it is called done (``check_release``): the card's YAML parses and has every key
 above, and ``datasets.load_dataset(folder, streaming=True)`` gives each split with an ``Image``.
 
@@ -86,6 +88,7 @@ SOURCE_LINKS = {
     "jinaocrsynth": "synthetic: pagemill `synth/` (JinaOCRSynth), rendered in the run",
     "local_folder": "local files",
 }
+PARQUET_CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "lz4_raw", "zstd")  # what Parquet writers take
 SIZE_CATEGORIES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
                    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]
 
@@ -98,7 +101,7 @@ class ReleaseConfig:
     row_group_bytes: int = option(64 * 1024 * 1024, help="most uncompressed bytes per row group (<= 100 MB: the "
                                                          "viewer reads at most 300 MB per request)")
     row_group_rows: int = option(1000, help="most rows per row group")
-    compression: str = option("zstd", help="Parquet compression codec")
+    compression: str = option("zstd", help=f"Parquet compression codec ({', '.join(PARQUET_CODECS)})")
     batch_rows: int = option(64, help="rows per record batch read from the corpus (pages carry their images)")
     pretty_name: str = option("pagemill OCR pages", help="the card's pretty_name and title")
     commit_message: str = option("", help="the push's commit message (default: 'pagemill release <version>')")
@@ -107,6 +110,12 @@ class ReleaseConfig:
     def __post_init__(self):
         if min(self.shard_bytes, self.row_group_bytes, self.row_group_rows, self.batch_rows) <= 0:
             raise ValueError("shard_bytes, row_group_bytes, row_group_rows and batch_rows must be positive")
+        # checked here, not by the writer: that fails after the previous release's release.json is removed
+        codec = self.compression.lower()
+        if codec not in PARQUET_CODECS or (codec != "none" and not pa.Codec.is_available(codec)):
+            available = [c for c in PARQUET_CODECS if c == "none" or pa.Codec.is_available(c)]
+            raise ValueError(f"compression {self.compression!r} is not a Parquet codec this pyarrow writes; "
+                             f"one of {', '.join(available)}")
 
 
 class ReleaseError(ValueError):
@@ -262,9 +271,32 @@ def _shard_batches(uri: str, name: str, batch_rows: int) -> Iterator[pa.RecordBa
         raise ReleaseError(f"corpus shard {name} cannot be read: {exc}") from exc
 
 
+def overlap(corpus: str, out: str) -> str | None:
+    """Why ``out`` cannot be a release folder for ``corpus``: it is the corpus folder, inside it, or holds it
+    (a build would delete the corpus's shards as stale, a push would upload its dead letters and dedup
+    losers). Local paths are compared resolved (symlinks, ``..``); a remote URI only with another, as a
+    string. None when they are apart."""
+    if ("://" in corpus) != ("://" in out):
+        return None
+    if "://" in corpus:
+        a, b = corpus.rstrip("/") + "/", out.rstrip("/") + "/"
+    else:
+        a, b = os.path.join(os.path.realpath(corpus), ""), os.path.join(os.path.realpath(out), "")
+    if a == b:
+        return f"--out {out} is the corpus folder --corpus {corpus}"
+    if b.startswith(a):
+        return f"--out {out} is inside the corpus folder --corpus {corpus}"
+    if a.startswith(b):
+        return f"--out {out} holds the corpus folder --corpus {corpus}"
+    return None
+
+
 def build_release(corpus: str, out: str, cfg: ReleaseConfig = ReleaseConfig(), repo_id: str | None = None) -> Release:
     """Cut ``corpus`` (a corpus run's output folder) into a release under ``out``, card included
-    (its load example names ``repo_id``)."""
+    (its load example names ``repo_id``). ``out`` must be apart from ``corpus`` (``overlap``)."""
+    clash = overlap(corpus, out)
+    if clash:  # checked before out is touched: a build would delete the corpus's shards as an old release's
+        raise ReleaseError(f"{clash}: a release folder must be apart from its corpus; pick another --out")
     manifest = io.read_run_manifest(corpus)
     if manifest.imbalances():
         raise ReleaseError(f"{corpus}/manifest.json does not balance: {manifest.imbalances()[:3]}")
@@ -645,6 +677,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"release: {args.out}: {sum(release.pages.values())} pages in {len(release.shards)} shards "
               f"({', '.join(f'{s} {n}' for s, n in sorted(release.pages.items()))}); card checked, datasets loads it")
     else:
+        clash = overlap(args.corpus, args.out) if io.exists(io.join(args.corpus, "manifest.json")) else None
+        if clash:  # the push would upload the corpus's dead letters, dedup losers and lock
+            print(f"release check failed: {clash}: a release folder must be apart from its corpus",
+                  file=sys.stderr)
+            return 2
         try:
             check_release(args.out, load=False)
         except ReleaseError as exc:

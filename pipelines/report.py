@@ -9,14 +9,17 @@ the run had one; and a gallery of sample pages per source (the first by id, i.e.
 pick, those with unit tests before those without) with their labels and unit tests, each checked on
 the label by ``schemas.unit_tests``. Every image is a ``data:`` URI, so the one file opens anywhere.
 
-The shards are streamed a row group at a time, reading only the small columns; only the gallery's
-rows are read whole. Memory grows with the number of sources and clusters, not pages.
+The shards are first checked against the manifest (``shard_problems``: a missing or changed one is
+exit 2 naming it). They are streamed a row group at a time, reading only the small columns; a row
+group is read whole (images) only when it holds a gallery page, which its id statistics or id column
+tell. Memory grows with the number of sources and clusters, not pages.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import bisect
 import html
 import io as _io
 import json
@@ -30,12 +33,28 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines import io
+from pipelines.write import shard_problems
 from schemas.manifest import ManifestError, RunManifest
 
 SMALL_COLUMNS = ["id", "source", "domain", "task", "language", "response", "unit_tests", "width", "height"]
 LENGTH_BINS = np.concatenate([[0], np.logspace(0, 6, 37)])  # label characters, log-spaced up to 1M
 SIDE_BINS = np.arange(0, 4097, 128)  # image width/height in pixels
 LABEL_CHARS = 1200  # of a gallery page's label shown
+
+
+class ReportError(ValueError):
+    """A corpus the report cannot be made of (a shard missing or not the manifest's): one line, exit 2."""
+
+
+def _keep_first(ids: list[str], page_id: str, n: int) -> None:
+    """Keep ``ids`` the ``n`` smallest ids seen, sorted (whatever order the shards give them in)."""
+    if page_id in ids:  # an id two shards hold: one card
+        return
+    if len(ids) < n:
+        bisect.insort(ids, page_id)
+    elif n and page_id < ids[-1]:
+        bisect.insort(ids, page_id)
+        ids.pop()
 
 
 @dataclass
@@ -49,8 +68,8 @@ class CorpusStats:
     sizes: np.ndarray = field(default_factory=lambda: np.zeros((len(SIDE_BINS) - 1,) * 2, dtype=np.int64))
     test_types: Counter = field(default_factory=Counter)  # pages having at least one test of a type
     tests_per_page: Counter = field(default_factory=Counter)
-    gallery_ids: dict[str, list[str]] = field(default_factory=dict)  # source -> the first pages with unit tests
-    _untested: dict[str, list[str]] = field(default_factory=dict)  # source -> the first pages without any
+    gallery_ids: dict[str, list[str]] = field(default_factory=dict)  # source -> its first ids with unit tests
+    _untested: dict[str, list[str]] = field(default_factory=dict)  # source -> its first ids without any
     clusters: Counter = field(default_factory=Counter)  # cluster size -> clusters
     duplicate_reasons: Counter = field(default_factory=Counter)
 
@@ -74,10 +93,8 @@ class CorpusStats:
         for page_id, source, tests in zip(table.column("id").to_pylist(), sources, all_tests):
             tested = self.gallery_ids.setdefault(source, [])
             untested = self._untested.setdefault(source, [])
-            if tests and len(tested) < per_source:
-                tested.append(page_id)
-            elif not tests and len(untested) < per_source:
-                untested.append(page_id)
+            # the first by id over all the source's shards (its splits are separate shards)
+            _keep_first(tested if tests else untested, page_id, per_source)
 
     def gallery(self, per_source: int) -> set[str]:
         """The gallery's pages: per source, those with unit tests first, then those without."""
@@ -92,27 +109,55 @@ def collect(corpus: str, manifest: RunManifest, per_source: int) -> CorpusStats:
             pf = pq.ParquetFile(f)
             for group in range(pf.num_row_groups):
                 stats.add(pf.read_row_group(group, columns=SMALL_COLUMNS), per_source)
+    # losers per kept page, over every duplicates file: they are sharded by the loser's id, so one
+    # cluster's losers can be in several files
+    kept: Counter = Counter()
     for name in manifest.dropped_sample_files:
         if name.startswith("dropped/dedup-duplicates"):
-            kept: Counter = Counter()
             with io.open_read(io.join(corpus, name)) as f:
                 for row in pq.read_table(f, columns=["reason", "kept"]).to_pylist():
                     kept[row["kept"]] += 1
                     stats.duplicate_reasons[row["reason"]] += 1
-            stats.clusters.update(n + 1 for n in kept.values())
+    stats.clusters.update(n + 1 for n in kept.values())
     return stats
 
 
+def _id_range(pf: pq.ParquetFile, group: int) -> tuple[str, str] | None:
+    """The row group's smallest and largest id from its statistics, when the footer has them."""
+    meta = pf.metadata.row_group(group)
+    for i in range(meta.num_columns):
+        column = meta.column(i)
+        if column.path_in_schema == "id":
+            stats = column.statistics
+            if stats is not None and stats.has_min_max and isinstance(stats.min, str):
+                return stats.min, stats.max
+    return None
+
+
 def gallery_rows(corpus: str, manifest: RunManifest, ids: set[str]) -> list[dict]:
-    """The full rows of the chosen pages (a filter per row group: only those rows are decoded)."""
-    rows = []
-    wanted = pa.array(sorted(ids), pa.string())
+    """The full rows of the chosen pages. Per row group: skipped when its id statistics rule the ids
+    out, else its id column is read, and the row group is read whole only when it holds one of them."""
+    rows: list[dict] = []
+    remaining = set(ids)
     for shard in manifest.shards:
+        if not remaining:
+            break
         with io.open_read(io.join(corpus, shard["file"])) as f:
             pf = pq.ParquetFile(f)
             for group in range(pf.num_row_groups):
+                if not remaining:
+                    break
+                bounds = _id_range(pf, group)
+                if bounds is not None and not any(bounds[0] <= i <= bounds[1] for i in remaining):
+                    continue
+                wanted = pa.array(sorted(remaining), pa.string())
+                hits = pc.is_in(pf.read_row_group(group, columns=["id"]).column("id"), value_set=wanted)
+                if not pc.any(hits).as_py():
+                    continue
                 table = pf.read_row_group(group)
-                rows.extend(table.filter(pc.is_in(table.column("id"), value_set=wanted)).to_pylist())
+                found = table.filter(pc.is_in(table.column("id"), value_set=wanted)).to_pylist()
+                rows.extend(found)
+                remaining.difference_update(r["id"] for r in found)
     return sorted(rows, key=lambda r: (r["source"], r["id"]))
 
 
@@ -222,9 +267,10 @@ def _table(table_id: str, header: list[str], rows: list[list], keys: list[str] |
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = []
     for i, row in enumerate(rows):
-        key = f' data-key="{html.escape(keys[i])}"' if keys else ""
+        key = f' data-key="{html.escape(keys[i], quote=True)}"' if keys else ""
         body.append(f"<tr{key}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<table id="{html.escape(table_id, quote=True)}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
 
 
 def render_html(corpus: str, manifest: RunManifest, stats: CorpusStats, gallery: list[dict]) -> str:
@@ -269,7 +315,8 @@ def render_html(corpus: str, manifest: RunManifest, stats: CorpusStats, gallery:
               "sizes_dedup": "Image sizes and dedup clusters"}
     parts.append("<h2>Plots</h2>")
     for name, uri in figures.items():
-        parts.append(f"<h3>{titles[name]}</h3><img class='plot' alt='{name}' src='{uri}'>")
+        parts.append(f"<h3>{html.escape(titles[name])}</h3><img class='plot' alt='{html.escape(name)}' "
+                     f"src='{html.escape(uri)}'>")
     parts.append(f"<h2>Sample pages</h2><p>{len(gallery)} pages: the first by id of each source.</p>")
     for source in sorted({r["source"] for r in gallery}):
         parts.append(f"<h3>{html.escape(source)}</h3>")
@@ -283,10 +330,12 @@ def render_html(corpus: str, manifest: RunManifest, stats: CorpusStats, gallery:
             label = row.get("response") or ""
             shown = html.escape(label[:LABEL_CHARS]) + ("…" if len(label) > LABEL_CHARS else "")
             parts.append(
-                f"<div class='card' data-id='{row['id']}'><img class='thumb' alt='{html.escape(row['source_id'])}' "
-                f"src='{_thumbnail(row['image'])}'><div style='flex:1'><b>{html.escape(row['source_id'])}</b> "
-                f"page {row['page_number']} · {html.escape(row['domain'])} · {html.escape(row['task'])} · "
-                f"{html.escape(row['language'])} · {row['width']}×{row['height']}"
+                f"<div class='card' data-id='{html.escape(row['id'], quote=True)}'><img class='thumb' "
+                f"alt='{html.escape(row['source_id'], quote=True)}' src='{html.escape(_thumbnail(row['image']))}'>"
+                f"<div style='flex:1'><b>{html.escape(row['source_id'])}</b> "
+                f"page {html.escape(str(row['page_number']))} · {html.escape(row['domain'])} · "
+                f"{html.escape(row['task'])} · {html.escape(row['language'])} · "
+                f"{html.escape(str(row['width']))}×{html.escape(str(row['height']))}"
                 f"<div class='label'>{shown}</div>"
                 + (f"<details class='tests'{' open' if failed else ''}>{summary}<ul>{items}</ul></details>"
                    if tests else "<p>no unit tests</p>") + "</div></div>")
@@ -295,8 +344,14 @@ def render_html(corpus: str, manifest: RunManifest, stats: CorpusStats, gallery:
 
 
 def build_report(corpus: str, out: str, per_source: int = 4) -> str:
-    """Write ``<out>/index.html`` for the corpus at ``corpus``; return its path."""
+    """Write ``<out>/index.html`` for the corpus at ``corpus``; return its path. A shard missing or not
+    the one the manifest lists (rows, bytes, sha256) is a ``ReportError`` naming it, before anything is read."""
     manifest = io.read_run_manifest(corpus)
+    problems = shard_problems(corpus, manifest.shards)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ReportError(f"corpus shard {problems[0]}{more}: {corpus} is not the run its manifest.json describes "
+                          f"(a rerun into it failed or was stopped, or its files changed)")
     stats = collect(corpus, manifest, per_source)
     chosen = stats.gallery(per_source)
     page = render_html(corpus, manifest, stats, gallery_rows(corpus, manifest, chosen))
@@ -313,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         path = build_report(args.corpus, args.out, args.per_source)
-    except ManifestError as exc:  # no corpus run there
+    except (ManifestError, ReportError) as exc:  # no corpus run there, or not the one its manifest describes
         print(f"report: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {path}")

@@ -498,3 +498,50 @@ def test_a_build_that_fails_midway_leaves_no_release_skip_build_accepts(corpus, 
     pq.write_table(table, shard, row_group_size=3)  # the same rows, another file
     assert release.main(["--out", str(out), "--skip-build", "--repo-id", REPO_ID]) == 2
     assert "1 of them missing or changed" in capsys.readouterr().err
+
+
+def test_an_out_that_is_the_corpus_or_inside_it_or_holds_it_is_refused_before_anything(corpus, tmp_path, capsys):
+    """A build into the corpus folder deleted its shards as an older release's; a push of a folder holding
+    the corpus would publish its dead letters and dedup losers."""
+    import shutil
+
+    from pipelines.release import main
+
+    home = tmp_path / "home"
+    inner = home / "corpus"
+    shutil.copytree(corpus, inner)
+    (inner / "dead_letter").mkdir()
+    (inner / "dead_letter" / "write-00000.parquet").write_bytes(b"dead letters")
+    (inner / ".lock").write_text("")
+    link = tmp_path / "link"
+    link.symlink_to(inner)
+    before = tree(home)
+    for out, says in ((inner, "is the corpus folder"), (link, "is the corpus folder"), (inner / "release", "inside"),
+                      (home, "holds the corpus folder"), (inner / ".." / "corpus", "is the corpus folder")):
+        assert main(["--corpus", str(inner), "--out", str(out)]) == 2, out
+        err = capsys.readouterr().err
+        assert says in err and "apart from its corpus" in err and len(err.strip().splitlines()) == 1
+        assert tree(home) == before
+    assert main(["--corpus", str(link), "--out", str(home), "--skip-build", "--repo-id", REPO_ID]) == 2
+    captured = capsys.readouterr()
+    assert "holds the corpus folder" in captured.err and captured.out == ""  # no dry-run listing
+    assert main(["--corpus", str(inner), "--out", str(tmp_path / "apart")]) == 0  # a sibling is fine
+    assert tree(home) == before
+
+
+def test_an_unknown_compression_is_refused_in_one_line_before_the_release_is_touched(corpus, tmp_path, capsys):
+    from pipelines.release import main
+
+    assert ReleaseConfig(compression="NONE").compression == "NONE" and ReleaseConfig(compression="snappy")
+    with pytest.raises(ValueError, match="compression 'zstandard'"):
+        ReleaseConfig(compression="zstandard")
+    out = tmp_path / "rel"
+    assert main(["--corpus", str(corpus), "--out", str(out)]) == 0
+    before = tree(out)
+    capsys.readouterr()
+    for codec in ("zstandard", "bz2", ""):  # bz2: an Arrow codec, not a Parquet one
+        with pytest.raises(SystemExit) as exited:
+            main(["--corpus", str(corpus), "--out", str(out), "--set", f"compression={codec}"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and f"compression {codec!r}" in err and "Traceback" not in err
+        assert tree(out) == before  # release.json and the shards as they were, no .partial

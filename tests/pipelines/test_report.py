@@ -103,3 +103,131 @@ def test_cli_on_a_folder_without_a_run_manifest_says_so(tmp_path, capsys):
     assert report.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "report")]) == 2
     assert "is not a pagemill run manifest" in capsys.readouterr().err
     assert not (tmp_path / "report").exists()
+
+
+# --- small corpora written directly (no corpus run): fast checks of what the report reads -----------
+
+
+def small_corpus(root, pages=None, hashed: bool = False):
+    """``tests/pipelines/test_release.write_corpus``'s corpus; ``hashed`` records each shard's bytes and
+    sha256 in the manifest as a run does."""
+    import json
+
+    from pipelines.io import sha256
+    from tests.pipelines.test_release import write_corpus
+
+    corpus = write_corpus(root, pages or {("alpha", "train"): 30, ("beta", "train"): 20, ("alpha", "eval"): 5})
+    if hashed:
+        body = json.loads((corpus / "manifest.json").read_text())
+        for shard in body["shards"]:
+            path = corpus / shard["file"]
+            shard.update(bytes=path.stat().st_size, sha256=sha256(str(path)))
+        (corpus / "manifest.json").write_text(json.dumps(body))
+    return corpus
+
+
+def test_a_dedup_cluster_whose_losers_are_in_two_duplicates_files_counts_once(tmp_path):
+    """The duplicates files are sharded by the loser's id: one cluster's losers can be in several."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines import io
+
+    corpus = small_corpus(tmp_path / "corpus")
+    losers = {"dropped/dedup-duplicates-00000-of-00002.parquet": [("l1", "k1"), ("l2", "k2")],
+              "dropped/dedup-duplicates-00001-of-00002.parquet": [("l3", "k1"), ("l4", "k3"), ("l5", "k1")]}
+    (corpus / "dropped").mkdir()
+    for name, rows in losers.items():
+        pq.write_table(pa.Table.from_pylist([{"id": i, "source": "alpha", "reason": "duplicate_image", "kept": k}
+                                             for i, k in rows]), corpus / name)
+    body = json.loads((corpus / "manifest.json").read_text())
+    body["dropped_sample_files"] = sorted(losers)
+    (corpus / "manifest.json").write_text(json.dumps(body))
+    stats = report.collect(str(corpus), io.read_run_manifest(str(corpus)), 2)
+    assert stats.clusters == {4: 1, 2: 2}  # k1 and its 3 losers; k2 and k3 with one each
+    assert stats.duplicate_reasons == {"duplicate_image": 5}
+
+
+def test_the_gallery_reads_whole_only_the_row_groups_holding_its_pages(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from pipelines import io
+
+    corpus = small_corpus(tmp_path / "corpus", {("alpha", "train"): 30, ("beta", "eval"): 20})
+    manifest = io.read_run_manifest(str(corpus))
+    ids = report.collect(str(corpus), manifest, 1).gallery(1)
+    assert len(ids) == 2
+    whole, read = [], pq.ParquetFile.read_row_group
+
+    def spy(self, i, columns=None, **kwargs):
+        table = read(self, i, columns=columns, **kwargs)
+        if columns is None or "image" in columns:
+            whole.append(table.num_rows)
+        return table
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    rows = report.gallery_rows(str(corpus), manifest, ids)
+    assert sorted(r["id"] for r in rows) == sorted(ids) and all(r["image"]["bytes"] for r in rows)
+    groups = sum(pq.ParquetFile(corpus / s["file"]).num_row_groups for s in manifest.shards)
+    assert groups == 4 and 1 <= len(whole) <= len(ids)  # not every row group of every shard
+
+
+def test_the_gallery_shows_the_first_pages_by_id_of_a_source_in_two_splits(tmp_path):
+    import pyarrow.parquet as pq
+
+    from pipelines import io
+
+    corpus = small_corpus(tmp_path / "corpus", {("alpha", "train"): 30, ("alpha", "eval"): 5})
+    ids = sorted({i for f in (corpus / "data").glob("*.parquet") for i in pq.read_table(f).column("id").to_pylist()})
+    chosen = report.collect(str(corpus), io.read_run_manifest(str(corpus)), 2).gallery(2)
+    assert sorted(chosen) == ids[:2]  # not the eval shard's first two (listed first in the manifest)
+
+
+def test_ids_and_source_ids_with_quotes_stay_inside_their_attributes(tmp_path):
+    """Every attribute value is escaped: a shard's id or source_id cannot add attributes (script)."""
+    from html.parser import HTMLParser
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    corpus = small_corpus(tmp_path / "corpus", {("alpha", "train"): 3})
+    shard = corpus / "data" / "train-00000-of-00001.parquet"
+    rows = pq.read_table(shard).to_pylist()
+    hostile_id, hostile_source_id = "p1' onmouseover='alert(1)' x='", 'x" onerror="alert(2)'
+    rows[0].update(id=hostile_id, source_id=hostile_source_id)
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(shard)), shard)
+    assert report.main(["--corpus", str(corpus), "--out", str(tmp_path / "report"), "--per-source", "3"]) == 0
+
+    class Attributes(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.seen: list[tuple[str, dict]] = []
+
+        def handle_starttag(self, tag, attrs):
+            self.seen.append((tag, dict(attrs)))
+
+    parser = Attributes()
+    parser.feed((tmp_path / "report" / "index.html").read_text())
+    assert not [a for _, attrs in parser.seen for a in attrs if a.startswith("on") or a == "x"]
+    cards = [attrs for tag, attrs in parser.seen if tag == "div" and attrs.get("class") == "card"]
+    assert hostile_id in [c["data-id"] for c in cards] and len(cards) == 3
+    assert hostile_source_id in [attrs["alt"] for tag, attrs in parser.seen if attrs.get("class") == "thumb"]
+
+
+def test_a_missing_or_changed_shard_is_named_in_one_line_before_anything_is_written(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    corpus = small_corpus(tmp_path / "corpus", hashed=True)
+    out = tmp_path / "report"
+    shard = corpus / "data" / "train-00000-of-00001.parquet"
+    pq.write_table(pq.read_table(shard), shard, row_group_size=5)  # the same rows, another file
+    assert report.main(["--corpus", str(corpus), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "corpus shard data/train-00000-of-00001.parquet" in err and len(err.strip().splitlines()) == 1
+    shard.unlink()
+    assert report.main(["--corpus", str(corpus), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "corpus shard data/train-00000-of-00001.parquet is missing" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
