@@ -8,9 +8,15 @@ here the blocks are the ground truth, so tests come straight from them:
 * ``table``: tables of at least 3x3; distinctive (unique, non-empty) cells with their up/down/left/
   right neighbours and ``top_heading``/``left_heading`` where defined, ``ignore_markdown_tables``;
 * ``order``: sentence pairs from different blocks, earlier before later in reading order, preferring
-  pairs in different columns; ``max_diffs = round(0.02 * longer)``;
-* ``present``: rare words (long or capitalised mid-sentence, by a frequency-free heuristic) and
-  numbers of at least 3 digits;
+  pairs in different columns; ``max_diffs = round(0.02 * longer)``; and a chain through the page's
+  text: each sentence (paragraph sentence, list item, caption) is quoted by a short fragment
+  (``FRAGMENT_MIN``..``FRAGMENT_MAX`` characters, or 6-10 characters of Chinese, occurring once in the
+  reference, so ``max_diffs`` is 0) and each fragment must come before the next sentence's, within and
+  across blocks: a swapped, deleted or moved sentence or paragraph breaks a link (``MAX_CHAIN`` links);
+* ``present``: rare words (long or capitalised mid-sentence, by a frequency-free heuristic), numbers of
+  at least 3 digits not quoted otherwise, and each sentence's numbers (of any length) that its chain
+  fragment does not quote, with the words around them until the quote occurs once in the reference
+  (``MAX_NUMBER_SPANS``);
 * ``math``: each display formula and each inline formula of more than 2 characters;
 * ``format``: headings and bold spans; ``footnote``: each marker with the words before it;
 * one ``baseline``.
@@ -28,6 +34,7 @@ from collections import Counter
 from typing import Any
 
 from schemas.tables import parse_html_tables
+from schemas.text import normalize_text
 from schemas.unit_tests import UnitTest, unit_test_from_dict
 from synth.blocks import (
     Block,
@@ -45,6 +52,11 @@ from synth.tables import table_html
 
 MAX_TABLE_TESTS_PER_TABLE = 12
 MAX_ORDER = 6
+# The chain of consecutive sentences: one order test a link, at most MAX_CHAIN a page (a seeded subset
+# beyond that); fragments of FRAGMENT_MIN..FRAGMENT_MAX characters (round(0.02 * 25) == 0: exact quotes).
+MAX_CHAIN = 60
+FRAGMENT_MIN, FRAGMENT_MAX = 12, 25
+MAX_NUMBER_SPANS = 24
 MAX_PRESENT_WORDS = 10
 MAX_PRESENT_NUMBERS = 5
 MAX_MATH = 50
@@ -57,6 +69,9 @@ _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _SUPERSUB = re.compile("[\u00b2\u00b3\u00b9\u2070-\u209f]")
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]{4,}")
 _NUMBER = re.compile(r"[+-]?\d[\d,.]*\d%?|\d%")
+_NUMBER_TOKEN = re.compile(r"\d+(?:[.,:/-]\d+)*%?")
+_TOKEN = re.compile(r"\S+")
+_SPELLED_TWO_WAYS = frozenset("'\"&<>")  # also written as entities (&#39;, &amp;, ...): not in exact quotes
 _COMMON = frozenset([
     "about", "above", "after", "again", "against", "because", "before", "being", "below", "between",
     "could", "during", "every", "first", "found", "further", "however", "little", "might", "other",
@@ -79,7 +94,8 @@ def _sentences(text: str) -> list[str]:
 
 
 def _text_blocks(spec: PageSpec, order: list[Block]) -> list[tuple[int, int, str]]:
-    """(block, column, sentence) in reading order, from paragraphs, list items and captions (no math);
+    """(block, column, sentence) in reading order, from paragraphs, list items and figure and table
+    captions (no math);
     ``block`` is the block's index in ``order``."""
     columns = {id(p.block): p.column for p in spec.blocks}
     out: list[tuple[int, int, str]] = []
@@ -93,6 +109,8 @@ def _text_blocks(spec: PageSpec, order: list[Block]) -> list[tuple[int, int, str
             out.extend((k, col, _plain(item)) for item in block.items)
         elif isinstance(block, Figure):
             out.append((k, col, block.caption))
+        elif isinstance(block, Table) and block.caption.strip():
+            out.append((k, col, block.caption.strip()))
     return out
 
 
@@ -163,7 +181,112 @@ def _order(rng: random.Random, text: list[tuple[int, int, str]]) -> list[dict[st
     return tests
 
 
-def _present(rng: random.Random, text: list[tuple[int, int, str]]) -> list[dict[str, Any]]:
+def _cjk(sentence: str) -> bool:
+    return bool(_CJK_RUN.search(sentence))
+
+
+def _units(sentence: str) -> list[tuple[int, int]]:
+    """What a quote of ``sentence`` is made of: its words, or its characters when it is Chinese."""
+    if _cjk(sentence):
+        return [(k, k + 1) for k, ch in enumerate(sentence) if not ch.isspace()]
+    return [m.span() for m in _TOKEN.finditer(sentence)]
+
+
+def _fragment(sentence: str, ref: str, cross: int | None = None) -> tuple[int, int] | None:
+    """The span of ``sentence`` (normalised) that quotes it in the chain: whole words (Chinese: 6-10
+    characters) of FRAGMENT_MIN..FRAGMENT_MAX characters occurring exactly once in ``ref`` (normalised);
+    the one quoting most of the sentence's numbers, then the leftmost, then the shortest. With ``cross``,
+    only spans over that offset (``sentence`` is then two sentences: a quote over their boundary)."""
+    units = _units(sentence)
+    lo, hi = (6, 10) if _cjk(sentence) else (FRAGMENT_MIN, FRAGMENT_MAX)
+    numbers = [m.span() for m in _NUMBER_TOKEN.finditer(sentence)]
+    best: tuple[tuple[int, int, int], tuple[int, int]] | None = None
+    for i, (a, _) in enumerate(units):
+        for _, b in units[i:]:
+            if b - a > hi:
+                break
+            if b - a < lo or (cross is not None and not a < cross < b):
+                continue
+            window = sentence[a:b]
+            if (not any(ch.isalpha() for ch in window) or any(ch in _SPELLED_TWO_WAYS for ch in window)
+                    or ref.count(window) != 1):
+                continue
+            key = (-sum(a <= x and y <= b for x, y in numbers), a, b - a)
+            if best is None or key < best[0]:
+                best = (key, (a, b))
+    return None if best is None else best[1]
+
+
+def _quote_around(sentence: str, a: int, b: int, ref: str) -> str | None:
+    """``sentence[a:b]`` with a word (Chinese: two characters) either side, widened a unit at a time
+    until it occurs once in ``ref``: the narrowest unique quote, else the narrowest that occurs at all."""
+    units = _units(sentence)
+    first = next((k for k, (_, e) in enumerate(units) if e > a), None)
+    last = next((k for k in range(len(units) - 1, -1, -1) if units[k][0] < b), None)
+    if first is None or last is None:
+        return None
+    step = 2 if _cjk(sentence) else 1
+    fallback = None
+    for grow in range(step, 4 * step + 1, step):
+        i, j = max(0, first - grow), min(len(units) - 1, last + grow)
+        quote = sentence[units[i][0]:units[j][1]]
+        count = ref.count(quote)
+        if count == 1 and not any(ch in _SPELLED_TWO_WAYS for ch in quote):
+            return quote
+        if count and fallback is None:
+            fallback = quote
+    return fallback
+
+
+def _chain(rng: random.Random, text: list[tuple[int, int, str]], ref: str) -> tuple[
+        list[dict[str, Any]], list[dict[str, Any]]]:
+    """Order tests linking each sentence's fragment to the next one's, and present tests quoting the
+    numbers the fragments leave out (see the module docstring)."""
+    fragments: list[str] = []
+    numbers: list[str] = []
+    sentences = [normalize_text(raw) for _, _, raw in text]
+    for k, sentence in enumerate(sentences):
+        span = _fragment(sentence, ref)
+        if span is not None:
+            fragments.append(sentence[span[0]:span[1]])
+        else:
+            # Nothing of its own occurs once (a templated sentence around formulas): quote its boundary
+            # with the sentence before or after it in the same block, which moves when it moves.
+            for j in (k + 1, k - 1):
+                if 0 <= j < len(text) and text[j][0] == text[k][0]:
+                    first, second = (sentences[j], sentence) if j < k else (sentence, sentences[j])
+                    cut = len(first)  # Chinese sentences follow each other without a space
+                    joined = first + ("" if "\u3000" <= first[-1:] <= "\uffef" else " ") + second
+                    both = _fragment(joined, ref, cross=cut)
+                    if both is not None:
+                        fragments.append(joined[both[0]:both[1]])
+                        break
+        left = [(x, y) for x, y in (m.span() for m in _NUMBER_TOKEN.finditer(sentence))
+                if span is None or not (span[0] <= x and y <= span[1])]
+        if not left:
+            continue
+        quote = _quote_around(sentence, left[0][0], left[-1][1], ref) if len(left) > 1 else None
+        if quote is not None and all(sentence[x:y] in quote for x, y in left):
+            numbers.append(quote)
+            continue
+        for x, y in left:  # one quote for all did not occur (a formula or marker in between): one each
+            quote = _quote_around(sentence, x, y, ref)
+            if quote is not None:
+                numbers.append(quote)
+    links = list(zip(fragments, fragments[1:]))
+    if len(links) > MAX_CHAIN:
+        links = [links[k] for k in sorted(rng.sample(range(len(links)), MAX_CHAIN))]
+    numbers = list(dict.fromkeys(numbers))
+    if len(numbers) > MAX_NUMBER_SPANS:
+        numbers = [numbers[k] for k in sorted(rng.sample(range(len(numbers)), MAX_NUMBER_SPANS))]
+    order = [{"type": "order", "before": a, "after": b, "max_diffs": round(0.02 * max(len(a), len(b)))}
+             for a, b in links]
+    return order, [{"type": "present", "text": q} for q in numbers]
+
+
+def _present(rng: random.Random, text: list[tuple[int, int, str]],
+             quoted: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Rare words and numbers of >= 3 digits; numbers in ``quoted`` (quoted by other tests) are left out."""
     words: dict[str, None] = {}
     numbers: dict[str, None] = {}
     for _, _, sentence in text:
@@ -175,14 +298,15 @@ def _present(rng: random.Random, text: list[tuple[int, int, str]]) -> list[dict[
                 start = rng.randint(0, len(run) - size)
                 words[run[start:start + size]] = None
             for m in _NUMBER.finditer(sentence):
-                if sum(ch.isdigit() for ch in m.group()) >= 3:
+                if sum(ch.isdigit() for ch in m.group()) >= 3 and m.group() not in quoted:
                     numbers[m.group()] = None
             continue
         tokens = sentence.split()
         for k, tok in enumerate(tokens):
             word = tok.strip(".,;:()!?\"'")
             if re.fullmatch(r"[+-]?\d[\d,.]*%?", word) and sum(ch.isdigit() for ch in word) >= 3:
-                numbers[word] = None
+                if word not in quoted:
+                    numbers[word] = None
             elif word.isalpha() and word.lower() not in _COMMON and (
                     len(word) >= 9 or (k > 0 and word[0].isupper() and len(word) >= 5)):
                 words[word] = None
@@ -264,7 +388,12 @@ def unit_tests_for_page(spec: PageSpec, reference_md: str, pdf_name: str, page: 
         if isinstance(block, Table):
             candidates += _table_tests(rng, block)
     candidates += _order(rng, text)
-    candidates += _present(rng, text)
+    chain, number_quotes = _chain(rng, text, normalize_text(reference_md))
+    candidates += chain
+    quoted = frozenset(n for t in chain + number_quotes for key in ("before", "after", "text")
+                       for n in _NUMBER_TOKEN.findall(t.get(key, "")))
+    candidates += _present(rng, text, quoted)
+    candidates += number_quotes
     candidates += _math(order)
     candidates += _format(order)
     candidates += _footnotes(spec, order)
