@@ -70,6 +70,9 @@ def config(root: Path, out: Path) -> Path:
     raw["clean"]["stages"] = [s for s in raw["clean"]["stages"] if s["name"] not in ("relabel", "audit", "preference")]
     raw["sources"] = [{"name": "bench-mix", "kind": "olmocr_mix", "paths": [str(root / "mix" / "*.parquet")],
                        "license": "odc-by"}]
+    from pipelines.config import drop_missing_source_names
+
+    drop_missing_source_names(raw)
     path = out.parent / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path

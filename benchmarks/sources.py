@@ -40,7 +40,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["PAGEMILL_CACHE"] = str(Path(tmp) / "cache")  # a cold KaTeX cache for the first pass
-        from pipelines.config import load_config
+        from pipelines.config import drop_missing_source_names, load_config
         from pipelines.render import render_page
         from pipelines.sources import build_source
         from samples.make import elements
@@ -51,6 +51,7 @@ def main() -> None:
         raw = yaml.safe_load(text)
         wanted = args.sources.split(",")
         raw["sources"] = [s for s in raw["sources"] if s["name"] in wanted]
+        drop_missing_source_names(raw)
         config = Path(tmp) / "c.yaml"
         config.write_text(yaml.safe_dump(raw, allow_unicode=True))
         cfg = load_config(config)

@@ -253,12 +253,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out")
     ap.add_argument("--k", type=int)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args, beam_args = ap.parse_known_args(argv)
-    beam_args = [a for a in beam_args if a != "--"]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    beam_args: list[str] = []
+    if "--" in argv:  # only what follows -- goes to Beam; anything unknown before it is an argparse error
+        cut = argv.index("--")
+        argv, beam_args = argv[:cut], argv[cut + 1:]
+    args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    raw = parse_sets(args.set)
-    raw.update({k: v for k in ("corpus", "classifiers", "out", "k") if (v := getattr(args, k)) is not None})
+    given = {k: v for k in ("corpus", "classifiers", "out", "k") if (v := getattr(args, k)) is not None}
     try:
+        raw = parse_sets(args.set)  # (a bad --set: one line, exit 2)
+        raw.update(given)
         cfg = load(RetrieveConfig, raw, "retrieve")
         summary = retrieve(cfg, beam_args or None)
     except (ConfigError, FileNotFoundError, InputError) as exc:  # a bad key, a missing or unusable input

@@ -362,11 +362,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    raw = parse_sets(args.set)
-    raw.update({k: v for k in ("corpus", "errors", "failing_corpus", "training_corpus", "out", "embedding",
-                               "checkpoint")
-                if (v := getattr(args, k)) is not None})
+    given = {k: v for k in ("corpus", "errors", "failing_corpus", "training_corpus", "out", "embedding",
+                            "checkpoint")
+             if (v := getattr(args, k)) is not None}
     try:
+        raw = parse_sets(args.set)  # (a bad --set: one line, exit 2)
+        raw.update(given)
         cfg = load(TrainConfig, raw, "train")
         manifest = train(cfg)
     except (ConfigError, FileNotFoundError, InputError) as exc:  # a bad key, a missing or unusable input

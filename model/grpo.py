@@ -27,6 +27,7 @@ import argparse
 import copy
 import json
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -46,8 +47,8 @@ from model.processing import Encoded
 from model.records import RECORD_COLUMNS, iter_records, uniform_sample
 from model.rewards import RewardConfig, RewardItem, RewardPool, RewardResult
 from model.sft import autocast_for
+from schemas.config import ConfigError, option, read_yaml
 from schemas.config import load as load_config
-from schemas.config import option
 
 log = logging.getLogger(__name__)
 
@@ -518,8 +519,6 @@ def _jsonable(cfg: GRPOConfig) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import yaml
-
     from model.models import load_or_exit
 
     ap = argparse.ArgumentParser(prog="python -m model.grpo",
@@ -533,11 +532,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baseline", choices=BASELINES, help="override the baseline")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    raw: dict[str, Any] = (yaml.safe_load(Path(args.config).read_text()) or {}) if args.config else {}
-    for key, value in (("steps", args.steps), ("baseline", args.baseline)):
-        if value is not None:
-            raw[key] = value
-    cfg = load_config(GRPOConfig, raw, "grpo")
+    try:
+        raw: dict[str, Any] = (read_yaml(args.config) or {}) if args.config else {}
+        for key, value in (("steps", args.steps), ("baseline", args.baseline)):
+            if value is not None:
+                raw[key] = value
+        cfg = load_config(GRPOConfig, raw, "grpo")
+    except (ConfigError, OSError) as exc:  # a bad key or value, a config file missing or not YAML
+        print(f"model.grpo: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     loaded = load_or_exit(ap, args.model)
     prompts = load_prompts(args.corpus, loaded.processor, cfg)
     history = train_grpo(loaded, cfg, prompts, args.out)

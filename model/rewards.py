@@ -52,7 +52,7 @@ from typing import IO, Any
 from pipelines.clean.repeats import RepeatsConfig, find_loop
 from pipelines.clean.repeats_config import Bands
 from pipelines.instruct.conventions import BOX_CONVENTIONS, FORMULA_CONVENTION, checkable
-from schemas.config import load, option
+from schemas.config import load, option, read_yaml
 from schemas.similarity import DEFAULT_TEDS_CONVENTION, METRICS, TEDS_CONVENTIONS, check_teds_convention, metrics_for
 from schemas.unit_tests import UnitTest, check_all, unit_test_from_dict, unit_test_from_json
 
@@ -561,17 +561,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    values: dict[str, Any] = {}
-    if args.config:
-        import yaml
-
-        with open(args.config, encoding="utf-8") as fh:
-            values = yaml.safe_load(fh) or {}
-    for key, value in (("terms", args.terms and args.terms.split(",")), ("workers", args.workers),
-                       ("timeout_s", args.timeout)):
-        if value is not None:
-            values[key] = value
     try:
+        values: dict[str, Any] = (read_yaml(args.config) or {}) if args.config else {}
+        for key, value in (("terms", args.terms and args.terms.split(",")), ("workers", args.workers),
+                           ("timeout_s", args.timeout)):
+            if value is not None:
+                values[key] = value
         cfg = load(RewardConfig, values, "rewards")
         source: IO[str] = open(args.input, encoding="utf-8") if args.input else sys.stdin
         with source:

@@ -30,7 +30,7 @@ from model.data import DataConfig
 from model.models import Loaded, ModelLoadError, load
 from model.optim import OptimConfig, make_optimizer, trainable
 from model.regularizers import RegularizerConfig, regularizer_loss
-from schemas.config import ConfigError, option
+from schemas.config import ConfigError, option, read_yaml
 from schemas.config import load as load_config
 
 log = logging.getLogger(__name__)
@@ -245,8 +245,6 @@ def _write_history(out_dir: Path, history: list[StepLog], stream) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import yaml
-
     ap = argparse.ArgumentParser(prog="python -m model.sft",
                                  description="Run one SFT phase (alignment or robustness) on corpus shards.")
     ap.add_argument("--model", help="'tiny', 'tiny-moe' or a local checkpoint folder (default: the --resume "
@@ -262,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--out is required unless --resume is given")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        raw: dict[str, Any] = (yaml.safe_load(Path(args.config).read_text()) or {}) if args.config else {}
+        raw: dict[str, Any] = (read_yaml(args.config) or {}) if args.config else {}
         if args.steps:
             raw["steps"] = args.steps
         cfg = load_config(SFTConfig, raw, "sft")

@@ -30,8 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-
 from model.data import DataConfig, Sample, eval_samples, uncapped
 from model.decode import bench_on_corpus, format_table
 from model.errors import analyze, write_report
@@ -42,7 +40,7 @@ from model.models import ModelLoadError, build_tiny, load
 from model.mtp import MTPConfig, fit_for_checkpoint
 from model.records import shard_files
 from model.sft import SFTConfig, train_sft
-from schemas.config import ConfigError, describe, option, parse_sets
+from schemas.config import ConfigError, describe, option, parse_sets, read_yaml
 from schemas.config import load as load_config
 from schemas.config import merge as merge_overrides
 
@@ -121,7 +119,7 @@ class TrainRunConfig:
     @classmethod
     def from_yaml(cls, path: str | Path | None, sets: Sequence[str] = (), **overrides) -> "TrainRunConfig":
         """The YAML file, then ``--set key=value`` overrides, then keyword overrides that are not None."""
-        raw = (yaml.safe_load(Path(path).read_text()) or {}) if path else {}
+        raw = (read_yaml(path) or {}) if path else {}
         raw = merge_overrides(raw, parse_sets(sets))
         raw.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_mapping(raw)

@@ -4,7 +4,9 @@
 the whole run before any work, through ``schemas.config.load``: every section, every
 ``clean.stages`` entry against its stage's config (without building the stage), ``clean.dedup``,
 and every source's keys and its kind's ``options``. An unknown key or a wrong type fails naming
-its path (``sources[2].options.warc_roott: unknown key; known keys: ...``).
+its path (``sources[2].options.warc_roott: unknown key; known keys: ...``). ``sources`` must name at least
+one source, and the source names used in stage options (``sources`` of relabel/audit/preference, instruct's
+``assign`` keys) and in ``clean.dedup.source_priority`` must be among them.
 """
 
 from __future__ import annotations
@@ -15,15 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from pipelines.clean.dedup_config import DedupConfig
 from pipelines.clean.registry import stage_config
 from pipelines.render import RenderConfig
 from pipelines.sources import source_options_type
 from pipelines.sources.base import SourceSettings
 from pipelines.write import WriteConfig
-from schemas.config import ConfigError, load, option
+from schemas.config import ConfigError, check_names, load, option, read_yaml
 
 # Source options that name files; relative values are resolved like ``paths``.
 PATH_OPTIONS = ("root", "warc_root", "mirror", "cache_dir", "tarballs", "images")
@@ -44,6 +44,10 @@ class RunConfig:
     beam_args: tuple[str, ...] = option(
         ("--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=0"),
         help="Apache Beam pipeline options")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_dead_letter_rate <= 1:  # a share; NaN is refused by the loader (finite floats)
+            raise ValueError(f"max_dead_letter_rate: must be in [0, 1], got {self.max_dead_letter_rate}")
 
 
 def _default_clean_stages() -> tuple[dict[str, Any], ...]:
@@ -103,24 +107,69 @@ def _clean(cfg: CleanConfig, base: Path) -> CleanConfig:
     return dataclasses.replace(cfg, stages=tuple(stages))
 
 
+def _check_source_names(cfg: CleanConfig, source_names: list[str]) -> None:
+    """The source names a stage (``sources`` of relabel, audit, preference; ``assign`` keys of instruct) and
+    ``clean.dedup.source_priority`` use are among the config's sources: a misspelt one would match no record and
+    switch its setting off silently."""
+    named = {f"clean.stages[{i}]": [*(getattr(stage, "sources", None) or ()), *(getattr(stage, "assign", None) or {})]
+             for i, stage in enumerate(stage_config(spec) for spec in cfg.stages)}
+    named["clean.dedup.source_priority"] = [name for name, _ in cfg.dedup.source_priority]
+    for path, names in named.items():
+        try:
+            check_names("sources", names, source_names)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> CorpusConfig:
     """Load a YAML config (default: ``configs/corpus.yaml``); ``overrides`` patch top-level sections."""
     # absolute: relative input paths are made absolute from the config's folder, never from the working
     # directory (a relative ``--config configs/x.yaml``, as the Airflow DAG passes, gave a base of ``.``);
     # not resolved, so a config reached through a symlink takes its paths from the link's folder
     path = Path(os.path.abspath(path)) if path else DEFAULT_CONFIG
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = read_yaml(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
     for section, values in (overrides or {}).items():
-        raw.setdefault(section, {}).update(values)
+        current = raw.get(section)
+        if current is None:  # `run:` with every key commented out: the section's defaults
+            current = {}
+        if not isinstance(current, Mapping):
+            raise ConfigError(f"{section}: expected a mapping, got {type(current).__name__} {current!r:.80}")
+        raw[section] = {**current, **values}
     base = path.parent.parent if path.parent.name == "configs" else path.parent
     cfg = load(CorpusConfig, {k: v for k, v in raw.items() if k != "sources"}, "")
+    cfg = dataclasses.replace(cfg, clean=_clean(cfg.clean, base))  # every stage's options checked
     entries = raw.get("sources") or []
     if not isinstance(entries, list):
         raise ConfigError(f"sources: expected a list of sources, got {type(entries).__name__}")
     sources = tuple(_source(values, i, base) for i, values in enumerate(entries))
+    if not sources:  # the run would write an empty corpus and exit 0
+        raise ConfigError("sources: no sources configured; add at least one entry {name, kind, paths, license}")
     names = [s.name for s in sources]
     if len(names) != len(set(names)):
         raise ConfigError(f"sources: source names must be unique, got {names}")
-    return dataclasses.replace(cfg, clean=_clean(cfg.clean, base), sources=sources)
+    _check_source_names(cfg.clean, names)
+    return dataclasses.replace(cfg, sources=sources)
+
+
+def drop_missing_source_names(raw: dict) -> dict:
+    """``raw`` (a parsed corpus config cut to some of its sources, as tests and benchmarks cut the bundled
+    one) without the names of the sources it left out in stage ``sources`` / ``assign`` and
+    ``clean.dedup.source_priority``: ``load_config`` refuses an unknown name. A stage left with none of
+    its sources is left out."""
+    names = {s["name"] for s in raw["sources"]}
+    stages = []
+    for stage in raw["clean"].get("stages") or []:
+        if stage.get("sources"):  # a stage left with none of its sources is left out (empty: every source)
+            stage["sources"] = [n for n in stage["sources"] if n in names]
+            if not stage["sources"]:
+                continue
+        stages.append(stage)
+        if isinstance(stage.get("assign"), dict):
+            stage["assign"] = {n: v for n, v in stage["assign"].items() if n in names}
+    raw["clean"]["stages"] = stages
+    dedup = raw["clean"].get("dedup") or {}
+    if isinstance(dedup.get("source_priority"), dict):
+        dedup["source_priority"] = {n: v for n, v in dedup["source_priority"].items() if n in names}
+    return raw

@@ -933,13 +933,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # Dataflow (and Flink/Spark with an uber jar, Prism) pass options they do not know to the service
         print(f"pipelines.corpus: warning: Beam does not define {', '.join(unknown)}: passed on to the runner as "
               f"given", file=sys.stderr)
-    unpointed = None
+    unpointed, manifest_before = None, None
     if args.releases:
         latest = io.join(args.releases, LATEST)
         if io.exists(latest) and io.read_bytes(latest).decode("utf-8", "replace").strip() == version:
             # a rerun of the version LATEST names (an Airflow retry): LATEST must never name a folder that is
             # being replaced (a killed rerun would leave it naming a run without a manifest, and every later
             # version would be refused); it is written again once this run balances
+            manifest_before = _manifest_bytes(cfg.run.output)
             io.delete([latest])
             unpointed = latest
             print(f"pipelines.corpus: {latest} named {version}, which this run replaces: removed until it balances",
@@ -949,9 +950,17 @@ def main(argv: list[str] | None = None) -> int:
         code = _main_run(args, cfg, beam_args, previous)
         return code
     finally:
-        # a run that never started (no scheduler, no endpoint, another run writing) left the version whole
-        if unpointed and code != 0 and io.exists(io.join(cfg.run.output, "manifest.json")):
+        # a run that never started (no scheduler, no endpoint, another run writing) left the version whole: its
+        # manifest is the one LATEST named. A run that finished and failed (imbalance, dead-letter rate) wrote its own.
+        untouched = manifest_before is not None and _manifest_bytes(cfg.run.output) == manifest_before
+        if unpointed and code != 0 and untouched:
             io.write_bytes_atomic(unpointed, version.encode())
+
+
+def _manifest_bytes(output: str) -> bytes | None:
+    """The run folder's manifest.json as it is now, or None."""
+    path = io.join(output, "manifest.json")
+    return io.read_bytes(path) if io.exists(path) else None
 
 
 def _main_run(args: argparse.Namespace, cfg: CorpusConfig, beam_args: list[str], previous: str | None) -> int:

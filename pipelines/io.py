@@ -13,6 +13,7 @@ import glob as _glob
 import hashlib
 import os
 import stat
+import time
 from typing import IO, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -306,17 +307,81 @@ def _digest(uri: str) -> str:
     return f"{meta.size_in_bytes}:{meta.last_updated_in_seconds}"
 
 
-def iter_lines(handle: IO[bytes], chunk: int = 1 << 20) -> Iterator[bytes]:
+class LineTooLong:
+    """What ``iter_lines`` yields, in the line's place, for a line over its ``max_line`` bytes: the line was
+    skipped, never held whole. ``size``: its length in bytes (without the ``\\n``)."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"LineTooLong({self.size})"
+
+
+def iter_lines(handle: IO[bytes], chunk: int = 1 << 20, max_line: int | None = None) -> Iterator[bytes | LineTooLong]:
     """The lines of a binary stream (each with its ``\\n``), read in chunks: every backend's stream has
-    ``read``, not all iterate by line."""
-    rest = b""
+    ``read``, not all iterate by line. Linear in the stream's length however long a line is (an unfinished
+    line is kept as a list of chunks, only the new chunk is searched). With ``max_line``, a line longer than
+    that many bytes is not kept: a ``LineTooLong`` is yielded in its place and reading goes on after it."""
+    pending: list[bytes] = []  # the unfinished line's pieces
+    size = 0  # its length so far
+    overlong = False  # over max_line: its pieces are dropped, only counted
+
+    def finish(last: bytes, newline: bytes) -> bytes | LineTooLong:
+        total = size + len(last)
+        if overlong or (max_line is not None and total > max_line):
+            return LineTooLong(total)
+        return b"".join([*pending, last, newline]) if pending else last + newline
+
     while True:
         data = handle.read(chunk)
         if not data:
             break
-        lines = (rest + data).split(b"\n")
-        rest = lines.pop()
-        for line in lines:
-            yield line + b"\n"
-    if rest:
-        yield rest
+        pieces = data.split(b"\n")
+        if len(pieces) > 1:
+            yield finish(pieces[0], b"\n")
+            pending, size, overlong = [], 0, False
+            for line in pieces[1:-1]:
+                yield LineTooLong(len(line)) if max_line is not None and len(line) > max_line else line + b"\n"
+        rest = pieces[-1]
+        if rest:
+            size += len(rest)
+            if not overlong:
+                if max_line is not None and size > max_line:
+                    pending, overlong = [], True
+                else:
+                    pending.append(rest)
+    if overlong:
+        yield LineTooLong(size)
+    elif pending:
+        yield b"".join(pending)
+
+
+def read_before(stream: IO[bytes], limit: int, deadline: float, chunk: int = 1 << 16) -> bytes:
+    """At most ``limit + 1`` bytes of ``stream`` (more than ``limit`` tells the caller it is too large), read as
+    they arrive (``read1`` where the stream has it: a server dripping bytes cannot fill a whole ``read(n)``
+    slowly); ``TimeoutError`` once ``time.monotonic()`` passes ``deadline``. A per-read socket timeout alone
+    bounds each wait, not the whole response: this bounds the response (an HTTP response's socket waits are
+    also cut to the time left). Shared by readers that fetch over HTTP (images, WARC records)."""
+    read = getattr(stream, "read1", None) or stream.read
+    sock = getattr(getattr(getattr(stream, "fp", None), "raw", None), "_sock", None)  # http.client's socket
+    chunks, total = [], 0
+    while total <= limit:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"response not complete by its deadline ({total} bytes read)")
+        if sock is not None and hasattr(sock, "settimeout"):
+            try:
+                sock.settimeout(left)
+            except OSError:
+                pass
+        data = read(min(chunk, limit + 1 - total))
+        if not data:
+            break
+        chunks.append(data)
+        total += len(data)
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"response not complete by its deadline ({total} bytes read)")
+    return b"".join(chunks)

@@ -145,8 +145,10 @@ def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
 
     shared = {"render": _sha(["render", _version("pipelines.render"), portable(dataclasses.asdict(cfg.render))]),
               "validate": _sha(["validate", PAGE_SCHEMA.to_string()])}
+    order: list[str] = []
     for spec in cfg.clean.stages:
         cls = stage_class(spec["name"])
+        order.append(spec["name"])
         # a stage whose output depends on files its config names (decontam's benchmark folder) says which:
         # their content, not their name, goes in the fingerprint
         named = getattr(cls, "content_paths", None)
@@ -155,7 +157,8 @@ def stage_fingerprints(cfg) -> dict[str, dict[str, str]]:
         # taken from $OPENAI_BASE_URL / $PAGEMILL_RELABEL_MODEL when the config leaves them empty) says what
         resolved = getattr(cls, "resolved_inputs", None)
         contents += list(resolved(spec)) if resolved is not None else []
-        shared[spec["name"]] = _sha([spec["name"], _class_version(cls), portable(dict(spec)), contents])
+        # the stages before it too: a stage's counts (what it took and emitted) depend on what ran first
+        shared[spec["name"]] = _sha([spec["name"], _class_version(cls), portable(dict(spec)), contents, order])
     out = {}
     for settings in cfg.sources:
         cls = source_class(settings.kind)
@@ -187,8 +190,10 @@ def _listdir(folder: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _listed(folder: str, _stamp: tuple) -> tuple[str, ...]:
+    # every entry but folders: a reader takes any other (a FIFO named like a label) as its unit's file and
+    # dead-letters it, so adding one must change the unit's identity
     try:
-        return tuple(sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n))))
+        return tuple(sorted(n for n in os.listdir(folder) if not os.path.isdir(os.path.join(folder, n))))
     except OSError:
         return ()
 
@@ -323,6 +328,9 @@ def check_previous(uri: str) -> str:
     """The previous run's folder (``resolve_previous``); ValueError when it holds no units table, so that
     ``--previous`` is checked before a run starts."""
     folder = resolve_previous(uri)
+    if folder != uri and not io.exists(folder):
+        raise PreviousRunError(f"{io.join(uri, LATEST)} names {folder.rsplit('/', 1)[-1]}, which does not exist: "
+                               f"point {LATEST} at a finished version, or remove it to start afresh")
     started = any(io.exists(io.join(folder, part)) for part in ("data", "_tmp", "dead_letter", UNITS_FILE))
     if started and not io.exists(io.join(folder, "manifest.json")):  # a first run killed before its units table
         raise PreviousRunError(f"previous run {folder}: no manifest.json: a run into that folder did not finish "

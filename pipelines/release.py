@@ -62,7 +62,15 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipelines import io
-from pipelines.write import HashingWriter, RowGroupCuts, parquet_writer, row_bytes, shard_problems
+from pipelines.write import (
+    PARQUET_CODECS,
+    HashingWriter,
+    RowGroupCuts,
+    check_codec,
+    parquet_writer,
+    row_bytes,
+    shard_problems,
+)
 from schemas.config import ConfigError, load, option, parse_sets
 from schemas.manifest import ManifestError, RunManifest
 from schemas.page import PAGE_SCHEMA, features
@@ -88,7 +96,6 @@ SOURCE_LINKS = {
     "jinaocrsynth": "synthetic: pagemill `synth/` (JinaOCRSynth), rendered in the run",
     "local_folder": "local files",
 }
-PARQUET_CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "lz4_raw", "zstd")  # what Parquet writers take
 SIZE_CATEGORIES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
                    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]
 
@@ -110,12 +117,7 @@ class ReleaseConfig:
     def __post_init__(self):
         if min(self.shard_bytes, self.row_group_bytes, self.row_group_rows, self.batch_rows) <= 0:
             raise ValueError("shard_bytes, row_group_bytes, row_group_rows and batch_rows must be positive")
-        # checked here, not by the writer: that fails after the previous release's release.json is removed
-        codec = self.compression.lower()
-        if codec not in PARQUET_CODECS or (codec != "none" and not pa.Codec.is_available(codec)):
-            available = [c for c in PARQUET_CODECS if c == "none" or pa.Codec.is_available(c)]
-            raise ValueError(f"compression {self.compression!r} is not a Parquet codec this pyarrow writes; "
-                             f"one of {', '.join(available)}")
+        check_codec(self.compression)  # the writer fails only after the previous release's release.json is gone
 
 
 class ReleaseError(ValueError):

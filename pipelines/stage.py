@@ -45,12 +45,11 @@ from typing import IO, Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 from pipelines.accounting import Kind, apply_stage
 from pipelines.clean.registry import STAGES, build_stage, stage_class, stage_config_type
 from pipelines.validate_stage import validate_record
-from schemas.config import ConfigError, describe, load, merge, parse_sets, to_dict
+from schemas.config import ConfigError, describe, load, merge, parse_sets, read_yaml, to_dict
 from schemas.deadletter import DEAD_LETTER_SCHEMA, RecordError
 from schemas.manifest import CountEvent, RunManifest
 from schemas.page import PAGE_SCHEMA, PageRecord
@@ -145,8 +144,7 @@ def _stage_parser(name: str) -> argparse.ArgumentParser:
 def _options(name: str, config: str | None, sets: list[str]) -> dict[str, Any]:
     base: Any = {}
     if config:
-        with open(config, encoding="utf-8") as fh:
-            base = yaml.safe_load(fh) or {}
+        base = read_yaml(config) or {}
         if not isinstance(base, dict):
             raise ConfigError(f"{config}: expected a mapping of {name} options, got {type(base).__name__}")
         if base.get("name", name) != name:

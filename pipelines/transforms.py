@@ -233,7 +233,8 @@ class Spill(beam.DoFn):
     """The ``write`` stage's first half: records -> per-bundle spill files (see ``pipelines.write``).
 
     With ``key_fn`` (dedup), each record's small grouping keys are emitted as
-    ``(Kind.DEDUP_KEY, (key, member))`` envelopes, so duplicates are found without moving records.
+    ``(Kind.DEDUP_KEY, (key, member))`` envelopes, so duplicates are found without moving records;
+    without it, a record's ``quality["dedup"]`` (a page carried from a run with dedup on) goes.
     """
 
     def __init__(self, spill_dir: str, cfg: WriteConfig, key_fn: Callable[[Any], list] | None = None):
@@ -257,6 +258,9 @@ class Spill(beam.DoFn):
                 return
             for key_member in pairs:
                 yield Envelope(Kind.DEDUP_KEY, key_member)
+        elif "dedup" in record.quality:
+            # a page carried from a run with dedup on: without dedup, its keys are not this run's findings
+            del record.quality["dedup"]
         yield Envelope(Kind.SPILL, self.writer.add(record))
         for event_kind in ("in", "out", "emitted"):
             yield Envelope(Kind.EVENT, CountEvent("write", record.source, event_kind, "", 1))

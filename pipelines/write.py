@@ -82,6 +82,19 @@ DEAD_LETTERS = ShardedTable("dead_letter", DEAD_LETTER_SCHEMA,
 LOSER_PAGES = ShardedTable("refresh/dedup_losers", PAGE_SCHEMA, ("id", "image_sha256"))
 
 
+# The codecs Parquet files may use (pyarrow.parquet's names, any case); bz2 is an Arrow codec but not a Parquet one.
+PARQUET_CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "lz4_raw", "zstd")
+
+
+def check_codec(name: str) -> None:
+    """ValueError unless ``name`` is a Parquet codec this pyarrow writes: checked with the config, since a
+    bad codec fails only when the first shard is written (after every page is rendered, or after a
+    release's previous files are gone)."""
+    usable = [c for c in PARQUET_CODECS if c == "none" or pa.Codec.is_available(c)]
+    if name.lower() not in usable:
+        raise ValueError(f"compression: unknown or unavailable Parquet codec {name!r}; known: {', '.join(usable)}")
+
+
 @dataclass(frozen=True)
 class WriteConfig:
     """How the corpus is written: shard and row-group sizes, and the spill files shards are planned from."""
@@ -97,6 +110,7 @@ class WriteConfig:
     plan_buckets: int = option(65_536, help="shard boundaries fall on these id ranges (a multiple of buckets)")
 
     def __post_init__(self):
+        check_codec(self.compression)
         if self.plan_buckets % self.buckets or not 0 < self.plan_buckets <= 16**8:
             raise ValueError(f"write.plan_buckets ({self.plan_buckets}) must be a multiple of write.buckets "
                              f"({self.buckets}) and at most 16**8")

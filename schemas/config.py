@@ -12,6 +12,12 @@ A config is a frozen dataclass with defaults in code; each field says what it is
 - ``describe(Config)`` lists the fields with their types, defaults and help, for ``--help``.
 - ``check_names(what, names, known)`` is a config's ``__post_init__`` check of a list of names (a stage's
   ``tasks`` against ``schemas.page.TASKS``): an unknown one fails naming it and the known ones.
+- a ``float`` must be finite: ``.nan`` or ``.inf`` fails by path (``rate > nan`` is never true, so a NaN
+  limit would switch its check off).
+- ``read_yaml(path)`` / ``parse_yaml(text, where)`` are the one way config YAML is read (files and ``--set``
+  values): YAML 1.2 floats (``1e-4`` is a float, not a string), a key given twice in one mapping fails
+  (``grpo: key given twice (lines 1 and 5)``), and a syntax error is a ``ConfigError`` naming the file (or the
+  ``--set`` item) and the line, not a PyYAML traceback.
 
 Plain dataclasses and this one module rather than pydantic or msgspec: configs stay ordinary
 frozen dataclasses that Beam pickles and that stage code already takes, no dependency is added,
@@ -24,6 +30,8 @@ from __future__ import annotations
 import collections.abc as abc
 import dataclasses
 import enum
+import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -37,6 +45,71 @@ HELP = "help"
 
 class ConfigError(ValueError):
     """A config value that cannot be used; the message starts with the value's path."""
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping key given twice in a config."""
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` for configs: YAML 1.2 floats (``1e-4``, ``5E3``: PyYAML's YAML 1.1 resolver reads a
+    float without a dot as a string) and a key given twice in one mapping is an error (PyYAML keeps the last
+    silently, dropping a whole earlier section)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` keys may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise DuplicateKeyError(f"{key}: key given twice (lines {seen[key]} and {line})")
+                    seen[key] = line
+                except TypeError:  # an unhashable key: the base constructor reports it
+                    continue
+        return super().construct_mapping(node, deep=deep)
+
+
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+# YAML 1.1's float forms (a dot, sexagesimal, .inf/.nan) plus YAML 1.2's: no dot needed before an exponent,
+# and the exponent's sign is optional (1e-4, 1E4, 1.0e4).
+_FLOAT_RE = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+ConfigLoader.yaml_implicit_resolvers = {  # a copy: yaml.SafeLoader itself is left as it is
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _FLOAT_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+ConfigLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_RE, list("-+0123456789."))
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """``text`` parsed with ``ConfigLoader``; a syntax error or a duplicate key is a one-line ``ConfigError``
+    starting with ``where`` (a file name, ``--set 'k=[1,'``) and the line."""
+    try:
+        return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: {_yaml_problem(exc)}") from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The YAML file ``path`` parsed by ``parse_yaml`` (None when it is empty); errors name the file."""
+    return parse_yaml(Path(path).read_text(encoding="utf-8"), str(path))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}{f' ({context})' if context else ''}".replace("\t", "\\t")
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING,
@@ -143,7 +216,13 @@ def convert(value: Any, tp: Any, path: str) -> Any:
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an int past the largest float
+                number = math.inf
+            if not math.isfinite(number):  # a NaN limit compares False both ways: it would switch its check off
+                raise ConfigError(f"{path}: expected a finite float, got {_show(value)}")
+            return number
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -162,7 +241,8 @@ def convert(value: Any, tp: Any, path: str) -> Any:
 
 
 def parse_sets(sets: Iterable[str]) -> dict[str, Any]:
-    """``["a.b=3", "c=[x, y]"]`` -> ``{"a": {"b": 3}, "c": ["x", "y"]}``; values are read as YAML."""
+    """``["a.b=3", "c=[x, y]"]`` -> ``{"a": {"b": 3}, "c": ["x", "y"]}``; values are read as YAML (``parse_yaml``:
+    ``1e-4`` is a float, a syntax error names the item)."""
     out: dict[str, Any] = {}
     for item in sets:
         key, sep, raw = item.partition("=")
@@ -174,7 +254,7 @@ def parse_sets(sets: Iterable[str]) -> dict[str, Any]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {part} is set to a value and used as a section")
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        node[parts[-1]] = parse_yaml(raw, f"--set {item!r}") if raw.strip() else ""
     return out
 
 

@@ -561,12 +561,16 @@ _defaults: list[tuple[int, KatexRenderer]] = []
 _defaults_lock = threading.Lock()
 
 
-def default_renderer() -> KatexRenderer:
-    """This thread's renderer with the default cache, created on first use and closed at exit."""
-    renderer: KatexRenderer | None = getattr(_local, "renderer", None)
-    if renderer is None or renderer._closed or getattr(_local, "pid", None) != os.getpid():
-        renderer = KatexRenderer()
-        _local.renderer, _local.pid = renderer, os.getpid()
+def default_renderer(cache_dir: Path | str | None = None, use_cache: bool = True) -> KatexRenderer:
+    """This thread's renderer with the default cache (or ``cache_dir``; ``use_cache=False``: none),
+    created on first use and closed at exit."""
+    if getattr(_local, "pid", None) != os.getpid():
+        _local.renderers, _local.pid = {}, os.getpid()
+    key = (str(cache_dir) if cache_dir is not None else None, use_cache)
+    renderer: KatexRenderer | None = _local.renderers.get(key)
+    if renderer is None or renderer._closed:
+        renderer = KatexRenderer(cache_dir, use_cache=use_cache)
+        _local.renderers[key] = renderer
         with _defaults_lock:
             _defaults.append((threading.get_ident(), renderer))
     return renderer

@@ -207,12 +207,18 @@ def build(out: str | Path, levels: tuple[int, ...] = tuple(LEVELS), train_per_le
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    levels = tuple(levels)
+    if not levels or len(set(levels)) != len(levels) or any(lv not in LEVELS for lv in levels):
+        raise ValueError(f"levels {list(levels)}: distinct levels of {sorted(LEVELS)}, at least one")
+    if (train_per_level is not None and train_per_level < 0) or eval_per_level < 0:
+        raise ValueError(f"pages per level must be >= 0 (train {train_per_level}, eval {eval_per_level})")
     out = Path(out)
     (out / "data").mkdir(parents=True, exist_ok=True)
     counts: dict[str, dict[str, int]] = {}
     tests: dict[str, int] = {}
     for split, s in (("train", seed), ("eval", eval_seed)):
-        n = {lv: eval_per_level if split == "eval" else train_per_level or LEVELS[lv].train_pages for lv in levels}
+        n = {lv: eval_per_level if split == "eval" else
+             LEVELS[lv].train_pages if train_per_level is None else train_per_level for lv in levels}
         rows: list[dict] = []
         # a row group at a time, as it is made: memory does not grow with the page count
         with pq.ParquetWriter(out / "data" / f"{split}-00000-of-00001.parquet", PAGE_SCHEMA) as writer:
@@ -235,24 +241,48 @@ def build(out: str | Path, levels: tuple[int, ...] = tuple(LEVELS), train_per_le
     return manifest
 
 
+def _levels_arg(text: str) -> tuple[int, ...]:
+    """``--levels``: comma-separated distinct known levels, at least one, in the order given."""
+    try:
+        levels = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of levels of "
+                                         f"{sorted(LEVELS)}") from None
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown levels {bad}; known: {sorted(LEVELS)}")
+    repeated = sorted({lv for lv in levels if levels.count(lv) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"levels {repeated} given more than once (each would write its pages "
+                                         "twice under one id)")
+    return levels
+
+
+def _count_arg(text: str) -> int:
+    """A page count: an integer >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n} is negative: a page count is >= 0")
+    return n
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m synth.curriculum", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="out/curriculum", help="folder for data/*.parquet and manifest.json")
-    ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="comma-separated levels of "
-                    + str(sorted(LEVELS)))
-    ap.add_argument("--train", type=int, help="train pages per level (default: the level's own count, "
+    ap.add_argument("--levels", type=_levels_arg, default=tuple(LEVELS),
+                    help=f"comma-separated distinct levels of {sorted(LEVELS)} (default: all)")
+    ap.add_argument("--train", type=_count_arg, help="train pages per level, >= 0 (default: the level's own count, "
                     + ", ".join(f"{k}: {v.train_pages}" for k, v in LEVELS.items()) + ")")
-    ap.add_argument("--eval", type=int, default=40, help="eval pages per level")
+    ap.add_argument("--eval", type=_count_arg, default=40, help="eval pages per level, >= 0")
     ap.add_argument("--seed", type=int, default=0, help="seed of the train pages")
     ap.add_argument("--eval-seed", type=int, default=1, help="seed of the eval pages (must differ from --seed)")
     args = ap.parse_args(argv)
     if args.seed == args.eval_seed:
         ap.error("--eval-seed must differ from --seed: eval pages are held out by seed")
-    levels = tuple(int(x) for x in args.levels.split(","))
-    bad = [lv for lv in levels if lv not in LEVELS]
-    if bad:
-        ap.error(f"unknown levels {bad}; known: {sorted(LEVELS)}")
-    manifest = build(args.out, levels, args.train, args.eval, args.seed, args.eval_seed)
+    manifest = build(args.out, args.levels, args.train, args.eval, args.seed, args.eval_seed)
     print(json.dumps(manifest))
 
 

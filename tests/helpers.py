@@ -176,7 +176,9 @@ def small_corpus_config(samples_root: Path, work: Path, edit=None) -> Path:
             source["options"].update(pages=2, pages_per_unit=1)
     if edit:
         edit(raw)
-    path.write_text(yaml.safe_dump(raw))
+    from pipelines.config import drop_missing_source_names
+
+    path.write_text(yaml.safe_dump(drop_missing_source_names(raw)))
     return path
 
 

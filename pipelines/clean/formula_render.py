@@ -8,6 +8,11 @@ project's KaTeX in Chromium (``schemas.math_render``, the renderer of the ``math
 ``displayMode``, ``throwOnError``, results cached in SQLite), after the ``conventions`` stage has
 normalised it. Records of other tasks pass untouched; ``quality["formula_render"]`` holds
 ``{"ok": true}`` or the KaTeX message of a dropped one (in ``dropped/`` samples).
+
+The cache holds every (untrusted) label rendered, so in a run it lives in the run's output,
+``<output>/_katex/renders.sqlite3`` (``bind_output``, called by the corpus DAG and ``python -m
+pipelines.stage``; an object-store output renders without a cache), never in the user's ``~/.cache``.
+Unbound (a direct call), the stage uses the ``math`` unit test's default cache.
 """
 
 from __future__ import annotations
@@ -43,6 +48,25 @@ class FormulaRenderStage:
         self.cfg = cfg
         self._provenance = ProvenanceStep(f"clean:{self.name}", VERSION, params_hash(asdict(cfg)))
         self._renderer: Any = None  # per worker, on first use
+        self._cache_dir: str | None = None  # bind_output: the run's; None: the default cache
+
+    @staticmethod
+    def resolved_inputs(spec: dict) -> list[str]:
+        """What the verdicts depend on beyond the config (``pipelines.refresh``): the installed KaTeX's
+        version, or ``missing`` (a run without KaTeX dead-letters every formula record; a refresh after
+        installing or upgrading it must render them again, not carry the old verdicts)."""
+        from schemas.math_render import katex_version
+
+        try:
+            return [f"katex {katex_version()}"]
+        except RuntimeError:
+            return ["katex missing"]
+
+    def bind_output(self, output: str) -> None:
+        """Render behind a cache under the run's output (``<output>/_katex``), not the user's home; an
+        object-store output (where SQLite cannot live) renders without a cache. Called before any record."""
+        if output:
+            self._cache_dir = "" if "://" in output else f"{output.rstrip('/')}/_katex"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -53,7 +77,10 @@ class FormulaRenderStage:
         if self._renderer is None:
             from schemas.math_render import default_renderer  # Chromium only where formulas are checked
 
-            self._renderer = default_renderer()
+            if self._cache_dir is None:
+                self._renderer = default_renderer()
+            else:  # the run's cache ("": in memory)
+                self._renderer = default_renderer(self._cache_dir or None, use_cache=bool(self._cache_dir))
         return self._renderer.render(latex)
 
     def __call__(self, record: PageRecord) -> list[PageRecord]:

@@ -126,6 +126,24 @@ def require_task(settings: SourceSettings, task: str) -> None:
         raise ValueError(f"source {settings.name!r}: kind {settings.kind} makes {task!r} records; set task: {task}")
 
 
+def at_least(options: Any, **minimums: float) -> None:
+    """An ``Options.__post_init__`` range check: a ValueError naming the first option below its minimum, so a
+    value no record could be read with fails at start-up (``load`` prefixes the options' path:
+    ``sources[0].options: batch_size must be >= 1, got 0``) instead of dead-lettering every record."""
+    for name, low in minimums.items():
+        value = getattr(options, name)
+        if value < low:
+            raise ValueError(f"{name} must be >= {low}, got {value!r}")
+
+
+def positive(options: Any, *names: str) -> None:
+    """``at_least``'s check for a float that must be above 0 (a timeout)."""
+    for name in names:
+        value = getattr(options, name)
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
 def load_options(options_type: type[T], settings: SourceSettings) -> T:
     """``settings.options`` loaded into the reader's ``Options`` (errors name ``sources[<name>].options``)."""
     return load(options_type, settings.options, f"sources[{settings.name}].options")
@@ -153,12 +171,24 @@ class Source(Protocol):
 
 
 def input_bases(paths: Iterable[str]) -> list[str]:
-    """The folders a source's ``paths`` start from (the part before any wildcard)."""
+    """The folders a source's ``paths`` start from (the part before any wildcard). Patterns starting
+    from different folders share one base, the folders' common parent, so that names relative to it
+    stay apart (``a/*.parquet`` and ``b/*.parquet`` holding one file name each)."""
     bases = []
     for pattern in paths:
         head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
-        bases.append(head if head.endswith("/") or "*" not in pattern else posixpath.dirname(head))
-    return [b.rstrip("/") for b in bases]
+        bases.append((head if head.endswith("/") or "*" not in pattern else posixpath.dirname(head)).rstrip("/"))
+    if len(set(bases)) > 1:
+        parts = [b.split("/") for b in bases]
+        common = []
+        for segments in zip(*parts):
+            if len(set(segments)) > 1:
+                break
+            common.append(segments[0])
+        parent = "/".join(common)
+        # a URI keeps its scheme and host ("s3:", "", "bucket"); "s3:/" alone is no folder
+        return [parent if parent and not parent.endswith(":/") and not parent.endswith(":") else ""]
+    return bases
 
 
 def relative_to_inputs(uri: str, bases: list[str]) -> str:

@@ -31,26 +31,29 @@ opened or read gives one ``Row(source_id=<file uri>)`` with ``unreadable_parquet
 
 from __future__ import annotations
 
+import io as _io
 import math
 import re
 import time
+import zlib
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
 from pipelines import io as pio
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under
+from pipelines.sources.base import Row, SourcePage, SourceSettings, at_least, load_options, path_under, positive
 from pipelines.sources.parquet_rows import stream_rows
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 from schemas.pdf_pages import pdf_page_count
 
-VERSION = "5"  # 2: a file_path outside warc_root is unsafe_path; 3: a PDF over max_pdf_bytes is pdf_too_large;
+VERSION = "6"  # 2: a file_path outside warc_root is unsafe_path; 3: a PDF over max_pdf_bytes is pdf_too_large;
 # 4: languages as BCP 47 tags with ISO 639-1 codes (``eng_Latn`` -> ``en``, ``cmn_Hani`` -> ``zh-Hani``), as the
 # other sources write them, not FinePDFs' raw ``<ISO 639-3>_<Script>`` labels (``bcp47_language``); 5: a language
-# column that is not strings is bad_schema, and any failure of one row is that row's dead letter (bad_record)
+# column that is not strings is bad_schema, and any failure of one row is that row's dead letter (bad_record); 6: a
+# row of an oversized row group is its own row_group_too_large letter, a header line without end warc_unreadable
 
 # ISO 639-3 (and 639-2/T) -> ISO 639-1, for every language that has a 639-1 code; the individual languages
 # that FinePDFs' GlotLID labels use for a macrolanguage's standard variety map to the macrolanguage's code
@@ -214,9 +217,10 @@ def _jsonable(value: Any) -> Any:
 class WarcFetcher:
     """Reads the payload of one WARC record by (``file_path``, ``offset``) under a root.
 
-    Local, ``gs://``, ``s3://`` and ``hf://`` WARC files are opened once through ``pipelines.io``
-    and kept open until ``close``; ``http(s)`` roots use one ``requests`` session and a ranged GET
-    per record, closed as soon as the record is read so the rest of the (~1 GB) file is not fetched.
+    Local, ``gs://``, ``s3://`` and ``hf://`` WARC files are opened through ``pipelines.io``, the
+    ``OPEN_HANDLES`` most recently used kept open until ``close``; ``http(s)`` roots use one
+    ``requests`` session and a ranged GET per record, closed as soon as the record is read so the rest
+    of the (~1 GB) file is not fetched.
     """
 
     def __init__(self, root: str, http_timeout_s: float = 60.0, http_retries: int = 3,
@@ -225,7 +229,8 @@ class WarcFetcher:
         self.http_timeout_s = http_timeout_s
         self.http_retries = http_retries
         self.max_pdf_bytes = max_pdf_bytes
-        self._handles: dict[str, IO[bytes] | RecordError] = {}
+        self._handles: dict[str, IO[bytes]] = {}  # in order of use, least recent first
+        self._failed: dict[str, RecordError] = {}
         self._session: Any = None
 
     def uri(self, file_path: str) -> str:
@@ -262,18 +267,26 @@ class WarcFetcher:
                 close()
 
     def _handle(self, uri: str) -> IO[bytes]:
-        cached = self._handles.get(uri)
-        if isinstance(cached, RecordError):
+        """An open handle on ``uri``: the ``OPEN_HANDLES`` most recently used stay open (rows point into
+        many WARC files: one handle each exhausted the process's file descriptors, and on object stores
+        each holds a read buffer); the last ``FAILED_FILES`` that failed to open are remembered."""
+        failed = self._failed.get(uri)
+        if failed is not None:
             # A missing WARC file would otherwise be retried for every row that points into it.
-            raise RecordError(cached.reason, str(cached))
+            raise RecordError(failed.reason, str(failed))
+        cached = self._handles.pop(uri, None)
         if cached is None:
             try:
                 cached = pio.open_read(uri)
             except Exception as exc:
                 err = RecordError("warc_unreadable", f"cannot open WARC file {uri}: {exc}")
-                self._handles[uri] = err
+                self._failed[uri] = err
+                if len(self._failed) > FAILED_FILES:
+                    self._failed.pop(next(iter(self._failed)))
                 raise RecordError(err.reason, str(err)) from exc
-            self._handles[uri] = cached
+            if len(self._handles) >= OPEN_HANDLES:
+                _close_quietly(self._handles.pop(next(iter(self._handles))))  # the least recently used
+        self._handles[uri] = cached  # (re)inserted last: most recently used
         return cached
 
     def _http_stream(self, uri: str, offset: int, where: str) -> tuple[IO[bytes], Callable[[], None]]:
@@ -303,15 +316,19 @@ class WarcFetcher:
 
     def close(self) -> None:
         for handle in self._handles.values():
-            if not isinstance(handle, RecordError):
-                try:
-                    handle.close()
-                except Exception:
-                    pass
+            _close_quietly(handle)
         self._handles.clear()
+        self._failed.clear()
         if self._session is not None:
             self._session.close()
             self._session = None
+
+
+def _close_quietly(handle: IO[bytes]) -> None:
+    try:
+        handle.close()
+    except Exception:  # noqa: BLE001 - a handle that fails to close has nothing more to give
+        pass
 
 
 def _read_capped(stream: IO[bytes], limit: int) -> bytes:
@@ -326,10 +343,51 @@ def _read_capped(stream: IO[bytes], limit: int) -> bytes:
     return data
 
 
+OPEN_HANDLES = 16  # WARC files a reader keeps open at once
+FAILED_FILES = 1024  # WARC files that failed to open, remembered so their rows fail without a retry
+_HEADER_BYTES = 1 << 20  # a record's WARC and HTTP headers, on top of its payload cap (real ones: a few KB)
+
+
+class _RecordStream(_io.RawIOBase):
+    """At most ``limit`` bytes of the WARC record at the head of ``stream``: its gzip member inflated as
+    it is read (a .warc.gz holds one member per record), or the raw bytes of an uncompressed WARC.
+
+    warcio reads header lines with an unbounded ``readline``, so without a bound on the inflated bytes a
+    header line that never ends (1 KB of gzip per MB) filled memory before the payload cap applied."""
+
+    def __init__(self, stream: IO[bytes], limit: int):
+        self._stream, self._left = stream, limit
+        self._pending = stream.read(2)  # compressed input not yet inflated, or raw bytes not yet handed on
+        self._inflate = zlib.decompressobj(31) if self._pending == b"\x1f\x8b" else None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        want = min(len(buffer), self._left)
+        if want <= 0:
+            return 0
+        if self._inflate is None:
+            data, self._pending = self._pending[:want], self._pending[want:]
+            data = data or self._stream.read(want)
+        else:
+            data = b""
+            while not data and not self._inflate.eof:
+                if not self._pending:
+                    self._pending = self._stream.read(1 << 14)  # as warcio reads: 16 KiB of input at a time
+                    if not self._pending:
+                        break  # a truncated member: warcio judges what there is
+                data = self._inflate.decompress(self._pending, want)
+                self._pending = self._inflate.unconsumed_tail
+        buffer[:len(data)] = data
+        self._left -= len(data)
+        return len(data)
+
+
 def _read_one_record(stream: IO[bytes], where: str, max_bytes: int = DEFAULT_MAX_PDF_BYTES) -> bytes:
     from warcio.archiveiterator import ArchiveIterator
 
-    records = ArchiveIterator(stream)
+    records = ArchiveIterator(_io.BufferedReader(_RecordStream(stream, max_bytes + _HEADER_BYTES)))
     try:
         record = next(records, None)
         if record is None:
@@ -375,8 +433,8 @@ class FinePdfsSource:
         def __post_init__(self) -> None:
             if not self.warc_root:
                 raise ValueError("finepdfs needs options.warc_root")
-            if self.max_pdf_bytes <= 0:
-                raise ValueError(f"finepdfs options.max_pdf_bytes must be positive, got {self.max_pdf_bytes}")
+            at_least(self, batch_size=1, http_retries=0, max_pdf_bytes=1)
+            positive(self, "http_timeout_s")
 
     def __init__(self, settings: SourceSettings):
         self.settings = settings
@@ -408,8 +466,9 @@ class FinePdfsSource:
             index += 1
 
     def _row(self, record: dict[str, Any], uri: str, index: int, warcs: WarcFetcher) -> Row:
-        source_id = record.get("id") or f"{uri}#{index}"
+        source_id = f"{uri}#{index}"
         try:
+            source_id = record.get("id") or source_id  # a withheld row (row_group_too_large) raises here
             pages = self._pages(record, source_id, warcs)
         except (RecordError, Dropped) as exc:
             return Row(source_id=source_id, error=exc)

@@ -33,6 +33,7 @@ from pipelines.sources.base import (
     Row,
     SourcePage,
     SourceSettings,
+    at_least,
     load_options,
     path_under,
     read_file,
@@ -57,12 +58,13 @@ class FormulaLinesSource:
         name_width: int = option(7, help="digits of the zero-padded image names (0: unpadded)")
         image_extension: str = option(".png", help="image file extension")
 
+        def __post_init__(self) -> None:
+            at_least(self, name_width=0)
+
     def __init__(self, settings: SourceSettings):
         require_task(settings, "transcribe_formula")
         self.settings = settings
         self.options = load_options(self.Options, settings)
-        if self.options.name_width < 0:
-            raise ValueError(f"sources[{settings.name}].options.name_width must be >= 0")
         self._provenance = ProvenanceStep(f"read:{self.kind}", VERSION, params_hash(dict(settings.options or {})))
 
     def plan(self, uri: str) -> Iterator[str]:

@@ -34,14 +34,24 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
-from pipelines.sources.base import Row, SourcePage, SourceSettings, input_bases, load_options, relative_to_inputs
+from pipelines.sources.base import (
+    Row,
+    SourcePage,
+    SourceSettings,
+    at_least,
+    input_bases,
+    load_options,
+    relative_to_inputs,
+)
 from pipelines.sources.images import ImageOptions, ImageResolver
 from pipelines.sources.parquet_rows import stream_rows
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
-from schemas.page import INT32_MAX, ProvenanceStep, params_hash
+from schemas.page import INT32_MAX, RESPONSE_FORMATS, ProvenanceStep, params_hash
 
-VERSION = "2"  # 2: ids without an id column name the file relative to the paths
+VERSION = "3"  # 2: ids without an id column name the file relative to the paths; 3: an oversized row group or
+# embedded cell is row_group_too_large / payload_too_large per row, and files of one name under two path patterns
+# keep apart fallback ids
 _LANGUAGE = re.compile(r"^(und|[a-z]{2,3}([-_][A-Za-z0-9]{2,8})*)$")
 # Placeholder values seen in corpora's language columns (Europeana's file split names among them)
 # that happen to look like tags.
@@ -110,7 +120,11 @@ class _ParquetHistoricalSource:
 
     @dataclass(frozen=True)
     class Options(ImageOptions):
-        batch_size: int = option(64, help="rows per Parquet batch")
+        batch_size: int = option(64, help="rows per Parquet batch (>= 1)")
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            at_least(self, batch_size=1)
 
     def __init__(self, settings: SourceSettings):
         self.settings = settings
@@ -133,7 +147,9 @@ class _ParquetHistoricalSource:
         problem = lambda schema: self._missing_columns(set(schema.names))  # noqa: E731
         # fallback ids name the file relative to the source's paths (subset folders reuse file names)
         name = relative_to_inputs(unit, input_bases(self.settings.paths))
-        for item in stream_rows(unit, self._wanted_columns(), problem, self.batch_size):
+        # embedded image bytes are capped as fetched ones are (max_bytes): a larger cell is payload_too_large
+        for item in stream_rows(unit, self._wanted_columns(), problem, self.batch_size,
+                                max_cell_bytes=self.options.max_bytes):
             if isinstance(item, Row):
                 yield item
                 continue
@@ -350,8 +366,10 @@ class MappedHistoricalSource(_ParquetHistoricalSource):
         columns: MappedColumns = option(help="role -> column name (MappedColumns)")
         quality_columns: tuple[str, ...] = option((), help="columns copied into quality")
         metadata_columns: tuple[str, ...] = option((), help="columns copied into metadata")
-        text_origin: str = option("machine_ocr", help="quality.text_origin: machine_ocr or human_transcription")
-        response_format: str = option("text", help="the records' response_format")
+        text_origin: Literal["machine_ocr", "human_transcription"] = option(
+            "machine_ocr", help="quality.text_origin: machine_ocr or human_transcription")
+        response_format: Literal[RESPONSE_FORMATS] = option(  # type: ignore[valid-type]
+            "text", help="the records' response_format (schemas.page.RESPONSE_FORMATS)")
 
     def __init__(self, settings: SourceSettings):
         super().__init__(settings)

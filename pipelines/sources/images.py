@@ -42,6 +42,7 @@ from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit
 
 from pipelines import io
+from pipelines.sources.base import at_least, positive
 from schemas.config import load, option
 from schemas.deadletter import RecordError
 
@@ -204,6 +205,10 @@ class ImageOptions:
     retries: int = option(2, help="retries of a transient HTTP failure (timeouts, 429, 5xx)")
     user_agent: str = option("pagemill-image-resolver/1", help="User-Agent of HTTP requests")
 
+    def __post_init__(self) -> None:
+        positive(self, "timeout_s")
+        at_least(self, max_bytes=1, retries=0)
+
 
 @dataclass(frozen=True)
 class ImageResolver:
@@ -315,6 +320,9 @@ class ImageResolver:
             if attempt:
                 time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
             try:
+                # timeout_s bounds the request (connect and the whole body), not each socket read: a server
+                # dripping bytes is cut off at the deadline like one that does not answer (io.read_before)
+                deadline = time.monotonic() + self.timeout_s
                 with opener.open(request, timeout=self.timeout_s) as response:
                     length = response.headers.get("Content-Length")
                     if length and length.isdigit() and int(length) > self.max_bytes:
@@ -322,15 +330,11 @@ class ImageResolver:
                             "image_unavailable",
                             f"{url}: Content-Length {length} exceeds max_bytes={self.max_bytes}",
                         )
-                    chunks, total = [], 0
-                    while chunk := response.read(_CHUNK):
-                        total += len(chunk)
-                        if total > self.max_bytes:
-                            raise RecordError(
-                                "image_unavailable", f"{url}: response exceeds max_bytes={self.max_bytes}"
-                            )
-                        chunks.append(chunk)
-                    data = b"".join(chunks)
+                    data = io.read_before(response, self.max_bytes, deadline, _CHUNK)
+                    if len(data) > self.max_bytes:
+                        raise RecordError(
+                            "image_unavailable", f"{url}: response exceeds max_bytes={self.max_bytes}"
+                        )
             except urllib.error.HTTPError as exc:
                 last = f"HTTP {exc.code} {exc.reason}"
                 if exc.code in _RETRYABLE_STATUS:

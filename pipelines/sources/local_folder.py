@@ -39,7 +39,15 @@ from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, read_file
+from pipelines.sources.base import (
+    Row,
+    SourcePage,
+    SourceSettings,
+    at_least,
+    load_options,
+    path_under,
+    read_file,
+)
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
@@ -88,6 +96,9 @@ class LocalFolderSource:
         pages_per_unit: int = option(8, help="plan a local PDF with more pages as page ranges of this many pages, "
                                              "one unit each, so long documents spread over workers; 0: one unit "
                                              "per file")
+
+        def __post_init__(self) -> None:
+            at_least(self, pages_per_unit=0)
 
     def __init__(self, settings: SourceSettings):
         self.settings = settings

@@ -47,9 +47,14 @@ from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import ProvenanceStep, params_hash
 
-VERSION = "3"  # 2: an image path not plain or resolving (through symlinks) outside the images folder is unsafe_path;
+VERSION = "4"  # 2: an image path not plain or resolving (through symlinks) outside the images folder is unsafe_path;
 # 3: JSONL is read line by line, a bad line its own bad_item; an image that is not a regular file is unsafe_path
+# 4: a line over max_item_bytes is bad_item, an array item over it unreadable_json (for the rest of the file)
 CHUNK = 1 << 20
+# The longest JSON Lines line / array item read, in bytes (characters in an array): MMTab's are a few KB. A longer
+# line is that line's bad_item (never held whole); a longer array item ends the file (unreadable_json).
+MAX_ITEM_BYTES = 64 << 20
+_NOT_SPACE = re.compile(r"[^ \t\r\n]")
 
 
 _JSON_SPACE = b" \t\r\n"
@@ -73,7 +78,7 @@ class _Replay:
         return self.handle.read(size)
 
 
-def iter_json_items(handle, where: str) -> Iterator[Any]:
+def iter_json_items(handle, where: str, max_item: int = MAX_ITEM_BYTES) -> Iterator[Any]:
     """The items of a JSON array, or the lines of a JSON Lines file, from a binary stream, one at a time.
 
     A file whose first character (after whitespace and a UTF-8 byte-order mark) is ``[`` is a JSON array,
@@ -82,7 +87,8 @@ def iter_json_items(handle, where: str) -> Iterator[Any]:
     told apart), as soon as more input cannot mend it. Any other file is JSON Lines, read line by line
     (``pipelines.io.iter_lines``): memory holds one line, and a line that is not JSON is yielded as a
     ``RecordError("bad_item")`` naming the line, in the item's place, the next lines read on (they are
-    independent). Blank lines are skipped.
+    independent). Blank lines are skipped. A line or item over ``max_item`` bytes is not held: a line is
+    its ``bad_item``, an array item ends the file (``unreadable_json``, as a syntax error does).
     """
     skipped_chars = skipped_lines = 0
     first = True
@@ -100,16 +106,20 @@ def iter_json_items(handle, where: str) -> Iterator[Any]:
         skipped_lines += chunk.count(b"\n")
     stream = _Replay(chunk, handle)
     if body.startswith(b"["):
-        yield from _array_items(stream, where, skipped_chars)
+        yield from _array_items(stream, where, skipped_chars, max_item)
     else:
-        yield from _json_lines(stream, where, skipped_lines)
+        yield from _json_lines(stream, where, skipped_lines, max_item)
 
 
-def _json_lines(handle, where: str, skipped_lines: int) -> Iterator[Any]:
+def _json_lines(handle, where: str, skipped_lines: int, max_item: int = MAX_ITEM_BYTES) -> Iterator[Any]:
     """The items of a JSON Lines stream (see ``iter_json_items``); lines numbered from ``skipped_lines`` + 1."""
     from pipelines import io
 
-    for number, raw in enumerate(io.iter_lines(handle, CHUNK), start=skipped_lines + 1):
+    for number, raw in enumerate(io.iter_lines(handle, CHUNK, max_item), start=skipped_lines + 1):
+        if isinstance(raw, io.LineTooLong):  # skipped, never held whole
+            yield RecordError("bad_item", f"{where}: line {number} has {raw.size} bytes, over "
+                                          f"max_item_bytes={max_item}")
+            continue
         if not raw.strip(_JSON_SPACE):
             continue
         try:
@@ -122,55 +132,86 @@ def _json_lines(handle, where: str, skipped_lines: int) -> Iterator[Any]:
             yield RecordError("bad_item", f"{where}: line {number} is nested too deeply")
 
 
-def _array_items(handle, where: str, offset: int) -> Iterator[Any]:
-    """The items of a JSON array stream (see ``iter_json_items``); ``offset``: characters before the stream."""
+def _array_items(handle, where: str, offset: int, max_item: int = MAX_ITEM_BYTES) -> Iterator[Any]:
+    """The items of a JSON array stream (see ``iter_json_items``); ``offset``: characters before the stream.
+
+    Linear in the stream's length: the buffer is read from a position (not sliced per item), and an item
+    cut at the buffer's end is decoded again only once the buffer holds twice as much of it (each retry
+    at least doubles what is decoded). An item over ``max_item`` characters is not buffered further: one
+    ``unreadable_json`` for the rest of the file (its end, and so the next items, cannot be told without it).
+    """
     decoder = json.JSONDecoder()
     reader = codecs.getincrementaldecoder("utf-8")()
-    buffer, eof = "", False
+    buffer, pos, eof = "", 0, False  # buffer[pos:] is unread; offset counts the characters before buffer[pos]
+    pending: list[str] = []  # read after buffer, not joined to it yet
+    pending_chars = 0
 
-    def fill() -> bool:
-        nonlocal buffer, eof
+    def join() -> None:
+        """``pending`` appended to the unread part of ``buffer`` (the read part dropped): once per decode
+        attempt, not once per chunk."""
+        nonlocal buffer, pos, pending_chars
+        if pending:
+            buffer, pos = buffer[pos:] + "".join(pending), 0
+            pending.clear()
+            pending_chars = 0
+
+    def fill(joined: bool = True) -> bool:
+        """Read one chunk (False at the end); ``joined``: into ``buffer`` now, else left in ``pending``."""
+        nonlocal eof, pending_chars
         if eof:
+            join()
             return False
         chunk = handle.read(CHUNK)
         try:
-            if not chunk:
-                eof = True
-                buffer += reader.decode(b"", final=True)
-                return False
-            buffer += reader.decode(chunk)
+            text = reader.decode(chunk, final=not chunk)
         except UnicodeDecodeError:
-            raise RecordError("unreadable_json", f"{where}: not UTF-8 after offset {offset + len(buffer)}") from None
-        return True
+            raise RecordError("unreadable_json", f"{where}: not UTF-8 after offset "
+                                                 f"{offset + len(buffer) - pos + pending_chars}") from None
+        eof = not chunk
+        if text:
+            pending.append(text)
+            pending_chars += len(text)
+        if joined or eof:
+            join()
+        return bool(chunk)
 
     def skip_space() -> None:
-        nonlocal buffer, offset
+        nonlocal pos, offset
         while True:
-            stripped = buffer.lstrip()
-            offset += len(buffer) - len(stripped)
-            buffer = stripped
-            if buffer or not fill():
+            found = _NOT_SPACE.search(buffer, pos)
+            start, pos = pos, found.start() if found else len(buffer)
+            offset += pos - start
+            if found or not fill():
                 return
 
     skip_space()
-    buffer, offset = buffer[1:], offset + 1  # the "[" iter_json_items saw
+    pos, offset = pos + 1, offset + 1  # the "[" iter_json_items saw
     first = True
     while True:
         skip_space()
-        if not buffer:
+        if pos >= len(buffer):
             raise RecordError("unreadable_json", f"{where}: the array is not closed (offset {offset})")
-        if buffer[0] == "]":
+        if buffer[pos] == "]":
             return
         if not first:
-            if buffer[0] != ",":
+            if buffer[pos] != ",":
                 raise RecordError("unreadable_json", f"{where}: expected ',' at offset {offset}")
-            buffer, offset = buffer[1:], offset + 1
+            pos, offset = pos + 1, offset + 1
             skip_space()
+        tried = 0  # characters of the item the last failed decode saw
         while True:
+            have = len(buffer) - pos + pending_chars
+            if tried and have < 2 * tried and not eof:  # not enough new input to be worth decoding again
+                if have > max_item:
+                    raise _too_large(where, offset, max_item)
+                fill(joined=False)
+                continue
+            join()
             try:
-                item, end = decoder.raw_decode(buffer)
+                item, end = decoder.raw_decode(buffer, pos)
                 # a number or literal cut at the chunk's end would decode short: make sure more cannot follow
                 if end == len(buffer) and not eof and fill():
+                    tried = 0
                     continue
                 break
             except RecursionError:
@@ -180,10 +221,21 @@ def _array_items(handle, where: str, offset: int) -> Iterator[Any]:
                 # only an item cut at the buffer's end can be mended by reading on: an error further back
                 # is reported now, not after the rest of the file is buffered
                 cut = exc.pos >= len(buffer) - _CUT_TOKEN_CHARS or exc.msg.startswith("Unterminated string")
+                if cut and len(buffer) - pos > max_item:
+                    raise _too_large(where, offset, max_item) from None
+                at = offset + exc.pos - pos  # before fill() moves the buffer
                 if not cut or not fill():
-                    raise RecordError("unreadable_json", f"{where}: {exc.msg} at offset {offset + exc.pos}") from None
+                    raise RecordError("unreadable_json", f"{where}: {exc.msg} at offset {at}") from None
+                tried = max(have, 1)
+        if end - pos > max_item:
+            raise _too_large(where, offset, max_item)
         yield item
-        buffer, offset, first = buffer[end:], offset + end, False
+        offset, pos, first = offset + end - pos, end, False
+
+
+def _too_large(where: str, offset: int, max_item: int) -> RecordError:
+    return RecordError("unreadable_json", f"{where}: the item at offset {offset} is over max_item_bytes={max_item} "
+                                          "characters; the items after it cannot be told apart")
 
 
 _FORMAT = re.compile(r"table recognition with (html|latex|markdown)", re.IGNORECASE)

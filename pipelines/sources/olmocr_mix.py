@@ -40,7 +40,7 @@ import yaml
 
 from pipelines import io
 from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, read_file
-from pipelines.sources.parquet_rows import open_parquet
+from pipelines.sources.parquet_rows import MAX_ROW_GROUP_BYTES, open_parquet, row_group_bytes
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import INT32_MAX, ProvenanceStep, params_hash
@@ -52,7 +52,9 @@ from schemas.page import INT32_MAX, ProvenanceStep, params_hash
 # 4: rows are routed to a tarball by its normalised path relative to the root, not its name (two t.tar.gz in
 #    different folders, or one spelled two ways, made rows read twice); page_number over int32 is bad_page_number;
 #    0225 rows no tarball held are corrupt_tarball/missing_tarball, naming it, when a tarball could not be read
-VERSION = "4"
+# 5: a tarball path resolving (through symlinks) outside the root is unsafe_path, never opened; a row group whose
+#    footer says it inflates past MAX_ROW_GROUP_BYTES is never read, its rows row_group_too_large
+VERSION = "5"
 PAGE_RESPONSE_FIELDS = (
     "primary_language",
     "is_rotation_valid",
@@ -248,16 +250,25 @@ class _MixBase:
     def _tar_uri(self, parquet_uri: str, tar_path: str) -> str:
         """The URI of a tarball a row names by its normalised path relative to the root (``member_key``):
         the one rule that plans a tarball's unit and routes rows to it, so two tarballs of one name in
-        different folders stay apart and one spelled two ways is one unit."""
-        return io.join(self._root(parquet_uri), tar_path)
+        different folders stay apart and one spelled two ways is one unit. ``RecordError("unsafe_path")``
+        when it resolves (a symlinked tarball or folder) outside the root: the no-tarball unit reports the row."""
+        return _tar_uri_under(self._root(parquet_uri), tar_path)
 
     def _open(self, parquet_uri: str) -> pq.ParquetFile:
         return open_parquet(parquet_uri)
 
     def _iter_rows(self, pf: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, int, int, dict]]:
-        """(row group, index in group, index in file, row) for every row, one row group in memory at a time."""
+        """(row group, index in group, index in file, row) for every row, one row group in memory at a time.
+        A row group whose ``columns`` inflate past ``MAX_ROW_GROUP_BYTES`` (by the footer) is not read: each
+        of its rows is that ``RecordError`` (``row_group_too_large``) in the row's place."""
         n = 0
         for rg in range(pf.num_row_groups):
+            problem = _row_group_problem(pf, rg, columns)
+            if problem is not None:
+                for i in range(pf.metadata.row_group(rg).num_rows):
+                    yield rg, i, n, problem
+                    n += 1
+                continue
             table = pf.read_row_group(rg, columns=columns)
             for i, row in enumerate(table.to_pylist()):
                 yield rg, i, n, row
@@ -305,8 +316,13 @@ class _MixBase:
         """Rows whose PDF is in no known tarball (bad or missing ``pdf_relpath``, or, for 0225, a bad id)."""
         try:
             for _, _, n, row in self._iter_rows(pf, [id_col, *self.key_columns]):
+                if isinstance(row, RecordError):  # a row group too large to read: the row's place names it
+                    yield Row(source_id=f"{unit.parquet}#row{n}", error=row)
+                    continue
                 try:
-                    self.member_key(row)
+                    tar_path, _ = self.member_key(row)
+                    if tar_path != "*":
+                        self._tar_uri(unit.parquet, tar_path)  # unsafe_path: reported here, never opened
                 except RecordError as exc:
                     try:
                         doc_id = _doc_id(row[id_col])
@@ -330,11 +346,13 @@ class _MixBase:
         bad_ids: list[Row] = []  # rows routed here whose id cannot name them: reported by their place
         try:
             for rg, i, n, row in self._iter_rows(pf, [id_col, *self.key_columns]):
+                if isinstance(row, RecordError):
+                    continue  # reported by the tarball-less unit
                 try:
                     tar_path, member = self.member_key(row)
+                    key = (tar_path if tar_path == "*" else self._tar_uri(unit.parquet, tar_path), member)
                 except RecordError:
                     continue  # reported by the tarball-less unit
-                key = (tar_path if tar_path == "*" else self._tar_uri(unit.parquet, tar_path), member)
                 if key[0] not in tar_names:
                     continue
                 tar_paths[key[0]] = tar_path
@@ -351,10 +369,17 @@ class _MixBase:
             if rg not in cache:
                 cache.clear()  # tarballs are written in row order: one row group is enough
                 try:
+                    problem = _row_group_problem(pf, rg, None)
+                    if problem is not None:
+                        raise problem
                     cache[rg] = pf.read_row_group(rg).to_pylist()
+                except RecordError as exc:
+                    cache[rg] = exc
                 except Exception as exc:  # noqa: BLE001 - kept, so a bad group is read once, not once a row
                     cache[rg] = exc
             group = cache[rg]
+            if isinstance(group, RecordError):
+                raise group
             if isinstance(group, Exception):
                 raise RecordError("unreadable_parquet", f"{unit.parquet}: row group {rg} unreadable: "
                                                         f"{type(group).__name__}: {_cap(str(group), 500)}")
@@ -505,8 +530,10 @@ class OlmOcrMixSource(_MixBase):
             raise RecordError("bad_schema", f"{parquet_uri}: {problem}")
         names = set()
         try:
-            for batch in pf.iter_batches(columns=["pdf_relpath"]):
-                for rel in batch.column(0).to_pylist():
+            for rg in range(pf.num_row_groups):
+                if _row_group_problem(pf, rg, ["pdf_relpath"]) is not None:
+                    continue  # never read: the tarball-less unit reports its rows
+                for rel in pf.read_row_group(rg, columns=["pdf_relpath"]).column(0).to_pylist():
                     try:
                         names.add(_split_relpath(rel)[0])
                     except RecordError:
@@ -514,7 +541,13 @@ class OlmOcrMixSource(_MixBase):
         except Exception as exc:  # a corrupt page of the column
             raise RecordError("unreadable_parquet", f"{parquet_uri}: {type(exc).__name__}: {_cap(str(exc), 500)}"
                               ) from exc
-        return sorted(self._tar_uri(parquet_uri, n) for n in names)
+        uris = set()
+        for name in names:
+            try:
+                uris.add(self._tar_uri(parquet_uri, name))
+            except RecordError:
+                continue  # unsafe_path: the tarball-less unit reports its rows
+        return sorted(uris)
 
     def plan(self, uri: str) -> Iterator[JoinUnit]:
         yield JoinUnit(uri, None)
@@ -541,6 +574,22 @@ class OlmOcrMixSource(_MixBase):
         return page_response(row, where), row.get("natural_text")
 
 
+def _tar_uri_under(root: str, tar_path: str) -> str:
+    """``root`` joined with a row's normalised tarball path (``_split_relpath``), by ``path_under``:
+    ``RecordError("unsafe_path")`` when it (a symlinked tarball or folder) resolves outside ``root``."""
+    return path_under(root, tar_path, f"the dataset root {root}")
+
+
+def _row_group_problem(pf: pq.ParquetFile, rg: int, columns: list[str] | None) -> RecordError | None:
+    """``row_group_too_large`` when row group ``rg``'s ``columns`` (None: all) inflate, by the footer, past
+    ``MAX_ROW_GROUP_BYTES``; None when it may be read."""
+    size = row_group_bytes(pf, rg, columns)
+    if size <= MAX_ROW_GROUP_BYTES:
+        return None
+    return RecordError("row_group_too_large", f"row group {rg} inflates to {size} bytes, over the cap of "
+                                              f"{MAX_ROW_GROUP_BYTES}")
+
+
 def _split_relpath(rel: Any) -> tuple[str, str]:
     """(tarball path, member) of a ``pdf_relpath``, the path normalised (``./pdf_tarballs/t.tar.gz`` and
     ``pdf_tarballs//t.tar.gz`` are ``pdf_tarballs/t.tar.gz``); ``RecordError`` when it names none or either
@@ -560,10 +609,15 @@ def _rows_by_tarball(parquet_uri: str, digest: str, root: str) -> dict[str | Non
     of the parquet rows the unit reports, by ``_split_relpath`` as ``read`` routes them (``digest``, the
     file's, keys the cache: a changed file is read again)."""
     hashes: dict[str | None, Any] = {}
-    for batch in open_parquet(parquet_uri).iter_batches():
-        for row in batch.to_pylist():
+    pf = open_parquet(parquet_uri)
+    for rg in range(pf.num_row_groups):
+        problem = _row_group_problem(pf, rg, None)
+        if problem is not None:  # never read: the no-tarball unit reports its rows
+            hashes.setdefault(None, hashlib.sha256()).update(f"{problem}".encode())
+            continue
+        for row in pf.read_row_group(rg).to_pylist():
             try:  # the URI ``_MixBase._tar_uri`` gives the row's tarball (its unit's)
-                key: str | None = io.join(root, _split_relpath(row.get("pdf_relpath"))[0])
+                key: str | None = _tar_uri_under(root, _split_relpath(row.get("pdf_relpath"))[0])
             except RecordError:
                 key = None
             hashes.setdefault(key, hashlib.sha256()).update(json.dumps(row, sort_keys=True, default=str).encode())

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options
+from pipelines.sources.base import Row, SourcePage, SourceSettings, at_least, load_options
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 
@@ -33,16 +33,19 @@ class SynthSource:
 
     @dataclass(frozen=True)
     class Options:
-        pages: int = option(12, help="synthetic pages the source yields")
+        pages: int = option(12, help="synthetic pages the source yields (at least 1)")
         seed: int = option(0, help="seed of the page plan (layouts, contents)")
         pages_per_unit: int = option(4, help="pages one worker renders per unit (at least 1)")
+
+        def __post_init__(self) -> None:
+            at_least(self, pages=1, pages_per_unit=1)
 
     def __init__(self, settings: SourceSettings):
         self.settings = settings
         options = load_options(self.Options, settings)
         self.pages = options.pages
         self.seed = options.seed
-        self.pages_per_unit = max(1, options.pages_per_unit)
+        self.pages_per_unit = options.pages_per_unit
         self._renderers: dict[str, object] = {}
         self._scratch: str | None = None  # the renderers' folders go here (else the system's temporary folder)
 

@@ -217,3 +217,44 @@ def test_a_model_trained_on_another_corpus_leaves_the_pool_retrievable(small_wor
     named = TrainConfig(corpus=str(tmp_path / "curriculum"), failing_corpus=str(tmp_path / "curriculum"),
                         training_corpus=str(root / "corpus"), eval_fraction=0.0)
     assert set(training_mix(named).column("id").to_pylist()) == set(small_world["corpus"])
+
+
+@pytest.mark.parametrize("typo", [["--nn-per-seed", "5"], ["--clasifiers", "x"], ["--direct_num_workers=2"]])
+def test_retrieve_refuses_an_unknown_option_before_the_beam_separator(monkeypatch, tmp_path, capsys, typo):
+    from classifiers import retrieve as retrieve_cli
+
+    monkeypatch.setattr(retrieve_cli, "retrieve", lambda cfg, beam_args=None: pytest.fail("ran with a typo"))
+    with pytest.raises(SystemExit) as exited:
+        retrieve_cli.main(["--corpus", str(tmp_path), "--classifiers", str(tmp_path), *typo,
+                           "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"unrecognized arguments: {' '.join(typo)}" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_retrieve_hands_only_the_arguments_after_the_separator_to_beam(monkeypatch, tmp_path):
+    from classifiers import retrieve as retrieve_cli
+
+    seen = []
+
+    def fake(cfg, beam_args=None):
+        seen.append((cfg.k, beam_args))
+        return {"modes": {}, "indexed": 0, "index_kind": "flat"}
+
+    monkeypatch.setattr(retrieve_cli, "retrieve", fake)
+    common = ["--corpus", str(tmp_path), "--classifiers", str(tmp_path), "--out", str(tmp_path / "out"), "--k", "7"]
+    retrieve_cli.main(common)
+    retrieve_cli.main([*common, "--"])
+    retrieve_cli.main([*common, "--", "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    assert seen == [(7, None), (7, None), (7, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])]
+
+
+@pytest.mark.parametrize("cli", ["train", "retrieve"])
+def test_a_bad_set_value_is_one_line_not_a_traceback(tmp_path, capsys, cli):
+    import importlib
+
+    module = importlib.import_module(f"classifiers.{cli}")
+    with pytest.raises(SystemExit) as exited:
+        module.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "out"), "--set", "k=[1,"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.startswith(f"classifiers.{cli}: ") and err.count("\n") == 1

@@ -149,3 +149,39 @@ def test_a_phase_cannot_hold_out_other_eval_pages_than_the_run():
     # another corpus's split is its own
     other = TrainRunConfig.from_mapping({"corpus": "c/", "robustness": {"data": {"path": "d/", "eval_fraction": 0.0}}})
     assert other.robustness.data.eval_fraction == 0.0
+
+
+def test_the_config_file_is_read_as_yaml_1_2_and_a_bad_one_stops_the_cli_in_one_line(tmp_path, capsys):
+    config = tmp_path / "train.yaml"
+    config.write_text("alignment:\n  optim: {lr: 5e-4}\n")  # YAML 1.1 reads 5e-4 as a string
+    assert TrainRunConfig.from_yaml(config, ["grpo.lr=1e-4"]).alignment.optim.lr == 0.0005
+    assert TrainRunConfig.from_yaml(config, ["grpo.lr=1e-4"]).grpo.lr == 0.0001
+    config.write_text("grpo:\n  steps: 7\nseed: 0\ngrpo:\n  temperature: 0.5\n")
+    with pytest.raises(ConfigError, match=r": grpo: key given twice \(lines 1 and 4\)$"):
+        TrainRunConfig.from_yaml(config)
+    config.write_text("grpo:\n\tsteps: 7\n")
+    for args in (["--config", str(config)], ["--set", "grpo.steps=[1,"]):
+        with pytest.raises(SystemExit) as exited:
+            main([*args, "--out", str(tmp_path / "model"), "--corpus", str(tmp_path / "no-corpus")])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("model.train: ") and "line " in err and err.count("\n") == 1
+
+
+def test_the_phase_clis_read_their_config_as_the_project_does_and_stop_in_one_line(tmp_path, capsys):
+    """model.sft, model.grpo and model.rewards read --config with plain yaml.safe_load: a tab was a
+    traceback, and a key given twice silently kept the last."""
+    from model import grpo, rewards, sft
+
+    tab, twice = tmp_path / "tab.yaml", tmp_path / "twice.yaml"
+    tab.write_text("steps:\n\t3\n")
+    twice.write_text("steps: 3\nsteps: 4\n")
+    for config, problem in ((tab, "line 2"), (twice, "key given twice")):
+        for name, cli in (("model.sft", sft.main), ("model.grpo", grpo.main)):
+            with pytest.raises(SystemExit) as exited:
+                cli(["--config", str(config), "--out", str(tmp_path / "out")])
+            err = capsys.readouterr().err
+            assert exited.value.code == 2 and err.startswith(f"{name}: ") and problem in err, (name, err)
+        assert rewards.main(["--config", str(config)]) != 0
+        err = capsys.readouterr().err
+        assert problem in err and "Traceback" not in err

@@ -104,7 +104,7 @@ def test_every_stage_options_are_checked_without_building_the_stage(tmp_path, na
     # decontam without its benchmark folder could not be built: checking its options does not build it
     error = load_error(tmp_path, {"clean": {"stages": [{"name": "conventions"}, {"name": name, "thresold": 1}]}})
     assert error == f"clean.stages[1].thresold: unknown key; known keys: {known}"
-    load_config(write(tmp_path, {"clean": {"stages": [{"name": name}]}}))
+    load_config(write(tmp_path, {"clean": {"stages": [{"name": name}]}, "sources": [source_entry("local_folder")]}))
 
 
 @pytest.mark.parametrize("kind", sorted(SOURCE_KINDS))
@@ -160,14 +160,16 @@ def test_a_wrong_type_names_path_and_expected_type(tmp_path, raw, message):
 
 
 def test_dedup_block_is_typed_and_switchable(tmp_path):
+    sources = [{**source_entry("local_folder"), "name": name} for name in ("a", "b")]
     cfg = load_config(write(tmp_path, {"clean": {"dedup": {"enabled": False, "minhash": {"bands": 7},
-                                                           "source_priority": {"b": 2, "a": 1}}}}))
+                                                           "source_priority": {"b": 2, "a": 1}}},
+                                       "sources": sources}))
     assert cfg.clean.dedup == DedupConfig(enabled=False, minhash=MinHashConfig(bands=7),
                                           source_priority=(("a", 1.0), ("b", 2.0)))
     from pipelines.corpus import stage_order
 
     assert stage_order(cfg)[-1] == "write"
-    assert stage_order(load_config(write(tmp_path, {})))[-1] == "dedup"
+    assert stage_order(load_config(write(tmp_path, {"sources": sources})))[-1] == "dedup"
 
 
 def test_every_config_field_has_help():
@@ -197,6 +199,8 @@ def test_the_cli_stops_before_any_work_naming_what_is_wrong(tmp_path, capsys, mo
     plain.write_text(yaml.safe_dump({"clean": {"stages": [], "dedup": {"enabled": False}},
                                      "sources": [{"name": "s", "kind": "local_folder", "paths": [str(tmp_path)],
                                                   "license": "unknown"}]}))
+    tab = tmp_path / "tab.yaml"  # a YAML syntax error: one line naming the file and line, no PyYAML traceback
+    tab.write_text("run:\n\toutput: x\n")
     nothing = tmp_path / "nothing.yaml"  # a source whose paths match no file
     nothing.write_text(yaml.safe_dump({"clean": {"stages": [], "dedup": {"enabled": False}},
                                        "sources": [{"name": "pdfs", "kind": "local_folder", "license": "unknown",
@@ -205,6 +209,8 @@ def test_the_cli_stops_before_any_work_naming_what_is_wrong(tmp_path, capsys, mo
     cases = [
         (["--config", str(tmp_path / "none.yaml")], "No such file or directory"),
         (["--config", str(typo)], "run.outptu: unknown key"),
+        (["--config", str(tab)], f"{tab}: line 2, column 1: found character"),
+        (["--config", str(plain), "--max-dead-letter-rate", "nan"], "run.max_dead_letter_rate: expected a finite"),
         (["--config", str(plain), "--previous", str(tmp_path / "nothing")], "no refresh/units.parquet"),
         (["--config", str(DEFAULT_CONFIG)], "relabel: no endpoint"),  # the bundled config relabels
         (["--config", str(nothing)], "source 'pdfs': no input matches"),
@@ -222,3 +228,74 @@ def test_the_cli_stops_before_any_work_naming_what_is_wrong(tmp_path, capsys, mo
         assert err.startswith("pipelines.corpus: ") and message in err and "Traceback" not in err
         assert not out.exists()
     assert set(temp.glob("beam-pipeline-temp*")) == before  # the graph that failed to build left no folder
+
+
+def test_a_yaml_syntax_error_or_a_key_given_twice_names_the_file_and_line(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("run:\n\toutput: x\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: line 2, column 1: found character '\\t' that cannot start"):
+        load_config(config)
+    config.write_text("run:\n  output: a\n  output: b\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: output: key given twice \(lines 2 and 3\)$"):
+        load_config(config)
+
+
+@pytest.mark.parametrize("text", ["run:\nrender:\n", "run:\n  # output: x\n"])
+def test_a_section_left_empty_takes_its_defaults_under_overrides_too(tmp_path, text):
+    config = tmp_path / "c.yaml"
+    config.write_text(text + yaml.safe_dump({"sources": [source_entry("local_folder")]}))
+    cfg = load_config(config, {"run": {"output": "elsewhere"}, "render": {}})
+    assert cfg.run.output == "elsewhere" and cfg.run.max_dead_letter_rate == 0.5
+
+
+def test_a_section_that_is_not_a_mapping_fails_under_overrides(tmp_path):
+    config = write(tmp_path, {"run": [1], "sources": [source_entry("local_folder")]})
+    with pytest.raises(ConfigError, match=r"^run: expected a mapping, got list \[1\]$"):
+        load_config(config, {"run": {"output": "x"}})
+
+
+@pytest.mark.parametrize("rate, message", [
+    (float("nan"), "run.max_dead_letter_rate: expected a finite float, got float nan"),
+    (float("inf"), "run.max_dead_letter_rate: expected a finite float, got float inf"),
+    (1.5, "run: max_dead_letter_rate: must be in [0, 1], got 1.5"),
+    (-0.1, "run: max_dead_letter_rate: must be in [0, 1], got -0.1"),
+])
+def test_the_dead_letter_rate_is_a_finite_share(tmp_path, rate, message):
+    # rate > nan is False: a NaN limit would switch the dead-letter gate off
+    config = write(tmp_path, {"sources": [source_entry("local_folder")]})
+    with pytest.raises(ConfigError) as err:
+        load_config(config, {"run": {"max_dead_letter_rate": rate}})
+    assert str(err.value) == message
+    assert load_config(config, {"run": {"max_dead_letter_rate": 1}}).run.max_dead_letter_rate == 1.0
+
+
+@pytest.mark.parametrize("codec, ok", [("zstd", True), ("ZSTD", True), ("none", True), ("snappy", True),
+                                       ("zstdd", False), ("bz2", False)])  # bz2: an Arrow codec, not a Parquet one
+def test_the_compression_codec_is_checked_at_load(tmp_path, codec, ok):
+    raw = {"write": {"compression": codec}, "sources": [source_entry("local_folder")]}
+    if ok:
+        assert load_config(write(tmp_path, raw)).write.compression == codec
+    else:
+        assert load_error(tmp_path, raw) == (f"write: compression: unknown or unavailable Parquet codec {codec!r}; "
+                                             "known: none, snappy, gzip, brotli, lz4, lz4_raw, zstd")
+
+
+def test_a_config_without_sources_fails(tmp_path):
+    message = "sources: no sources configured; add at least one entry {name, kind, paths, license}"
+    assert load_error(tmp_path, {}) == message
+    assert load_error(tmp_path, {"sources": []}) == message
+
+
+@pytest.mark.parametrize("clean, path", [
+    ({"stages": [{"name": "conventions"}, {"name": "relabel", "sources": ["train", "trian"]}]}, "clean.stages[1]"),
+    ({"stages": [{"name": "audit", "sources": ["trian"]}]}, "clean.stages[0]"),
+    ({"stages": [{"name": "preference", "sources": ["trian"]}]}, "clean.stages[0]"),
+    ({"stages": [{"name": "instruct", "assign": {"trian": "plain"}}]}, "clean.stages[0]"),
+    ({"stages": [], "dedup": {"source_priority": {"train": 2, "trian": 1}}}, "clean.dedup.source_priority"),
+])
+def test_source_names_in_stage_options_and_dedup_priority_are_checked(tmp_path, clean, path):
+    sources = [{**source_entry("local_folder"), "name": name} for name in ("train", "eval")]
+    assert load_error(tmp_path, {"clean": clean, "sources": sources}) == \
+        f"{path}: unknown sources ['trian']; known: train, eval"
+    fixed = yaml.safe_load(yaml.safe_dump(clean).replace("trian", "eval"))
+    load_config(write(tmp_path, {"clean": fixed, "sources": sources}))

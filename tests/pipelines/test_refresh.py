@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from pipelines import corpus, refresh
-from pipelines.config import load_config
+from pipelines.config import drop_missing_source_names, load_config
 from schemas.manifest import RunManifest
 from tests.helpers import IN_MEMORY, SMALL_CORPUS_SOURCES, run_small_corpus, small_corpus_config
 
@@ -284,6 +284,7 @@ def europeana_config(samples: Path, root: Path) -> Path:
     """``root/configs/x.yaml`` with the europeana source under ``root/samples`` named by relative paths."""
     raw = yaml.safe_load(small_corpus_config(samples, root / "work").read_text())
     raw["sources"] = [s for s in raw["sources"] if s["name"] == "europeana-newspapers"]
+    drop_missing_source_names(raw)
     for source in raw["sources"]:
         source["paths"] = [p.replace(f"{samples}/", "samples/") for p in source["paths"]]
     shutil.copytree(samples / "europeana", root / "samples" / "europeana")
@@ -528,3 +529,78 @@ def test_a_killed_first_run_as_previous_is_named_unfinished(samples, tmp_path):
         refresh.check_previous(str(folder))
     with pytest.raises(ValueError, match="no refresh/units.parquet"):
         refresh.check_previous(str(tmp_path))  # not a run at all
+
+
+def test_reordering_the_clean_stages_changes_the_refresh_key(samples, tmp_path):
+    """A stage's counts depend on the stages before it: a refresh after moving `short` past `repeats` reused
+    every unit with the old order's counts, and its manifest did not balance."""
+    cfg = load_config(small_corpus_config(samples, tmp_path / "a"))
+    names = [spec["name"] for spec in cfg.clean.stages]
+    i = names.index("repeats")
+
+    def swap(raw):
+        stages = raw["clean"]["stages"]
+        stages[i], stages[i + 1] = stages[i + 1], stages[i]
+
+    swapped = load_config(small_corpus_config(samples, tmp_path / "b", swap))
+    before, after = refresh.stage_fingerprints(cfg), refresh.stage_fingerprints(swapped)
+    source = next(iter(before))
+    changed = {name for name in names if before[source][name] != after[source][name]}
+    assert {names[i], names[i + 1]} <= changed and names[0] not in changed  # the first stage's key stays
+
+
+def test_a_fifo_named_like_a_label_changes_its_units_identity(samples, tmp_path):
+    """The local-folder reader takes any non-folder entry beside a page as its label (and dead-letters a FIFO);
+    the folder listing the refresh key hashed kept regular files only, so adding one took the fast path."""
+    import os
+
+    shutil.copytree(samples / "local", tmp_path / "samples" / "local")
+    cfg = load_config(small_corpus_config(tmp_path / "samples", tmp_path / "work", lambda raw: raw.__setitem__(
+        "sources", [s for s in raw["sources"] if s["name"] == "local-pdfs"])))
+    before = {info.name: info.content for _, _, info in corpus.plan_in_process(cfg)}
+    os.mkfifo(tmp_path / "samples" / "local" / "unlabelled.md")
+    after = {info.name: info.content for _, _, info in corpus.plan_in_process(cfg)}
+    assert [name for name in before if after[name] != before[name]] == [n for n in before if "unlabelled" in n]
+
+
+def test_a_refresh_with_dedup_off_drops_the_carried_pages_dedup_keys(first, samples, tmp_path):
+    _, previous = first
+    _, out = run(samples, tmp_path, previous, lambda raw: raw["clean"]["dedup"].update(enabled=False))
+    quality = [json.loads(q) for q in pq.read_table(out / "data", columns=["quality"]).column("quality").to_pylist()]
+    assert quality and not any("dedup" in q for q in quality)  # as a full run with dedup off writes them
+    assert any("dedup" in json.loads(q) for q in pq.read_table(previous / "data", columns=["quality"])
+               .column("quality").to_pylist())  # (the previous run's pages had them)
+
+
+def test_a_failed_rerun_of_latests_version_leaves_latest_unset(samples, tmp_path, capsys):
+    """An Airflow retry of LATEST's version that finishes and fails its dead-letter rate (exit 3) wrote its
+    own manifest: LATEST was put back, naming the failed run. And LATEST naming a deleted version is
+    named as such (it read as a missing units table, with --previous advice)."""
+    config = small_corpus_config(samples, tmp_path)
+    releases = tmp_path / "releases"
+    args = ["--config", str(config), "--releases", str(releases), "--version", "v1", *IN_MEMORY]
+    assert corpus.main(args) == 0 and (releases / "LATEST").read_text() == "v1"
+    assert corpus.main([*args, "--max-dead-letter-rate", "0"]) == 3  # the sample has dead letters
+    assert not (releases / "LATEST").exists()
+    assert corpus.main(args) == 0 and (releases / "LATEST").read_text() == "v1"
+    shutil.rmtree(releases / "v1")
+    with pytest.raises(refresh.PreviousRunError, match="LATEST names v1, which does not exist"):
+        refresh.check_previous(str(releases))
+
+
+def test_katex_installed_or_not_is_in_the_formula_render_refresh_key(samples, tmp_path, monkeypatch):
+    """A run without KaTeX dead-letters every formula record; a refresh after installing it carried those
+    letters for good (the stage's key did not change)."""
+    from schemas import math_render
+
+    cfg = load_config(small_corpus_config(samples, tmp_path))
+    before = refresh.stage_fingerprints(cfg)
+
+    def missing(*args, **kwargs):
+        raise RuntimeError("KaTeX is not installed")
+
+    monkeypatch.setattr(math_render, "katex_version", missing)
+    after = refresh.stage_fingerprints(cfg)
+    source = next(iter(before))
+    assert before[source]["formula_render"] != after[source]["formula_render"]
+    assert before[source]["repeats"] == after[source]["repeats"]  # (a stage after it keeps its key)

@@ -397,3 +397,19 @@ def test_a_rerun_removes_what_a_killed_run_left_and_a_killed_rerun_is_not_finish
     manifest = run("validate", validate_record, files, str(out), {})
     assert sorted(p.name for p in out.rglob("*") if ".tmp-" in p.name) == []
     assert pq.read_table(out / "data").num_rows == manifest.totals("validate").out == 3
+
+
+def test_a_yaml_syntax_error_in_config_or_set_exits_2_in_one_line_and_floats_need_no_dot(tmp_path, capsys):
+    from pipelines.stage import main
+
+    config = tmp_path / "opts.yaml"
+    config.write_text("tail_chars:\t2048\n")
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"id": "a", "text": prose(3)}) + "\n")
+    stage = ["repeats", "--input-format", "jsonl", "--input", str(source), "--output", str(tmp_path / "out.jsonl")]
+    for args, message in ((["--config", str(config)], f"{config}: line 1, column 12: found character '\\t'"),
+                          (["--set", "tail_chars=[1,"], "--set 'tail_chars=[1,': line 1, column 4: ")):
+        assert main([*stage, *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(message) and err.count("\n") == 1, err
+    assert main([*stage, "--set", "gap_tolerance=1e-1"]) == 0  # YAML 1.1 read 1e-1 as a string

@@ -82,6 +82,25 @@ def test_missing_checkpoint_names_the_command_that_builds_it(tmp_path, capsys):
     assert EXPORT_COMMAND.format(path=str(tmp_path / "none")) in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("port,message", [("99999", "99999 is not a port: 0-65535"), ("65536", "65536 is not a port"),
+                                          ("-1", "-1 is not a port"), ("http", "'http' is not a port number")])
+def test_a_port_out_of_range_is_a_usage_error_before_any_server_starts(tmp_path, capsys, monkeypatch, port, message):
+    import relabel.serve as serve
+
+    monkeypatch.setattr(serve, "LocalServer", lambda *a, **k: pytest.fail("a server was started"))
+    with pytest.raises(SystemExit) as exited:
+        main(["--checkpoint", str(tmp_path), f"--port={port}"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"argument --port: {message}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("port", ["0", "65535"])
+def test_ports_0_to_65535_are_taken(tmp_path, capsys, port):
+    # past argument parsing: the missing checkpoint is what stops it
+    assert main(["--checkpoint", str(tmp_path / "none"), "--port", port]) == 2
+    assert EXPORT_COMMAND.format(path=str(tmp_path / "none")) in capsys.readouterr().err
+
+
 def test_prepared_folder_adds_the_image_only_processor_and_sampling(tiny_checkpoint, tmp_path):
     assert needs_overlay(tiny_checkpoint)
     served = prepare(tiny_checkpoint, tmp_path)

@@ -103,3 +103,39 @@ def test_a_misspelt_task_is_refused_at_start_up_naming_the_known_ones():
                                           r"parse_page, transcribe_table, transcribe_formula, "):
         stage_config({"name": "formula_render", "tasks": ["transcribe_formul"]}, "clean.stages[1]")
     assert FormulaRenderConfig(tasks=("transcribe_formula", "caption")).tasks == ("transcribe_formula", "caption")
+
+
+def test_the_dags_formula_render_cache_lives_under_the_run_output(monkeypatch, tmp_path):
+    """Every rendered (untrusted) label is cached: in a run, under <output>/_katex, never in ~/.cache."""
+    from pipelines.clean.registry import build_stage as build
+    from pipelines.config import CleanConfig
+    from pipelines.corpus import Clean
+    from schemas import math_render
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("PAGEMILL_CACHE", raising=False)
+    made: list = []
+
+    class Recorder:
+        def __init__(self, cache_dir=None, *, use_cache=True, **_):
+            made.append((cache_dir, use_cache))
+            self._closed = False
+
+        def render(self, latex):
+            return math_render.RenderedFormula(latex=latex, mathml="<math/>")
+
+        def close(self):
+            self._closed = True
+
+    monkeypatch.setattr(math_render, "KatexRenderer", Recorder)
+    out = tmp_path / "out"
+    clean = Clean(CleanConfig(stages=[{"name": "formula_render"}]), str(out))
+    stage = dict(clean.stages)["formula_render"]
+    kept = stage(page_record(task="transcribe_formula", response="\\frac{a}{b}", response_format="latex"))
+    assert kept and made and made[-1][0] == f"{out}/_katex" and made[-1][1] is True
+    assert not home.exists()
+    store = build({"name": "formula_render"})
+    store.bind_output("gs://bucket/run")  # SQLite cannot live in an object store: no cache at all
+    store(page_record(task="transcribe_formula", response="x", response_format="latex"))
+    assert made[-1] == (None, False) and not home.exists()

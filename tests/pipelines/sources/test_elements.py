@@ -389,3 +389,38 @@ def test_commonforms_default_instruction_names_field_types_boxes_and_grid(root):
     assert own.instruction == "Mine."  # a source's own instruction is kept
     zh = build_source(SourceSettings(name="cf", kind="commonforms", paths=(), task="kie", instruction_language="zh"))
     assert zh.instruction == FORM_FIELD_PROMPTS["zh"]
+
+
+def test_mmtab_array_item_is_decoded_a_bounded_number_of_times(monkeypatch):
+    """An item of n chunks used to be re-decoded after every chunk (n^2/2 chunk decodes): counted, not timed."""
+    from pipelines.sources import mmtab
+
+    monkeypatch.setattr(mmtab, "CHUNK", 1024)
+    decoded = 0
+    real = mmtab.json.JSONDecoder.raw_decode
+
+    def counting(self, s, idx=0):
+        nonlocal decoded
+        decoded += len(s) - idx
+        return real(self, s, idx)
+
+    monkeypatch.setattr(mmtab.json.JSONDecoder, "raw_decode", counting)
+    data = b'[{"id": "a", "x": "' + b"y" * (300 * 1024) + b'"}, {"id": "b"}]'
+    items = list(iter_json_items(_io.BytesIO(data), "big.json"))
+    assert [i["id"] for i in items] == ["a", "b"]
+    assert decoded <= 5 * len(data)  # the old reader decoded ~150 x the item
+
+
+def test_mmtab_over_long_line_is_its_bad_item_and_array_item_ends_the_file():
+    from pipelines.sources.mmtab import iter_json_items as items_of
+
+    lines = b'{"a": 1}\n{"a": "' + b"x" * 500 + b'"}\n{"a": 2}\n'
+    got = list(items_of(_io.BytesIO(lines), "t.jsonl", max_item=100))
+    assert got[0] == {"a": 1} and got[2] == {"a": 2}
+    assert isinstance(got[1], RecordError) and got[1].reason == "bad_item" and "line 2" in str(got[1])
+    array = b'[{"a": 1}, {"a": "' + b"x" * 500 + b'"}, {"a": 2}]'
+    it = items_of(_io.BytesIO(array), "t.json", max_item=100)
+    assert next(it) == {"a": 1}
+    with pytest.raises(RecordError, match="max_item_bytes=100") as err:
+        next(it)
+    assert err.value.reason == "unreadable_json"

@@ -62,7 +62,7 @@ class _EndlessGzipRecord(io.RawIOBase):
     without end: serves at most ``budget`` inflated bytes and then fails the test (so a reader that
     ignores the cap fails here instead of eating the machine's memory)."""
 
-    def __init__(self, budget: int):
+    def __init__(self, budget: int, endless_header: bool = False):
         self.budget, self.served = budget, 0
         payload_len = 64 << 30
         http = b"HTTP/1.1 200 OK\r\nContent-Type: application/pdf\r\nContent-Length: %d\r\n\r\n" % payload_len
@@ -71,8 +71,13 @@ class _EndlessGzipRecord(io.RawIOBase):
                 b"Content-Type: application/http; msgtype=response\r\nContent-Length: %d\r\n\r\n"
                 % (len(http) + payload_len))
         self._z = zlib.compressobj(9, zlib.DEFLATED, 31)
-        self._pending = self._z.compress(head + http + b"%PDF-1.4\n") + self._z.flush(zlib.Z_SYNC_FLUSH)
-        self._zeros = self._z.compress(b"\0" * (1 << 20)) + self._z.flush(zlib.Z_SYNC_FLUSH)
+        if endless_header:  # a header line that never ends: warcio reads header lines with readline()
+            head, http, filler = b"WARC/1.0\r\nWARC-Type: response\r\nX-Long: ", b"", b"A"
+        else:
+            filler = b"\0"
+        self._pending = self._z.compress(head + http + (b"" if endless_header else b"%PDF-1.4\n"))
+        self._pending += self._z.flush(zlib.Z_SYNC_FLUSH)
+        self._zeros = self._z.compress(filler * (1 << 20)) + self._z.flush(zlib.Z_SYNC_FLUSH)
 
     def readable(self) -> bool:
         return True
@@ -97,3 +102,48 @@ def test_reader_stops_inflating_at_the_cap() -> None:
     assert "row r1" in str(info.value) and "max_pdf_bytes=1048576" in str(info.value)
     # the cap plus warcio's read-ahead (one 16 KiB compressed block: at most ~16 MiB inflated)
     assert stream.served <= (1 << 20) + (17 << 20)
+
+
+def test_a_header_line_without_end_stops_at_the_cap() -> None:
+    """The record's inflated bytes are capped (payload cap + 1 MiB of headers) before warcio reads its
+    header lines, which it does with an unbounded readline: a 1 MB .warc.gz took 3.4 GB of memory."""
+    stream = _EndlessGzipRecord(budget=64 << 20, endless_header=True)
+    with pytest.raises(RecordError) as info:
+        _read_one_record(io.BufferedReader(stream), "row r1: bomb.warc.gz at offset 0", max_bytes=1 << 20)
+    assert info.value.reason == "warc_unreadable" and "row r1" in str(info.value)
+    assert stream.served <= (2 << 20) + (17 << 20)
+
+
+def test_the_reader_keeps_a_bounded_number_of_warc_files_open(tmp_path: pathlib.Path) -> None:
+    """Rows point into many WARC files: one open handle each ran out of file descriptors (every row
+    past the limit was warc_unreadable). The least recently used are closed, and reopened when needed."""
+    from pipelines.sources import finepdfs
+    from samples.make import finepdfs as sample
+
+    OPEN_HANDLES = getattr(finepdfs, "OPEN_HANDLES", 16)
+
+    pdf = text_pdf([["Hello page."]])
+    where = []
+    for i in range(OPEN_HANDLES + 8):
+        rel = f"crawl-data/s/warc/f{i:03d}.warc.gz"
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp_path / rel, "wb") as fh:
+            offset, _ = sample.WarcBuilder(fh, seed=i).response(f"https://e.com/{i}.pdf", pdf)
+        where.append((rel, offset))
+    fetcher = finepdfs.WarcFetcher(str(tmp_path))
+    for rel, offset in where + where[:3]:  # the first files again, after they were closed
+        assert fetcher.fetch(rel, offset) == pdf
+        assert len(fetcher._handles) <= OPEN_HANDLES
+    fetcher.close()
+
+
+def test_rows_of_an_oversized_row_group_are_each_their_own_letter(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """A row group over the cap is never read; each of its rows is a letter named by its position (reading
+    the row's id raised outside the row's own error handling, which lost the rest of the file)."""
+    from pipelines.sources import parquet_rows
+
+    monkeypatch.setattr(parquet_rows, "MAX_ROW_GROUP_BYTES", 1)
+    pdf = text_pdf([["Only page."]])
+    rows = craft(tmp_path, [(pdf, ["Only page."], {}), (pdf, ["Only page."], {})])
+    assert [r.error.reason if r.error else "ok" for r in rows] == ["row_group_too_large"] * 2
+    assert [r.source_id.rsplit("#", 1)[-1] for r in rows] == ["0", "1"]

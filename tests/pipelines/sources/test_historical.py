@@ -9,6 +9,7 @@ import hashlib
 import http.server
 import os
 import pickle
+import random
 import threading
 from pathlib import Path
 
@@ -175,6 +176,21 @@ def test_nara_missing_id_uses_file_position(root, tmp_path):
     rows = read_all(nara(root), path)
     assert reason(rows[0]) is None
     assert rows[1].source_id == f"{path}#1" and reason(rows[1]) == "missing_id"
+
+
+def test_files_of_one_name_under_two_path_patterns_keep_apart_ids(tmp_path):
+    """Ids of rows without one are ``<file>#<row>`` with the file relative to the source's paths: with
+    ``a/*.parquet`` and ``b/*.parquet`` each file was relative to its own folder, and the ids collided."""
+    table = pa.table({"text": ["x^2"], "image": [scan_image(random.Random(0), "x", size=(64, 32), fmt="PNG")]})
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        pq.write_table(table, tmp_path / folder / "train.parquet")
+    source = MappedHistoricalSource(SourceSettings(
+        name="formulas", kind="historical", paths=(f"{tmp_path}/a/*.parquet", f"{tmp_path}/b/*.parquet"),
+        instruction="Transcribe the formula.", domain="formula", license="apache-2.0", language="en",
+        options={"columns": {"text": "text", "image_bytes": "image"}, "response_format": "latex"}))
+    ids = [row.source_id for folder in ("a", "b") for row in read_all(source, tmp_path / folder / "train.parquet")]
+    assert ids == ["a/train.parquet#0", "b/train.parquet#0"]
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "missing"])
@@ -613,3 +629,49 @@ def test_from_options_defaults():
     assert (r.mirror, r.cache_dir, r.allow_http, r.timeout_s, r.max_bytes) == ("/m", None, True, 3.0, 10)
     assert ImageResolver.from_options({}).allow_http is False
 
+
+
+def test_http_timeout_bounds_the_whole_response_not_each_read(monkeypatch):
+    """A server dripping a byte every 0.2 s never lets one read wait timeout_s=1, but the body takes 4 s:
+    timeout_s bounds the request, so the fetch fails (image_unavailable) instead of being held."""
+    import socket
+
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    body = JPEG + b"d" * 16
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+
+    def drip():
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    conn.recv(65536)
+                    head = b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n"
+                    conn.sendall(head % len(body))
+                    for byte in body:
+                        if stop.wait(0.2):
+                            break
+                        conn.sendall(bytes([byte]))
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    try:
+        resolver = ImageResolver(allow_http=True, timeout_s=1.0, retries=0, allow_hosts=LOOPBACK)
+        with pytest.raises(RecordError) as err:
+            resolver.fetch(f"http://127.0.0.1:{listener.getsockname()[1]}/drip.jpg")
+        assert err.value.reason == "image_unavailable" and "Timeout" in str(err.value)
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
