@@ -26,6 +26,7 @@ from typing import Any, Awaitable, Callable, Iterable
 from relabel.cache import AnswerCache, request_key
 from relabel.client import Answer, ChatClient, ChatRequest, ClientConfig, RequestFailed, Spent
 from schemas.deadletter import Dropped, RecordError
+from schemas.math_unit_tests import run_cache_dir
 from schemas.page import PageRecord
 
 LoopDetector = Callable[[str], "str | None"]  # label -> the kind of degeneration loop at its end, or None
@@ -113,6 +114,7 @@ class RequestStage:
         self.model = ""
         self._runtime: tuple[_LoopThread, ChatClient] | None = None
         self._cache: AnswerCache | None = None
+        self.katex_cache: str | None = None  # bind_output: the run's; None: the default cache
         if check:
             self.model = self._runner()[0].run(self._runner()[1].check())
 
@@ -124,7 +126,9 @@ class RequestStage:
 
     def bind_output(self, output: str) -> None:
         """Put the cache under the run's output folder when ``cache_path`` is empty (called by the DAG and by
-        ``python -m pipelines.stage`` before any record)."""
+        ``python -m pipelines.stage`` before any record); and renders of formulas the stage checks
+        (``math`` unit tests) in ``<output>/_katex`` (``run_cache_dir``), never the user's home."""
+        self.katex_cache = run_cache_dir(output)
         if not self.cache_path:
             if "://" in output:
                 raise ValueError(f"{self.name}: the run's output {output!r} is an object store, where the SQLite "

@@ -176,7 +176,7 @@ class RelabelStage(_ConfiguredStage):
         if reason is None and self.cfg.mode == "replace" and record.unit_tests:
             # the record's tests were checked on its label (verifiable truth, e.g. a synthetic page's): a
             # replacement must pass them all, or the record would carry tests its own label fails
-            failed = len(record.unit_tests) - len(passing_tests(record.unit_tests, answer.text))
+            failed = len(record.unit_tests) - len(passing_tests(record.unit_tests, answer.text, self.katex_cache))
             reason = "fails_unit_tests" if failed else None
         finding: dict[str, Any] = {"model": self.client.model, "prompt_version": RELABEL_VERSION,
                                    "mode": self.cfg.mode, "finish_reason": answer.finish_reason}

@@ -70,8 +70,8 @@ import tempfile
 import threading
 import warnings
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
-from contextlib import suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
@@ -561,9 +561,26 @@ _defaults: list[tuple[int, KatexRenderer]] = []
 _defaults_lock = threading.Lock()
 
 
+@contextmanager
+def cache_in(cache_dir: str | None) -> Iterator[None]:
+    """Within the block, this thread's ``default_renderer()`` (what the ``math`` unit test uses) caches
+    under ``cache_dir`` (``schemas.math_unit_tests.run_cache_dir``; ``""``: no cache; None: no change):
+    a stage checking a run's labels keeps their renders in the run's folders."""
+    previous = getattr(_local, "cache_override", None)
+    if cache_dir is not None:
+        _local.cache_override = cache_dir
+    try:
+        yield
+    finally:
+        _local.cache_override = previous
+
+
 def default_renderer(cache_dir: Path | str | None = None, use_cache: bool = True) -> KatexRenderer:
-    """This thread's renderer with the default cache (or ``cache_dir``; ``use_cache=False``: none),
-    created on first use and closed at exit."""
+    """This thread's renderer with the default cache (or ``cache_dir``, or the folder of an enclosing
+    ``cache_in``; ``use_cache=False``: none), created on first use and closed at exit."""
+    override = getattr(_local, "cache_override", None)
+    if cache_dir is None and use_cache and override is not None:
+        cache_dir, use_cache = (override or None), bool(override)
     if getattr(_local, "pid", None) != os.getpid():
         _local.renderers, _local.pid = {}, os.getpid()
     key = (str(cache_dir) if cache_dir is not None else None, use_cache)

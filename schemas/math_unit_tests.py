@@ -41,6 +41,13 @@ def extract_equations(markdown: str, ignore_dollar_delimited: bool = False) -> t
     return tuple(found)
 
 
+def run_cache_dir(output: str) -> str:
+    """Where a run with output folder ``output`` caches the renders of its (untrusted) formulas
+    (``schemas.math_render.cache_in``): ``<output>/_katex``, never the user's ``~/.cache``; ``""`` (no
+    cache) for an object-store output, where SQLite cannot live."""
+    return "" if "://" in output else f"{output.rstrip('/')}/_katex"
+
+
 @dataclass(kw_only=True)
 class MathTest(UnitTest):
     """The formula ``math`` appears: an extracted equation equal to it, or one that renders the same

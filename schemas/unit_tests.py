@@ -174,16 +174,22 @@ def dump_tests(tests: Iterable[UnitTest], path: str | Path) -> None:
         fh.writelines(unit_test_to_json(test) + "\n" for test in tests)
 
 
-def passing_tests(lines: Iterable[str], text: str) -> list[str]:
+def passing_tests(lines: Iterable[str], text: str, katex_cache: str | None = None) -> list[str]:
     """The entries of ``lines`` (``PageRecord.unit_tests``: one JSON test each) that pass on ``text``, in
     order. A stage that rewrites a record's response keeps only these (or rejects the rewrite), so no
-    record carries a test its own label fails; a check that raises is a failure, as in ``check_all``."""
-    kept = []
-    for number, line in enumerate(lines):
-        test = unit_test_from_json(line, f"unit_tests[{number}]")
-        if check_all([test], text)[0][1]:
-            kept.append(line)
-    return kept
+    record carries a test its own label fails; a check that raises is a failure, as in ``check_all``.
+    ``katex_cache``: where ``math`` tests cache their renders (``schemas.math_render.run_cache_dir`` of
+    the run; None: the default cache)."""
+    lines = list(lines)
+    tests = [unit_test_from_json(line, f"unit_tests[{number}]") for number, line in enumerate(lines)]
+    if katex_cache is None or not any(isinstance(t, MathTest) for t in tests):
+        results = check_all(tests, text)
+    else:
+        from schemas.math_render import cache_in  # lazy: the browser-based renderer
+
+        with cache_in(katex_cache):
+            results = check_all(tests, text)
+    return [line for line, (_, passed, _) in zip(lines, results) if passed]
 
 
 def check_all(tests: Iterable[UnitTest], markdown: str,

@@ -54,6 +54,7 @@ from typing import Any, Literal
 
 from schemas.config import option
 from schemas.deadletter import RecordError
+from schemas.math_unit_tests import run_cache_dir
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.unit_tests import passing_tests
 
@@ -517,6 +518,13 @@ class ConventionsStage:
             raise ValueError(f"conventions: display must be one of {sorted(DISPLAY)}, got {cfg.display!r}")
         self.cfg = cfg
         self._provenance = ProvenanceStep(f"clean:{self.name}", VERSION, params_hash(asdict(cfg)))
+        self._katex_cache: str | None = None  # bind_output: the run's; None: the default cache
+
+    def bind_output(self, output: str) -> None:
+        """Renders of the labels' formulas (``math`` tests checked after a rewrite) are cached in the run's
+        output (``schemas.math_unit_tests.run_cache_dir``), never the user's home. Called before any record."""
+        if output:
+            self._katex_cache = run_cache_dir(output)
 
     def __call__(self, record: PageRecord) -> list[PageRecord]:
         if not isinstance(record.response, str):
@@ -534,7 +542,7 @@ class ConventionsStage:
             record.response = text
         if finding.get("changed") and record.unit_tests:
             # e.g. a math test of `\(a=1, b=2\)` fails once the list is split into one formula per item
-            kept = passing_tests(record.unit_tests, record.response)
+            kept = passing_tests(record.unit_tests, record.response, self._katex_cache)
             finding["counters"] = {**finding["counters"], "tests_dropped": len(record.unit_tests) - len(kept)}
             record.unit_tests = kept
         record.quality[self.name] = finding

@@ -22,6 +22,7 @@ from typing import Any
 
 from schemas.config import check_names, option
 from schemas.deadletter import Dropped, RecordError
+from schemas.math_unit_tests import run_cache_dir
 from schemas.page import TASKS, PageRecord, ProvenanceStep, params_hash
 
 # 2: KaTeX refuses commands needing trust (\href, \url, \includegraphics, \html...), expands macros at most
@@ -66,7 +67,7 @@ class FormulaRenderStage:
         """Render behind a cache under the run's output (``<output>/_katex``), not the user's home; an
         object-store output (where SQLite cannot live) renders without a cache. Called before any record."""
         if output:
-            self._cache_dir = "" if "://" in output else f"{output.rstrip('/')}/_katex"
+            self._cache_dir = run_cache_dir(output)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -186,6 +186,8 @@ def input_bases(paths: Iterable[str]) -> list[str]:
                 break
             common.append(segments[0])
         parent = "/".join(common)
+        if parent == "" and all(b.startswith("/") for b in bases):
+            return ["/"]  # local folders apart from the top (/data/a, /srv/b): names keep their whole path
         # a URI keeps its scheme and host ("s3:", "", "bucket"); "s3:/" alone is no folder
         return [parent if parent and not parent.endswith(":/") and not parent.endswith(":") else ""]
     return bases
@@ -197,6 +199,8 @@ def relative_to_inputs(uri: str, bases: list[str]) -> str:
     to a bucket keeps its names); else a relative or object-store URI as it is, a local path relative to
     the first base, or its file name."""
     for base in bases:
+        if base == "/" and uri.startswith("/"):
+            return uri[1:]
         if base and (uri == base or uri.startswith(base + "/")):
             return uri[len(base) + 1:] if uri != base else "."
     if "://" in uri or not os.path.isabs(uri):

@@ -252,8 +252,10 @@ class WarcFetcher:
             where = f"row {row}: {where}"
         uri = self.uri(file_path)
         close: Callable[[], None] | None = None
+        deadline = None
         if uri.startswith(("http://", "https://")):
             stream, close = self._http_stream(uri, offset, where)
+            deadline = time.monotonic() + self.http_timeout_s  # the whole body, not each read of it
         else:
             stream = self._handle(uri)
             try:
@@ -261,7 +263,7 @@ class WarcFetcher:
             except Exception as exc:  # object-store readers raise their own types
                 raise RecordError("warc_unreadable", f"cannot seek {where}: {exc}") from exc
         try:
-            return _read_one_record(stream, where, self.max_pdf_bytes)
+            return _read_one_record(stream, where, self.max_pdf_bytes, deadline)
         finally:
             if close is not None:
                 close()
@@ -355,8 +357,11 @@ class _RecordStream(_io.RawIOBase):
     warcio reads header lines with an unbounded ``readline``, so without a bound on the inflated bytes a
     header line that never ends (1 KB of gzip per MB) filled memory before the payload cap applied."""
 
-    def __init__(self, stream: IO[bytes], limit: int):
-        self._stream, self._left = stream, limit
+    def __init__(self, stream: IO[bytes], limit: int, deadline: float | None = None):
+        self._stream, self._left, self._deadline = stream, limit, deadline
+        # read1: at most one read of the socket, so the deadline is checked while a server drips (read()
+        # of an HTTP body waits for the whole amount)
+        self._read = getattr(stream, "read1", stream.read)
         self._pending = stream.read(2)  # compressed input not yet inflated, or raw bytes not yet handed on
         self._inflate = zlib.decompressobj(31) if self._pending == b"\x1f\x8b" else None
 
@@ -367,14 +372,16 @@ class _RecordStream(_io.RawIOBase):
         want = min(len(buffer), self._left)
         if want <= 0:
             return 0
+        if self._deadline is not None and time.monotonic() > self._deadline:  # a server dripping the record
+            raise TimeoutError("the record was not read within http_timeout_s")
         if self._inflate is None:
             data, self._pending = self._pending[:want], self._pending[want:]
-            data = data or self._stream.read(want)
+            data = data or self._read(want)
         else:
             data = b""
             while not data and not self._inflate.eof:
                 if not self._pending:
-                    self._pending = self._stream.read(1 << 14)  # as warcio reads: 16 KiB of input at a time
+                    self._pending = self._read(1 << 14)  # as warcio reads: 16 KiB of input at a time
                     if not self._pending:
                         break  # a truncated member: warcio judges what there is
                 data = self._inflate.decompress(self._pending, want)
@@ -384,10 +391,11 @@ class _RecordStream(_io.RawIOBase):
         return len(data)
 
 
-def _read_one_record(stream: IO[bytes], where: str, max_bytes: int = DEFAULT_MAX_PDF_BYTES) -> bytes:
+def _read_one_record(stream: IO[bytes], where: str, max_bytes: int = DEFAULT_MAX_PDF_BYTES,
+                     deadline: float | None = None) -> bytes:
     from warcio.archiveiterator import ArchiveIterator
 
-    records = ArchiveIterator(_io.BufferedReader(_RecordStream(stream, max_bytes + _HEADER_BYTES)))
+    records = ArchiveIterator(_io.BufferedReader(_RecordStream(stream, max_bytes + _HEADER_BYTES, deadline)))
     try:
         record = next(records, None)
         if record is None:

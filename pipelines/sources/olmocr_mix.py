@@ -314,6 +314,7 @@ class _MixBase:
 
     def _rows_without_tarball(self, unit: JoinUnit, pf: pq.ParquetFile, id_col: str) -> Iterator[Row]:
         """Rows whose PDF is in no known tarball (bad or missing ``pdf_relpath``, or, for 0225, a bad id)."""
+        tar_uri = _tar_resolver(self._root(unit.parquet))  # as _tar_uri, once per tarball path
         try:
             for _, _, n, row in self._iter_rows(pf, [id_col, *self.key_columns]):
                 if isinstance(row, RecordError):  # a row group too large to read: the row's place names it
@@ -322,7 +323,7 @@ class _MixBase:
                 try:
                     tar_path, _ = self.member_key(row)
                     if tar_path != "*":
-                        self._tar_uri(unit.parquet, tar_path)  # unsafe_path: reported here, never opened
+                        tar_uri(tar_path)  # unsafe_path: reported here, never opened
                 except RecordError as exc:
                     try:
                         doc_id = _doc_id(row[id_col])
@@ -344,13 +345,14 @@ class _MixBase:
         # location (a refresh carries a unit's letters over to a run elsewhere)
         tar_paths: dict[str, str] = {}
         bad_ids: list[Row] = []  # rows routed here whose id cannot name them: reported by their place
+        tar_uri = _tar_resolver(self._root(unit.parquet))  # as _tar_uri, once per tarball path
         try:
             for rg, i, n, row in self._iter_rows(pf, [id_col, *self.key_columns]):
                 if isinstance(row, RecordError):
                     continue  # reported by the tarball-less unit
                 try:
                     tar_path, member = self.member_key(row)
-                    key = (tar_path if tar_path == "*" else self._tar_uri(unit.parquet, tar_path), member)
+                    key = (tar_path if tar_path == "*" else tar_uri(tar_path), member)
                 except RecordError:
                     continue  # reported by the tarball-less unit
                 if key[0] not in tar_names:
@@ -580,6 +582,26 @@ def _tar_uri_under(root: str, tar_path: str) -> str:
     return path_under(root, tar_path, f"the dataset root {root}")
 
 
+def _tar_resolver(root: str) -> Callable[[str], str]:
+    """``_tar_uri_under`` for one root, each tarball path resolved once: a file's rows name a few tarballs
+    many times, and two ``realpath`` calls a row made reading 8x slower."""
+    memo: dict[str, str | RecordError] = {}
+
+    def resolve(tar_path: str) -> str:
+        found = memo.get(tar_path)
+        if found is None:
+            try:
+                found = _tar_uri_under(root, tar_path)
+            except RecordError as exc:
+                found = exc
+            memo[tar_path] = found
+        if isinstance(found, RecordError):
+            raise RecordError(found.reason, str(found))
+        return found
+
+    return resolve
+
+
 def _row_group_problem(pf: pq.ParquetFile, rg: int, columns: list[str] | None) -> RecordError | None:
     """``row_group_too_large`` when row group ``rg``'s ``columns`` (None: all) inflate, by the footer, past
     ``MAX_ROW_GROUP_BYTES``; None when it may be read."""
@@ -609,6 +631,7 @@ def _rows_by_tarball(parquet_uri: str, digest: str, root: str) -> dict[str | Non
     of the parquet rows the unit reports, by ``_split_relpath`` as ``read`` routes them (``digest``, the
     file's, keys the cache: a changed file is read again)."""
     hashes: dict[str | None, Any] = {}
+    tar_uri = _tar_resolver(root)
     pf = open_parquet(parquet_uri)
     for rg in range(pf.num_row_groups):
         problem = _row_group_problem(pf, rg, None)
@@ -617,7 +640,7 @@ def _rows_by_tarball(parquet_uri: str, digest: str, root: str) -> dict[str | Non
             continue
         for row in pf.read_row_group(rg).to_pylist():
             try:  # the URI ``_MixBase._tar_uri`` gives the row's tarball (its unit's)
-                key: str | None = _tar_uri_under(root, _split_relpath(row.get("pdf_relpath"))[0])
+                key: str | None = tar_uri(_split_relpath(row.get("pdf_relpath"))[0])
             except RecordError:
                 key = None
             hashes.setdefault(key, hashlib.sha256()).update(json.dumps(row, sort_keys=True, default=str).encode())

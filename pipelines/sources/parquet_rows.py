@@ -29,6 +29,7 @@ from schemas.deadletter import RecordError
 
 MAX_ROW_GROUP_BYTES = 1 << 30  # the most a row group's read columns may inflate to (footer sizes)
 MAX_BATCH_BYTES = 64 << 20  # a row group is read in batches of about this many inflated bytes
+SUSPECT_RATIO = 50  # a dictionary column compressed more than this may repeat one large value (batch_rows)
 MAX_CELL_BYTES = 50 << 20  # the largest binary cell handed out (images.DEFAULT_MAX_BYTES)
 
 
@@ -75,8 +76,10 @@ def row_group_bytes(parquet: pq.ParquetFile, group: int, columns: list[str] | No
 def batch_rows(parquet: pq.ParquetFile, group: int, columns: list[str] | None, batch_size: int,
                max_batch_bytes: int) -> int:
     """Rows per batch of row group ``group`` so a batch inflates to about ``max_batch_bytes`` at most (never
-    under one row): plain columns by their mean row size; a dictionary-encoded column's row may be as large as
-    its whole dictionary (one value repeated on every row decodes to rows x value), so it counts whole."""
+    under one row): columns by their mean row size, except a dictionary-encoded one that compresses more than
+    ``SUSPECT_RATIO`` times: its row may be as large as its whole dictionary (one value repeated on every row
+    decodes to rows x value), so it counts whole. (pyarrow writes a dictionary page for every column and keeps
+    it after falling back to plain pages: counting every such column whole read real files a row at a time.)"""
     meta = parquet.metadata.row_group(group)
     wanted = None if columns is None else set(columns)
     rows = max(meta.num_rows, 1)
@@ -86,7 +89,8 @@ def batch_rows(parquet: pq.ParquetFile, group: int, columns: list[str] | None, b
         if wanted is not None and chunk.path_in_schema.split(".", 1)[0] not in wanted:
             continue
         size = max(int(chunk.total_uncompressed_size), 0)
-        per_row += size if chunk.has_dictionary_page else size / rows
+        suspect = chunk.has_dictionary_page and size > SUSPECT_RATIO * max(int(chunk.total_compressed_size), 1)
+        per_row += size if suspect else size / rows
     return max(1, min(batch_size, int(max_batch_bytes // max(per_row, 1))))
 
 

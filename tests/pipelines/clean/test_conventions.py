@@ -170,3 +170,15 @@ def test_a_rewritten_label_keeps_only_the_unit_tests_that_still_pass_on_it():
     unchanged = record("Nothing to rewrite here.")
     unchanged.unit_tests = [math]  # a label the stage leaves alone keeps its tests unchecked
     assert ConventionsStage()(unchanged)[0].unit_tests == [math]
+
+
+def test_math_tests_checked_after_a_rewrite_cache_their_renders_in_the_run(tmp_path, monkeypatch):
+    """The labels are untrusted: their renders go to <output>/_katex, never the user's cache."""
+    monkeypatch.setenv("PAGEMILL_CACHE", str(tmp_path / "home-cache"))
+    math = unit_test_to_json(MathTest(pdf="p.pdf", page=1, id="m", type="math", math="c=3, d=4"))
+    rec = record(r"Let \(c=3, d=4\) hold.")
+    rec.unit_tests = [math]
+    stage = ConventionsStage()
+    stage.bind_output(str(tmp_path / "out"))
+    assert stage(rec)[0].unit_tests == []
+    assert list((tmp_path / "out" / "_katex").iterdir()) and not (tmp_path / "home-cache").exists()

@@ -6,6 +6,7 @@ import collections
 import http.server
 import json
 import pathlib
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -437,3 +438,35 @@ def test_finepdfs_language_labels_become_iso_639_1_tags():
              "ckb_Arab": "ckb", "und": "und", "en": "en"}
     assert {k: bcp47_language(k) for k in cases} == cases
     assert all(bcp47_language(k).split("-")[0] == "zh" for k in ("cmn_Hani", "zho_Hans", "zho_Hant"))
+
+
+def test_a_server_dripping_a_record_is_cut_off_at_http_timeout_s() -> None:
+    """http_timeout_s bounded each socket read, so a server sending a byte every 0.1 s held the row as long
+    as it dripped; it now bounds the record's whole body (the reads are checked against a deadline)."""
+    from pipelines.sources.finepdfs import WarcFetcher
+
+    class Drip(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server API)
+            self.send_response(206)
+            self.send_header("Content-Length", "60")
+            self.end_headers()
+            for _ in range(60):
+                time.sleep(0.1)
+                try:
+                    self.wfile.write(b"W")
+                    self.wfile.flush()
+                except OSError:
+                    return
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = loopback_server(Drip)
+    try:
+        fetcher = WarcFetcher(f"http://127.0.0.1:{server.server_address[1]}", http_timeout_s=0.5, http_retries=0)
+        with pytest.raises(RecordError) as info:
+            fetcher.fetch("crawl-data/x.warc.gz", 0, row="r1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert info.value.reason == "warc_unreadable" and "within http_timeout_s" in str(info.value)

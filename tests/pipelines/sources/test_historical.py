@@ -19,7 +19,7 @@ import pytest
 
 from pipelines.render import RenderConfig, render_page
 from pipelines.sources import build_source, historical
-from pipelines.sources.base import Row, SourceSettings
+from pipelines.sources.base import Row, SourceSettings, input_bases, relative_to_inputs
 from pipelines.sources.historical import LocSource, MappedHistoricalSource, NaraSource
 from pipelines.sources.images import ImageResolver
 from samples.make import historical as sample
@@ -191,6 +191,11 @@ def test_files_of_one_name_under_two_path_patterns_keep_apart_ids(tmp_path):
         options={"columns": {"text": "text", "image_bytes": "image"}, "response_format": "latex"}))
     ids = [row.source_id for folder in ("a", "b") for row in read_all(source, tmp_path / folder / "train.parquet")]
     assert ids == ["a/train.parquet#0", "b/train.parquet#0"]
+    bases = input_bases(["/srv/a/*.parquet", "/data/b/*.parquet"])  # apart from the top: the whole path
+    assert [relative_to_inputs(p, bases) for p in ("/srv/a/t.parquet", "/data/b/t.parquet")] == [
+        "srv/a/t.parquet", "data/b/t.parquet"]
+    bases = input_bases(["s3://bk/a/*.parquet", "s3://bk/b/*.parquet"])
+    assert relative_to_inputs("s3://bk/a/t.parquet", bases) == "a/t.parquet"
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "missing"])

@@ -43,6 +43,21 @@ def test_1025_reads_every_row_once(mix):
     assert page.metadata["pdf"].startswith("00_documents_train_00000.tar.gz:")
 
 
+def test_each_tarball_path_is_resolved_once_per_unit_not_once_per_row(mix, monkeypatch):
+    """Checking a row's tarball against the root costs two realpath calls: done for every row in every
+    tarball unit, it made reading a file of many tarballs ~8x slower."""
+    from pipelines.sources import olmocr_mix
+
+    calls = []
+    real = olmocr_mix.path_under
+    monkeypatch.setattr(olmocr_mix, "path_under", lambda *a: calls.append(a[1]) or real(*a))
+    src = source("olmocr_mix")
+    units = list(src.plan(str(mix / "00_documents_train.parquet")))
+    rows = [row for unit in units for row in src.read(unit)]
+    assert len(rows) == 10
+    assert len(calls) <= (len(units) + 1) * len(set(calls))  # once in planning, once per unit (not per row)
+
+
 def test_rotation_flags_kept_and_applied(mix):
     rows = read_all(source("olmocr_mix"), str(mix / "00_documents_train.parquet"))
     rotated = [r.pages[0] for r in rows if r.pages and r.pages[0].rotation]

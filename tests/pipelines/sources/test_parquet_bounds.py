@@ -29,15 +29,14 @@ def _write(path, cells: list[bytes], per_group: int = 1) -> str:
     return str(path)
 
 
-def _historical(path: str):
+def _historical(path: str, **options):
     return MappedHistoricalSource(SourceSettings(name="h", kind="historical", paths=(path,), instruction="t", options={
-        "columns": {"id": "id", "text": "text", "image_bytes": "image"}}))
+        "columns": {"id": "id", "text": "text", "image_bytes": "image"}, **options}))
 
 
-def test_an_oversized_cell_is_payload_too_large_and_never_copied(tmp_path, monkeypatch):
-    monkeypatch.setattr(parquet_rows, "MAX_CELL_BYTES", 1000, raising=False)
+def test_an_oversized_cell_is_payload_too_large_and_never_copied(tmp_path):
     path = _write(tmp_path / "b.parquet", [b"\x89PNG" + b"\0" * 5000, b"\x89PNG" + b"\0" * 10, b"\0" * 1001])
-    rows = list(_historical(path).read(path))
+    rows = list(_historical(path, max_bytes=1000).read(path))  # embedded bytes are capped as fetched ones
     assert [r.source_id for r in rows] == ["r0", "r1", "r2"]
     assert rows[0].error.reason == "payload_too_large" and "5004 bytes" in str(rows[0].error)
     assert rows[2].error.reason == "payload_too_large"
