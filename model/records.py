@@ -19,6 +19,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from schemas.config import bounded_arg
+
 SPLIT_SALT = "pagemill:eval-split"
 # What a Sample needs; the sampler reads only these columns (provenance, text layer etc. stay on disk).
 RECORD_COLUMNS = ("id", "source", "domain", "language", "task", "image", "instruction", "response",
@@ -69,17 +71,7 @@ EVAL_FRACTION_HELP = ("share of the corpus's 'train' rows held out as eval by id
                       "the eval pages it did)")
 
 
-def fraction_arg(text: str) -> float:
-    """argparse ``type`` of ``--eval-fraction``: a float in [0, 1]."""
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
-    return value
+fraction_arg = bounded_arg(float, 0.0, 1.0, "a number in [0, 1]")  # argparse type of --eval-fraction
 
 
 def shard_files(path: str | Path) -> list[str]:

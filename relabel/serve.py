@@ -61,6 +61,7 @@ import urllib.request
 from pathlib import Path
 
 from relabel.cache import MODEL_DIGEST_ENV
+from schemas.config import bounded_arg
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CHECKPOINT = "out/relabel/tiny-checkpoint"
@@ -377,15 +378,7 @@ class LocalServer:
         self.stop()
 
 
-def _port(text: str) -> int:
-    """``--port``: a TCP port, 0-65535 (0: a free one), else a usage error rather than the server's traceback."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port: 0-65535 (0: a free one)")
-    return port
+_PORT = bounded_arg(int, 0, 65535, "a port, 0-65535 (0: a free one)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -400,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
                                  epilog="with -- CMD: run CMD against the server, then stop it")
     ap.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT,
                     help=f"checkpoint folder to serve (default {DEFAULT_CHECKPOINT})")
-    ap.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1, 0-65535 (default 0: a free one)")
+    ap.add_argument("--port", type=_PORT, default=0,
+                    help="port on 127.0.0.1, 0-65535 (default 0: a free one)")
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the server (default 1)")
     ap.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for /health (180)")
     ap.add_argument("--log", help="server log file (default: a temporary file, shown on failure)")

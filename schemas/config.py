@@ -273,6 +273,24 @@ def field_help(f: dataclasses.Field) -> str:
     return f.metadata.get(HELP, "")
 
 
+def bounded_arg(kind: type, low: float | None = None, high: float | None = None, what: str = "a number"):
+    """An argparse ``type``: ``kind(text)`` in ``[low, high]`` (None: unbounded), else a usage error,
+    ``'x' is not <what>`` / ``-1 is not <what>``, where ``what`` says the range (``"a port, 0-65535"``)."""
+    import argparse
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if (low is not None and value < low) or (high is not None and value > high) or value != value:
+            raise argparse.ArgumentTypeError(f"{text} is not {what}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in its own messages
+    return parse
+
+
 def describe(cls: type, prefix: str = "") -> list[str]:
     """One line per field (nested configs expanded): ``key (type, default value): help``."""
     lines = []

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
+from schemas.config import bounded_arg
 from schemas.page import PAGE_SCHEMA, PageRecord
 from synth.blocks import Heading, PageSpec, Paragraph, PlacedBlock
 from synth.pages import synthesize_page, to_page_record
@@ -258,15 +259,7 @@ def _levels_arg(text: str) -> tuple[int, ...]:
     return levels
 
 
-def _count_arg(text: str) -> int:
-    """A page count: an integer >= 0."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{n} is negative: a page count is >= 0")
-    return n
+_COUNT = bounded_arg(int, 0, None, "a page count (an integer >= 0)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -274,9 +267,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="out/curriculum", help="folder for data/*.parquet and manifest.json")
     ap.add_argument("--levels", type=_levels_arg, default=tuple(LEVELS),
                     help=f"comma-separated distinct levels of {sorted(LEVELS)} (default: all)")
-    ap.add_argument("--train", type=_count_arg, help="train pages per level, >= 0 (default: the level's own count, "
+    ap.add_argument("--train", type=_COUNT, help="train pages per level, >= 0 (default: the level's own count, "
                     + ", ".join(f"{k}: {v.train_pages}" for k, v in LEVELS.items()) + ")")
-    ap.add_argument("--eval", type=_count_arg, default=40, help="eval pages per level, >= 0")
+    ap.add_argument("--eval", type=_COUNT, default=40, help="eval pages per level, >= 0")
     ap.add_argument("--seed", type=int, default=0, help="seed of the train pages")
     ap.add_argument("--eval-seed", type=int, default=1, help="seed of the eval pages (must differ from --seed)")
     args = ap.parse_args(argv)

@@ -82,8 +82,8 @@ def test_missing_checkpoint_names_the_command_that_builds_it(tmp_path, capsys):
     assert EXPORT_COMMAND.format(path=str(tmp_path / "none")) in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("port,message", [("99999", "99999 is not a port: 0-65535"), ("65536", "65536 is not a port"),
-                                          ("-1", "-1 is not a port"), ("http", "'http' is not a port number")])
+@pytest.mark.parametrize("port,message", [("99999", "99999 is not a port, 0-65535"), ("65536", "65536 is not a port"),
+                                          ("-1", "-1 is not a port"), ("http", "'http' is not a port")])
 def test_a_port_out_of_range_is_a_usage_error_before_any_server_starts(tmp_path, capsys, monkeypatch, port, message):
     import relabel.serve as serve
 

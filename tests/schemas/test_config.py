@@ -146,3 +146,16 @@ def test_nan_and_inf_written_in_yaml_are_refused_too():
         load(Outer, merge({"name": "a"}, parse_sets(["inner.ratio=.nan"])), "cfg")
     with pytest.raises(ConfigError, match=r"^cfg\.cap: expected a finite float, got float inf"):
         load(Floats, parse_yaml("cap: .inf", "x"), "cfg")
+
+
+def test_bounded_arg_is_the_one_argparse_range_type():
+    import argparse
+
+    from schemas.config import bounded_arg
+
+    fraction = bounded_arg(float, 0.0, 1.0, "a number in [0, 1]")
+    assert fraction("0.25") == 0.25 and fraction("1") == 1.0
+    for bad, message in (("1.5", r"1.5 is not a number in \[0, 1\]"), ("nan", "nan is not"), ("x", "'x' is not")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            fraction(bad)
+    assert bounded_arg(int, 0, None, "a count")("7") == 7

@@ -18,9 +18,9 @@ from synth.curriculum import build
     (["--levels", "a"], "'a' is not a comma-separated list of levels"),
     (["--levels", ""], "is not a comma-separated list of levels"),
     (["--levels", "0,9"], "unknown levels [9]"),
-    (["--train", "-1"], "-1 is negative"),
-    (["--eval", "-3"], "-3 is negative"),
-    (["--train", "x"], "'x' is not an integer"),
+    (["--train", "-1"], "-1 is not a page count (an integer >= 0)"),
+    (["--eval", "-3"], "-3 is not a page count"),
+    (["--train", "x"], "'x' is not a page count"),
 ])
 def test_a_bad_level_list_or_page_count_is_a_usage_error(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exited:
