@@ -506,7 +506,7 @@ class Clean(beam.PTransform):
         self.stages = [(spec["name"], build_stage(spec)) for spec in cfg.stages]
         self.keep_dropped = cfg.save_dropped > 0
         for _, stage in self.stages:
-            if hasattr(stage, "bind_output"):  # relabel stages: their answer cache under the run's output
+            if hasattr(stage, "bind_output"):  # caches (relabel answers, KaTeX renders) under the run's output
                 stage.bind_output(output)
 
     def expand(self, envelopes):

@@ -17,6 +17,7 @@ from relabel.cache import MODEL_DIGEST_ENV
 from relabel.client import MODEL_ENV
 from relabel.prompts import JUDGE_VERSION, REFINE_VERSION, RELABEL_VERSION
 from relabel.stages import AuditConfig, PreferenceConfig, RelabelConfig
+from schemas.math_unit_tests import katex_key
 
 _LOOPS = RepeatsConfig()
 
@@ -45,9 +46,15 @@ def loop_kind(text: str) -> str | None:
     return loop.kind if loop is not None else None
 
 
+def relabel_inputs(spec: dict) -> list[str]:
+    """``resolved_inputs``, and under ``mode: replace`` the installed KaTeX (``katex_key``): a replacement must
+    pass the record's ``math`` tests."""
+    return resolved_inputs(spec) + ([katex_key()] if spec.get("mode") == "replace" else [])
+
+
 class RelabelStage(stages.RelabelStage):
     __doc__ = stages.RelabelStage.__doc__
-    resolved_inputs = staticmethod(resolved_inputs)
+    resolved_inputs = staticmethod(relabel_inputs)
 
     def __init__(self, cfg: RelabelConfig = RelabelConfig()):
         super().__init__(cfg, loop_kind)

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             if not (args.input and args.output):
                 parser.error("--input and --output are required for Parquet input")
             stage = build(name, options)
-            if hasattr(stage, "bind_output"):  # relabel stages: their answer cache under --output
+            if hasattr(stage, "bind_output"):  # caches (relabel answers, KaTeX renders) under --output
                 stage.bind_output(args.output)
             files = checked_inputs(args.input)
     except (ValueError, OSError) as exc:  # ConfigError is a ValueError; so are the stages' own checks

@@ -164,10 +164,11 @@ def run_bench(test_files: Sequence[str | Path], candidates: str | Path, *, boots
             problems.append(f"{path}: unreadable: {exc}")
             continue
         for p in bad:
-            problems.append(p.message)
             data = p.data if isinstance(p.data, dict) else {}
             if skip_baseline and data.get("type") == "baseline":
-                continue  # listed as a problem, not scored: every baseline test is left out
+                problems.append(f"{p.message} (left out: --skip-baseline)")  # listed, not scored
+                continue
+            problems.append(p.message)
             page = data.get("page")
             results.append(UnitTestResult(
                 group, str(data.get("id") or p.where), str(data.get("type") or "invalid"), str(data.get("pdf") or ""),
@@ -241,7 +242,7 @@ def format_report(result: BenchResult) -> str:
     lines.append(f"overall: {100 * result.score:.1f}%{ci}, mean of {len(result.groups)} per-file pass rates "
                  f"over {len(result.results)} tests")
     if result.problems:
-        lines.append(f"{len(result.problems)} problem(s) (counted as failures):")
+        lines.append(f"{len(result.problems)} problem(s) (counted as failures unless noted):")
         lines.extend(f"  {p}" for p in result.problems[:20])
         if len(result.problems) > 20:
             lines.append(f"  ... {len(result.problems) - 20} more")

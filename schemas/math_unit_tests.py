@@ -41,6 +41,18 @@ def extract_equations(markdown: str, ignore_dollar_delimited: bool = False) -> t
     return tuple(found)
 
 
+def katex_key() -> str:
+    """The installed KaTeX, for refresh keys (``resolved_inputs``): ``katex <version>`` or ``katex missing``.
+    A stage whose output depends on rendering formulas (formula_render; conventions, instruct and relabel
+    re-checking ``math`` tests) names it, so installing or upgrading KaTeX makes a refresh run it again."""
+    from schemas.math_render import katex_version  # lazy: the browser-based renderer
+
+    try:
+        return f"katex {katex_version()}"
+    except RuntimeError:
+        return "katex missing"
+
+
 def run_cache_dir(output: str) -> str:
     """Where a run with output folder ``output`` caches the renders of its (untrusted) formulas
     (``schemas.math_render.cache_in``): ``<output>/_katex``, never the user's ``~/.cache``; ``""`` (no

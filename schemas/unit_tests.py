@@ -182,6 +182,10 @@ def passing_tests(lines: Iterable[str], text: str, katex_cache: str | None = Non
     the run; None: the default cache)."""
     lines = list(lines)
     tests = [unit_test_from_json(line, f"unit_tests[{number}]") for number, line in enumerate(lines)]
+    if any(isinstance(t, MathTest) for t in tests):
+        from schemas.math_render import katex_version  # lazy: the browser-based renderer
+
+        katex_version()  # KaTeX missing is RuntimeError, not every math test failing (and silently dropped)
     if katex_cache is None or not any(isinstance(t, MathTest) for t in tests):
         results = check_all(tests, text)
     else:

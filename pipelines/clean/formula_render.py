@@ -22,7 +22,7 @@ from typing import Any
 
 from schemas.config import check_names, option
 from schemas.deadletter import Dropped, RecordError
-from schemas.math_unit_tests import run_cache_dir
+from schemas.math_unit_tests import katex_key, run_cache_dir
 from schemas.page import TASKS, PageRecord, ProvenanceStep, params_hash
 
 # 2: KaTeX refuses commands needing trust (\href, \url, \includegraphics, \html...), expands macros at most
@@ -53,15 +53,10 @@ class FormulaRenderStage:
 
     @staticmethod
     def resolved_inputs(spec: dict) -> list[str]:
-        """What the verdicts depend on beyond the config (``pipelines.refresh``): the installed KaTeX's
-        version, or ``missing`` (a run without KaTeX dead-letters every formula record; a refresh after
-        installing or upgrading it must render them again, not carry the old verdicts)."""
-        from schemas.math_render import katex_version
-
-        try:
-            return [f"katex {katex_version()}"]
-        except RuntimeError:
-            return ["katex missing"]
+        """What the verdicts depend on beyond the config (``pipelines.refresh``): the installed KaTeX
+        (``katex_key``: a run without KaTeX dead-letters every formula record; a refresh after installing
+        or upgrading it must render them again, not carry the old verdicts)."""
+        return [katex_key()]
 
     def bind_output(self, output: str) -> None:
         """Render behind a cache under the run's output (``<output>/_katex``), not the user's home; an

@@ -475,8 +475,10 @@ def adapt_test(convention: str, line: str) -> str | None:
     return line
 
 
-def kept_tests(convention: str, tests: list[str], response: str) -> list[str]:
+def kept_tests(convention: str, tests: list[str], response: str, katex_cache: str | None = None) -> list[str]:
     """The page's tests adapted to ``convention`` that pass on the ``checkable`` text of ``response``
-    (the rewrite), which is what ``model.eval`` and ``model.rewards`` score."""
+    (the rewrite), which is what ``model.eval`` and ``model.rewards`` score (``katex_cache``: where
+    ``math`` tests cache their renders, ``passing_tests``)."""
     adapted = (adapt_test(convention, line) for line in tests)
-    return passing_tests([line for line in adapted if line is not None], checkable(convention, response))
+    return passing_tests([line for line in adapted if line is not None], checkable(convention, response),
+                         katex_cache)

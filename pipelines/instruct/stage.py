@@ -26,6 +26,7 @@ from pipelines.instruct.conventions import CONVENTIONS, FORMULA_CONVENTION, appl
 from pipelines.instruct.dynamic import dynamic_instruction
 from pipelines.instruct.tasks import CROP_TASKS, crop_records, kie_record, vqa_records
 from schemas.config import check_names, option
+from schemas.math_unit_tests import katex_key, run_cache_dir
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.prompts import convention_instruction
 
@@ -85,6 +86,18 @@ class InstructStage:
     def __init__(self, cfg: InstructConfig = InstructConfig()):
         self.cfg = cfg
         self._step = ProvenanceStep(f"instruct:{self.name}", VERSION, params_hash(asdict(cfg)))
+        self._katex_cache: str | None = None  # bind_output: the run's; None: the default cache
+
+    @staticmethod
+    def resolved_inputs(spec: dict) -> list[str]:
+        """The installed KaTeX (``katex_key``): ``math`` tests are re-checked on each convention's rewrite."""
+        return [katex_key()]
+
+    def bind_output(self, output: str) -> None:
+        """Renders of the labels' formulas (``math`` tests re-checked on a rewrite) are cached in the run's
+        output (``run_cache_dir``), never the user's home. Called before any record."""
+        if output:
+            self._katex_cache = run_cache_dir(output)
 
     def _rng(self, record: PageRecord, what: str) -> random.Random:
         return random.Random(f"{what}:{self.cfg.seed}:{record.id}")
@@ -143,7 +156,7 @@ class InstructStage:
         convention = self.convention(record)
         out = rewrite(convention, record.response, record.elements, record.width, record.height)
         kept = record.unit_tests if convention == "markdown" else kept_tests(convention, record.unit_tests,
-                                                                             out.response)
+                                                                             out.response, self._katex_cache)
         dynamic = self.is_dynamic(record)
         instruction = self._instruction(record, convention, language, dynamic)
         page = replace(record, response=out.response, response_format=out.response_format, instruction=instruction,

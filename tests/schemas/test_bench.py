@@ -120,7 +120,7 @@ def test_skip_baseline_leaves_out_invalid_baseline_lines_too(tmp_path):
     (tmp_path / "cand" / "d_pg1_repeat1.md").write_text("one", encoding="utf-8")
     result = run_bench([tests], tmp_path / "cand", bootstrap=0, skip_baseline=True)
     assert [(x.id, x.passed) for x in result.results] == [("p", True)] and result.score == 1.0
-    assert any("max_repeats" in p for p in result.problems)  # still reported
+    assert any("max_repeats" in p and p.endswith("(left out: --skip-baseline)") for p in result.problems)
 
 
 def test_a_test_file_named_two_ways_is_one_group(bench_dir, monkeypatch):

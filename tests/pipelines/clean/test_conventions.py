@@ -182,3 +182,17 @@ def test_math_tests_checked_after_a_rewrite_cache_their_renders_in_the_run(tmp_p
     stage.bind_output(str(tmp_path / "out"))
     assert stage(rec)[0].unit_tests == []
     assert list((tmp_path / "out" / "_katex").iterdir()) and not (tmp_path / "home-cache").exists()
+
+
+def test_without_katex_a_rewritten_labels_math_tests_are_not_silently_dropped(monkeypatch):
+    """Every math test fails when KaTeX is missing: the rewrite dropped them all as failing, with no letter."""
+    from schemas import math_render
+
+    def missing(*args, **kwargs):
+        raise RuntimeError("KaTeX is not installed")
+
+    monkeypatch.setattr(math_render, "katex_version", missing)
+    rec = record(r"Let \(a=1, b=2\) be given.")
+    rec.unit_tests = [unit_test_to_json(MathTest(pdf="p.pdf", page=1, id="m", type="math", math="a=1, b=2"))]
+    with pytest.raises(RuntimeError, match="KaTeX is not installed"):
+        ConventionsStage()(rec)

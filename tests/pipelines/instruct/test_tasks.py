@@ -237,3 +237,16 @@ def test_plain_text_transcriptions_get_the_plain_prompt() -> None:
     assert zh.instruction == CONVENTION_PROMPTS[("plain", "zh")]
     (dyn,) = InstructStage(replace(cfg, dynamic_share=1.0))(rec)
     assert "French" in dyn.instruction and dyn.instruction.endswith(CONVENTION_PROMPTS[("plain", "en")])
+
+
+def test_math_tests_rechecked_on_a_rewrite_cache_their_renders_in_the_run(tmp_path, monkeypatch):
+    """The instruct stage re-checks a page's tests on each convention's rewrite; its math renders went to the
+    user's ~/.cache (the labels are untrusted: the run's folders only)."""
+    monkeypatch.setenv("PAGEMILL_CACHE", str(tmp_path / "home-cache"))
+    stage = InstructStage(InstructConfig(assign={"s": "markdown_tables"}, crops=(), kie=False, vqa_per_page=0))
+    stage.bind_output(str(tmp_path / "out"))
+    math = json.dumps({"pdf": "p.pdf", "page": 1, "id": "m2", "type": "math", "math": "E=mc^{2}"})  # not verbatim
+    out = stage(record(unit_tests=[math]))[0]
+    assert out.metadata["instruct"]["convention"] == "markdown_tables"
+    assert any('"math"' in t for t in out.unit_tests)  # the math test was checked, and kept
+    assert list((tmp_path / "out" / "_katex").iterdir()) and not (tmp_path / "home-cache").exists()
