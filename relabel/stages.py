@@ -23,6 +23,7 @@ a batch call the Beam wrapper uses. The loop detector is handed in by the caller
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
@@ -176,7 +177,9 @@ class RelabelStage(_ConfiguredStage):
         if reason is None and self.cfg.mode == "replace" and record.unit_tests:
             # the record's tests were checked on its label (verifiable truth, e.g. a synthetic page's): a
             # replacement must pass them all, or the record would carry tests its own label fails
-            failed = len(record.unit_tests) - len(passing_tests(record.unit_tests, answer.text, self.katex_cache))
+            # in a thread: a math test renders with Playwright's sync API, which refuses to run in this event loop
+            passed = await asyncio.to_thread(passing_tests, record.unit_tests, answer.text, self.katex_cache)
+            failed = len(record.unit_tests) - len(passed)
             reason = "fails_unit_tests" if failed else None
         finding: dict[str, Any] = {"model": self.client.model, "prompt_version": RELABEL_VERSION,
                                    "mode": self.cfg.mode, "finish_reason": answer.finish_reason}

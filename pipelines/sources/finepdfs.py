@@ -368,19 +368,23 @@ class _RecordStream(_io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def _check_deadline(self) -> None:
+        if self._deadline is not None and time.monotonic() > self._deadline:  # a server dripping the record
+            raise TimeoutError("the record was not read within http_timeout_s")
+
     def readinto(self, buffer) -> int:
         want = min(len(buffer), self._left)
         if want <= 0:
             return 0
-        if self._deadline is not None and time.monotonic() > self._deadline:  # a server dripping the record
-            raise TimeoutError("the record was not read within http_timeout_s")
         if self._inflate is None:
+            self._check_deadline()
             data, self._pending = self._pending[:want], self._pending[want:]
             data = data or self._read(want)
         else:
             data = b""
             while not data and not self._inflate.eof:
                 if not self._pending:
+                    self._check_deadline()  # each read: a member may inflate to nothing for as long as it drips
                     self._pending = self._read(1 << 14)  # as warcio reads: 16 KiB of input at a time
                     if not self._pending:
                         break  # a truncated member: warcio judges what there is

@@ -29,7 +29,8 @@ from schemas.deadletter import RecordError
 
 MAX_ROW_GROUP_BYTES = 1 << 30  # the most a row group's read columns may inflate to (footer sizes)
 MAX_BATCH_BYTES = 64 << 20  # a row group is read in batches of about this many inflated bytes
-SUSPECT_RATIO = 50  # a dictionary column compressed more than this may repeat one large value (batch_rows)
+SUSPECT_RATIO = 50  # a dictionary column compressed more than this may repeat one large value (_dictionary_only)
+INDEX_BYTES = 8  # data-page bytes a row of a dictionary-encoded column takes at most (an index, RLE-packed)
 MAX_CELL_BYTES = 50 << 20  # the largest binary cell handed out (images.DEFAULT_MAX_BYTES)
 
 
@@ -76,10 +77,9 @@ def row_group_bytes(parquet: pq.ParquetFile, group: int, columns: list[str] | No
 def batch_rows(parquet: pq.ParquetFile, group: int, columns: list[str] | None, batch_size: int,
                max_batch_bytes: int) -> int:
     """Rows per batch of row group ``group`` so a batch inflates to about ``max_batch_bytes`` at most (never
-    under one row): columns by their mean row size, except a dictionary-encoded one that compresses more than
-    ``SUSPECT_RATIO`` times: its row may be as large as its whole dictionary (one value repeated on every row
-    decodes to rows x value), so it counts whole. (pyarrow writes a dictionary page for every column and keeps
-    it after falling back to plain pages: counting every such column whole read real files a row at a time.)"""
+    under one row): columns by their mean row size, except one that may repeat a few large values
+    (``_dictionary_only``): its row may be as large as its whole dictionary (one value repeated on every row
+    decodes to rows x value), so it counts whole."""
     meta = parquet.metadata.row_group(group)
     wanted = None if columns is None else set(columns)
     rows = max(meta.num_rows, 1)
@@ -89,9 +89,21 @@ def batch_rows(parquet: pq.ParquetFile, group: int, columns: list[str] | None, b
         if wanted is not None and chunk.path_in_schema.split(".", 1)[0] not in wanted:
             continue
         size = max(int(chunk.total_uncompressed_size), 0)
-        suspect = chunk.has_dictionary_page and size > SUSPECT_RATIO * max(int(chunk.total_compressed_size), 1)
-        per_row += size if suspect else size / rows
+        per_row += size if _dictionary_only(chunk, rows) else size / rows
     return max(1, min(batch_size, int(max_batch_bytes // max(per_row, 1))))
+
+
+def _dictionary_only(chunk: Any, rows: int) -> bool:
+    """Whether a column chunk's rows are indices into its dictionary (its data pages hold at most
+    ``INDEX_BYTES`` a row), or it compresses more than ``SUSPECT_RATIO`` times: then one row may decode to
+    the whole dictionary (one value repeated on every row decodes to rows x value). A chunk whose dictionary
+    filled and fell back to plain pages holds its values in the data pages: its rows count by their mean
+    (pyarrow writes a dictionary page for every column: counting each whole read files a row at a time)."""
+    if not chunk.has_dictionary_page:
+        return False
+    stored = max(int(chunk.total_compressed_size), 1)
+    data = stored - (int(chunk.data_page_offset) - int(chunk.dictionary_page_offset or 0))
+    return data <= INDEX_BYTES * rows or int(chunk.total_uncompressed_size) > SUSPECT_RATIO * stored
 
 
 def _binary_cells(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.Array]]:

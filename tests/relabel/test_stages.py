@@ -16,7 +16,7 @@ from relabel.prompts import parse_verdict
 from relabel.stages import AuditConfig, PreferenceConfig, RelabelConfig
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import validate
-from schemas.unit_tests import PresenceTest, unit_test_to_json
+from schemas.unit_tests import MathTest, PresenceTest, unit_test_to_json
 from tests.helpers import page_record
 from tests.relabel.fault_proxy import prompt_text
 
@@ -59,6 +59,19 @@ def test_relabel_replace_rejects_a_label_that_fails_the_records_unit_tests(proxy
     cfg = replace(cfg, cache_path=str(tmp_path / "other.sqlite"))  # (the first answer is cached)
     [out] = RelabelStage(cfg)(page_record(response="Old text.", unit_tests=tests))
     assert out.response == "# New label\n\nOld text, better." and out.quality["relabel"]["rejected"] is None
+
+
+def test_relabel_replace_checks_a_math_test_by_rendering_in_the_runs_cache(proxy, tmp_path, monkeypatch):
+    """The stage runs in an event loop, where Playwright's sync API (the math test's renderer) refuses to run:
+    every answer needing a render failed its math test and was rejected. The renders go to <output>/_katex."""
+    monkeypatch.setenv("PAGEMILL_CACHE", str(tmp_path / "home-cache"))
+    math = unit_test_to_json(MathTest(pdf="p.pdf", page=1, id="m", type="math", math="E=mc^{2}"))  # not verbatim
+    proxy.rewrite = lambda request: "Energy: \\(E = m c^2\\) holds."
+    stage = RelabelStage(RelabelConfig(client=client(proxy), mode="replace", max_tokens=8))
+    stage.bind_output(str(tmp_path / "out"))
+    [out] = stage(page_record(response="Old: \\(E=mc^{2}\\).", unit_tests=[math]))
+    assert out.quality["relabel"]["rejected"] is None and out.response == "Energy: \\(E = m c^2\\) holds."
+    assert list((tmp_path / "out" / "_katex").iterdir()) and not (tmp_path / "home-cache").exists()
 
 
 @pytest.mark.parametrize("content, reason", [("", "empty"), ("abc " * 300, "loop_exact")])

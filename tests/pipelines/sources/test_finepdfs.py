@@ -440,7 +440,12 @@ def test_finepdfs_language_labels_become_iso_639_1_tags():
     assert all(bcp47_language(k).split("-")[0] == "zh" for k in ("cmn_Hani", "zho_Hans", "zho_Hant"))
 
 
-def test_a_server_dripping_a_record_is_cut_off_at_http_timeout_s() -> None:
+GZIP_HEAD = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+EMPTY_BLOCK = b"\x00\x00\x00\xff\xff"  # an empty stored deflate block: zlib takes it and gives nothing
+
+
+@pytest.mark.parametrize("head,drop", [(b"", b"W"), (GZIP_HEAD, EMPTY_BLOCK)], ids=["raw", "gzip"])
+def test_a_server_dripping_a_record_is_cut_off_at_http_timeout_s(head: bytes, drop: bytes) -> None:
     """http_timeout_s bounded each socket read, so a server sending a byte every 0.1 s held the row as long
     as it dripped; it now bounds the record's whole body (the reads are checked against a deadline)."""
     from pipelines.sources.finepdfs import WarcFetcher
@@ -448,15 +453,16 @@ def test_a_server_dripping_a_record_is_cut_off_at_http_timeout_s() -> None:
     class Drip(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server API)
             self.send_response(206)
-            self.send_header("Content-Length", "60")
             self.end_headers()
-            for _ in range(60):
-                time.sleep(0.1)
-                try:
-                    self.wfile.write(b"W")
-                    self.wfile.flush()
-                except OSError:
-                    return
+            try:
+                self.wfile.write(head)
+                for _ in range(12):
+                    for byte in drop:
+                        time.sleep(0.1 / len(drop))
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+            except OSError:
+                return
 
         def log_message(self, *args) -> None:
             pass

@@ -5,6 +5,7 @@ the per-cell cap is dead-lettered, never handed out (``pipelines.sources.parquet
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pyarrow as pa
@@ -78,8 +79,10 @@ def test_a_row_group_is_read_in_batches_bounded_by_bytes(tmp_path, monkeypatch):
     assert len(rows) == 8 and sizes and max(sizes) <= 2
 
 
-def test_a_dictionary_encoded_cell_repeated_on_every_row_is_read_a_row_at_a_time(tmp_path, monkeypatch):
-    """One 100 KB value on 50 rows is ~100 KB in the footer but 5 MB decoded: batches count it whole."""
+@pytest.mark.parametrize("value", [b"\7" * 100_000, os.urandom(100_000)], ids=["compressible", "random"])
+def test_a_dictionary_encoded_cell_repeated_on_every_row_is_read_a_row_at_a_time(tmp_path, monkeypatch, value):
+    """One 100 KB value on 50 rows is ~100 KB in the footer but 5 MB decoded: batches count it whole, whether
+    the value compresses or not (a random one slipped past a compression-ratio rule)."""
     sizes: list[int] = []
     real = pq.ParquetFile.iter_batches
 
@@ -88,9 +91,20 @@ def test_a_dictionary_encoded_cell_repeated_on_every_row_is_read_a_row_at_a_time
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
-    path = _write(tmp_path / "d.parquet", [b"\7" * 100_000] * 50, per_group=50)
+    path = _write(tmp_path / "d.parquet", [value] * 50, per_group=50)
     rows = list(parquet_rows.stream_rows(path, None, lambda s: "", 64, max_batch_bytes=150_000))
     assert len(rows) == 50 and sizes == [1]
+
+
+def test_distinct_values_are_read_in_batches_by_their_mean_size(tmp_path):
+    """pyarrow writes a dictionary page for every column, also one of distinct values that fell back to plain
+    pages: counting such a column whole read real files a row at a time."""
+    path = _write(tmp_path / "d.parquet", [os.urandom(10_000) for _ in range(2000)], per_group=2000)  # 20 MB
+    texts = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"text": [f"text {i} " * 50 for i in range(2000)]}), texts)
+    for file in (path, texts):
+        parquet = pq.ParquetFile(file)
+        assert parquet_rows.batch_rows(parquet, 0, None, 64, 64 << 20) == 64
 
 
 def test_olmocr_mix_row_group_over_the_cap_is_lettered_not_read(tmp_path, monkeypatch):
