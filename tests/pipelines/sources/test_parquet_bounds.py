@@ -65,7 +65,8 @@ def test_an_oversized_row_group_is_never_read_and_each_row_is_lettered(tmp_path,
     assert asked == [[1]]  # pyarrow never asked for the oversized group
 
 
-def test_a_row_group_is_read_in_batches_bounded_by_bytes(tmp_path, monkeypatch):
+def batch_sizes(monkeypatch) -> list[int]:
+    """The batch sizes ``stream_rows`` asks pyarrow for, as it asks."""
     sizes: list[int] = []
     real = pq.ParquetFile.iter_batches
 
@@ -74,6 +75,11 @@ def test_a_row_group_is_read_in_batches_bounded_by_bytes(tmp_path, monkeypatch):
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    return sizes
+
+
+def test_a_row_group_is_read_in_batches_bounded_by_bytes(tmp_path, monkeypatch):
+    sizes = batch_sizes(monkeypatch)
     path = _write(tmp_path / "m.parquet", [bytes([i]) * 10_000 for i in range(8)], per_group=8)
     rows = list(parquet_rows.stream_rows(path, None, lambda s: "", 64, max_batch_bytes=20_000))
     assert len(rows) == 8 and sizes and max(sizes) <= 2
@@ -83,14 +89,7 @@ def test_a_row_group_is_read_in_batches_bounded_by_bytes(tmp_path, monkeypatch):
 def test_a_dictionary_encoded_cell_repeated_on_every_row_is_read_a_row_at_a_time(tmp_path, monkeypatch, value):
     """One 100 KB value on 50 rows is ~100 KB in the footer but 5 MB decoded: batches count it whole, whether
     the value compresses or not (a random one slipped past a compression-ratio rule)."""
-    sizes: list[int] = []
-    real = pq.ParquetFile.iter_batches
-
-    def spy(self, *args, **kwargs):
-        sizes.append(kwargs["batch_size"])
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    sizes = batch_sizes(monkeypatch)
     path = _write(tmp_path / "d.parquet", [value] * 50, per_group=50)
     rows = list(parquet_rows.stream_rows(path, None, lambda s: "", 64, max_batch_bytes=150_000))
     assert len(rows) == 50 and sizes == [1]
