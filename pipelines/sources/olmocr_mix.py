@@ -39,7 +39,15 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipelines import io
-from pipelines.sources.base import Row, SourcePage, SourceSettings, load_options, path_under, read_file
+from pipelines.sources.base import (
+    Row,
+    SourcePage,
+    SourceSettings,
+    input_bases,
+    load_options,
+    path_under,
+    read_file,
+)
 from pipelines.sources.parquet_rows import MAX_ROW_GROUP_BYTES, open_parquet, row_group_bytes
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
@@ -54,7 +62,8 @@ from schemas.page import INT32_MAX, ProvenanceStep, params_hash
 #    0225 rows no tarball held are corrupt_tarball/missing_tarball, naming it, when a tarball could not be read
 # 5: a tarball path resolving (through symlinks) outside the root is unsafe_path, never opened; a row group whose
 #    footer says it inflates past MAX_ROW_GROUP_BYTES is never read, its rows row_group_too_large
-VERSION = "5"
+# 6: an olmOCR-mix-0225 tarball the glob matches but that resolves outside the glob's folder is never opened
+VERSION = "6"
 PAGE_RESPONSE_FIELDS = (
     "primary_language",
     "is_rotation_valid",
@@ -660,8 +669,14 @@ class OlmOcrMix0225Source(OlmOcrMixSource):
         tarballs: str | None = option(None, help="glob of the PDF tarballs (default: <root>/pdf_tarballs/*.tar.gz)")
 
     def _tarball_uris(self, parquet_uri: str) -> list[str]:
+        """The tarballs the glob matches; a local one that resolves (a symlink) outside the folder the glob
+        starts from is left out, never opened: the rows whose PDF only it holds are ``missing_tar_member``."""
         pattern = self.options.tarballs or io.join(self._root(parquet_uri), "pdf_tarballs", "*.tar.gz")
-        return io.match(pattern)
+        matched = io.match(pattern)
+        if "://" in pattern:
+            return matched
+        base = os.path.realpath(input_bases([pattern])[0] or ".")
+        return [uri for uri in matched if os.path.commonpath([base, os.path.realpath(uri)]) == base]
 
     def plan(self, uri: str) -> Iterator[JoinUnit]:
         # Which tarball holds which id is unknown, so one unit streams every tarball.

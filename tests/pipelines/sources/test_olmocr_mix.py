@@ -160,6 +160,23 @@ def test_0225_json_response(samples_root):
     assert all(p.language == "en" and p.response for p in good)
 
 
+def test_0225_tarball_symlinked_out_of_its_folder_is_never_opened(samples_root, tmp_path, monkeypatch):
+    from pipelines import io as pio
+
+    shutil.copytree(samples_root / "olmocr-mix-0225", tmp_path / "mix")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    tarballs = tmp_path / "mix" / "pdf_tarballs"
+    (tarballs / "s2pdf_00000.tar.gz").rename(outside / "s2pdf_00000.tar.gz")
+    os.symlink(outside / "s2pdf_00000.tar.gz", tarballs / "s2pdf_00000.tar.gz")
+    opened = []
+    real = pio.open_read
+    monkeypatch.setattr(pio, "open_read", lambda uri, *a, **k: opened.append(str(uri)) or real(uri, *a, **k))
+    rows = read_all(source("olmocr_mix_0225"), str(tmp_path / "mix" / "train-s2pdf.parquet"))
+    assert len(rows) == 4 and not any(".tar.gz" in uri for uri in opened)
+    assert [r.error.reason for r in rows] == ["missing_tar_member"] * 4  # (its PDFs are in no tarball read)
+
+
 def test_train_dir_pairs(samples_root):
     rows = read_all(source("olmocr_train_dir"), str(samples_root / "olmocr-train"))
     assert len(rows) == 4
