@@ -359,29 +359,31 @@ def iter_lines(handle: IO[bytes], chunk: int = 1 << 20, max_line: int | None = N
         yield b"".join(pending)
 
 
-def read_before(stream: IO[bytes], limit: int, deadline: float, chunk: int = 1 << 16) -> bytes:
-    """At most ``limit + 1`` bytes of ``stream`` (more than ``limit`` tells the caller it is too large), read as
-    they arrive (``read1`` where the stream has it: a server dripping bytes cannot fill a whole ``read(n)``
-    slowly); ``TimeoutError`` once ``time.monotonic()`` passes ``deadline``. A per-read socket timeout alone
-    bounds each wait, not the whole response: this bounds the response (an HTTP response's socket waits are
-    also cut to the time left). Shared by readers that fetch over HTTP (images, WARC records)."""
+def read_before(stream: IO[bytes], limit: int, deadline: float | None = None, chunk: int = 1 << 16) -> bytes:
+    """At most ``limit + 1`` bytes of ``stream`` (more than ``limit`` tells the caller it is too large: a
+    gzip bomb never inflates past the cap in memory), read as they arrive (``read1`` where the stream has it:
+    a server dripping bytes cannot fill a whole ``read(n)`` slowly). With ``deadline``, ``TimeoutError`` once
+    ``time.monotonic()`` passes it: a per-read socket timeout alone bounds each wait, not the whole response
+    (an HTTP response's socket waits are also cut to the time left). Used by the image resolver and for a
+    FinePDFs record's payload (no deadline there: its record stream checks one)."""
     read = getattr(stream, "read1", None) or stream.read
     sock = getattr(getattr(getattr(stream, "fp", None), "raw", None), "_sock", None)  # http.client's socket
     chunks, total = [], 0
     while total <= limit:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"response not complete by its deadline ({total} bytes read)")
-        if sock is not None and hasattr(sock, "settimeout"):
-            try:
-                sock.settimeout(left)
-            except OSError:
-                pass
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"response not complete by its deadline ({total} bytes read)")
+            if sock is not None and hasattr(sock, "settimeout"):
+                try:
+                    sock.settimeout(left)
+                except OSError:
+                    pass
         data = read(min(chunk, limit + 1 - total))
         if not data:
             break
         chunks.append(data)
         total += len(data)
-    if time.monotonic() > deadline:
+    if deadline is not None and time.monotonic() > deadline:
         raise TimeoutError(f"response not complete by its deadline ({total} bytes read)")
     return b"".join(chunks)

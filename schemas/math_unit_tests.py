@@ -53,6 +53,12 @@ def katex_key() -> str:
         return "katex missing"
 
 
+def katex_inputs(spec: dict) -> list[str]:
+    """``resolved_inputs`` (``pipelines.refresh``) of a stage whose output depends on rendering formulas:
+    ``[katex_key()]``, whatever its config ``spec``."""
+    return [katex_key()]
+
+
 def run_cache_dir(output: str) -> str:
     """Where a run with output folder ``output`` caches the renders of its (untrusted) formulas
     (``schemas.math_render.cache_in``): ``<output>/_katex``, never the user's ``~/.cache``; ``""`` (no

@@ -178,19 +178,16 @@ def passing_tests(lines: Iterable[str], text: str, katex_cache: str | None = Non
     """The entries of ``lines`` (``PageRecord.unit_tests``: one JSON test each) that pass on ``text``, in
     order. A stage that rewrites a record's response keeps only these (or rejects the rewrite), so no
     record carries a test its own label fails; a check that raises is a failure, as in ``check_all``.
-    ``katex_cache``: where ``math`` tests cache their renders (``schemas.math_render.run_cache_dir`` of
+    ``katex_cache``: where ``math`` tests cache their renders (``schemas.math_unit_tests.run_cache_dir`` of
     the run; None: the default cache)."""
     lines = list(lines)
     tests = [unit_test_from_json(line, f"unit_tests[{number}]") for number, line in enumerate(lines)]
-    if any(isinstance(t, MathTest) for t in tests):
-        from schemas.math_render import katex_version  # lazy: the browser-based renderer
-
-        katex_version()  # KaTeX missing is RuntimeError, not every math test failing (and silently dropped)
-    if katex_cache is None or not any(isinstance(t, MathTest) for t in tests):
+    if not any(isinstance(t, MathTest) for t in tests):
         results = check_all(tests, text)
     else:
-        from schemas.math_render import cache_in  # lazy: the browser-based renderer
+        from schemas.math_render import cache_in, katex_version  # lazy: the browser-based renderer
 
+        katex_version()  # KaTeX missing is RuntimeError, not every math test failing (and silently dropped)
         with cache_in(katex_cache):
             results = check_all(tests, text)
     return [line for line, (_, passed, _) in zip(lines, results) if passed]

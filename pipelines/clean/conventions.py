@@ -54,7 +54,7 @@ from typing import Any, Literal
 
 from schemas.config import option
 from schemas.deadletter import RecordError
-from schemas.math_unit_tests import katex_key, run_cache_dir
+from schemas.math_unit_tests import katex_inputs, run_cache_dir
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.unit_tests import passing_tests
 
@@ -520,10 +520,7 @@ class ConventionsStage:
         self._provenance = ProvenanceStep(f"clean:{self.name}", VERSION, params_hash(asdict(cfg)))
         self._katex_cache: str | None = None  # bind_output: the run's; None: the default cache
 
-    @staticmethod
-    def resolved_inputs(spec: dict) -> list[str]:
-        """The installed KaTeX (``katex_key``): ``math`` tests are re-checked on a rewritten label."""
-        return [katex_key()]
+    resolved_inputs = staticmethod(katex_inputs)  # the installed KaTeX: math tests re-checked on a rewrite
 
     def bind_output(self, output: str) -> None:
         """Renders of the labels' formulas (``math`` tests checked after a rewrite) are cached in the run's

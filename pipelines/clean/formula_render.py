@@ -22,7 +22,7 @@ from typing import Any
 
 from schemas.config import check_names, option
 from schemas.deadletter import Dropped, RecordError
-from schemas.math_unit_tests import katex_key, run_cache_dir
+from schemas.math_unit_tests import katex_inputs, run_cache_dir
 from schemas.page import TASKS, PageRecord, ProvenanceStep, params_hash
 
 # 2: KaTeX refuses commands needing trust (\href, \url, \includegraphics, \html...), expands macros at most
@@ -51,12 +51,9 @@ class FormulaRenderStage:
         self._renderer: Any = None  # per worker, on first use
         self._cache_dir: str | None = None  # bind_output: the run's; None: the default cache
 
-    @staticmethod
-    def resolved_inputs(spec: dict) -> list[str]:
-        """What the verdicts depend on beyond the config (``pipelines.refresh``): the installed KaTeX
-        (``katex_key``: a run without KaTeX dead-letters every formula record; a refresh after installing
-        or upgrading it must render them again, not carry the old verdicts)."""
-        return [katex_key()]
+    # the installed KaTeX: a run without it dead-letters every formula record; a refresh after installing or
+    # upgrading it must render them again, not carry the old verdicts
+    resolved_inputs = staticmethod(katex_inputs)
 
     def bind_output(self, output: str) -> None:
         """Render behind a cache under the run's output (``<output>/_katex``), not the user's home; an

@@ -26,7 +26,7 @@ from pipelines.instruct.conventions import CONVENTIONS, FORMULA_CONVENTION, appl
 from pipelines.instruct.dynamic import dynamic_instruction
 from pipelines.instruct.tasks import CROP_TASKS, crop_records, kie_record, vqa_records
 from schemas.config import check_names, option
-from schemas.math_unit_tests import katex_key, run_cache_dir
+from schemas.math_unit_tests import katex_inputs, run_cache_dir
 from schemas.page import PageRecord, ProvenanceStep, params_hash
 from schemas.prompts import convention_instruction
 
@@ -88,10 +88,7 @@ class InstructStage:
         self._step = ProvenanceStep(f"instruct:{self.name}", VERSION, params_hash(asdict(cfg)))
         self._katex_cache: str | None = None  # bind_output: the run's; None: the default cache
 
-    @staticmethod
-    def resolved_inputs(spec: dict) -> list[str]:
-        """The installed KaTeX (``katex_key``): ``math`` tests are re-checked on each convention's rewrite."""
-        return [katex_key()]
+    resolved_inputs = staticmethod(katex_inputs)  # the installed KaTeX: math tests re-checked on each rewrite
 
     def bind_output(self, output: str) -> None:
         """Renders of the labels' formulas (``math`` tests re-checked on a rewrite) are cached in the run's

@@ -333,18 +333,6 @@ def _close_quietly(handle: IO[bytes]) -> None:
         pass
 
 
-def _read_capped(stream: IO[bytes], limit: int) -> bytes:
-    """At most ``limit + 1`` bytes of ``stream`` (one more than the cap, to tell "too large" from "exactly
-    the cap"): a gzip-bomb record never inflates past the cap in memory."""
-    data = stream.read(limit + 1)
-    while len(data) <= limit:  # a short read is not necessarily the end
-        more = stream.read(limit + 1 - len(data))
-        if not more:
-            break
-        data += more
-    return data
-
-
 OPEN_HANDLES = 16  # WARC files a reader keeps open at once
 FAILED_FILES = 1024  # WARC files that failed to open, remembered so their rows fail without a retry
 _HEADER_BYTES = 1 << 20  # a record's WARC and HTTP headers, on top of its payload cap (real ones: a few KB)
@@ -406,7 +394,7 @@ def _read_one_record(stream: IO[bytes], where: str, max_bytes: int = DEFAULT_MAX
             raise RecordError("warc_unreadable", f"no WARC record at {where}")
         if record.rec_type not in ("response", "resource"):
             raise RecordError("warc_not_pdf", f"{where} is a {record.rec_type!r} record, not a response")
-        payload = _read_capped(record.content_stream(), max_bytes)
+        payload = pio.read_before(record.content_stream(), max_bytes)  # one byte over: too large
         content_type = (
             record.http_headers.get_header("Content-Type") if record.http_headers else None
         ) or record.rec_headers.get_header("Content-Type")

@@ -48,7 +48,7 @@ from pipelines.sources.base import (
     path_under,
     read_file,
 )
-from pipelines.sources.parquet_rows import MAX_ROW_GROUP_BYTES, open_parquet, row_group_bytes
+from pipelines.sources.parquet_rows import MAX_ROW_GROUP_BYTES, open_parquet, row_group_problem
 from schemas.config import option
 from schemas.deadletter import Dropped, RecordError
 from schemas.page import INT32_MAX, ProvenanceStep, params_hash
@@ -612,13 +612,8 @@ def _tar_resolver(root: str) -> Callable[[str], str]:
 
 
 def _row_group_problem(pf: pq.ParquetFile, rg: int, columns: list[str] | None) -> RecordError | None:
-    """``row_group_too_large`` when row group ``rg``'s ``columns`` (None: all) inflate, by the footer, past
-    ``MAX_ROW_GROUP_BYTES``; None when it may be read."""
-    size = row_group_bytes(pf, rg, columns)
-    if size <= MAX_ROW_GROUP_BYTES:
-        return None
-    return RecordError("row_group_too_large", f"row group {rg} inflates to {size} bytes, over the cap of "
-                                              f"{MAX_ROW_GROUP_BYTES}")
+    """``parquet_rows.row_group_problem`` under this module's ``MAX_ROW_GROUP_BYTES``."""
+    return row_group_problem(pf, rg, columns, MAX_ROW_GROUP_BYTES)
 
 
 def _split_relpath(rel: Any) -> tuple[str, str]:
@@ -675,8 +670,16 @@ class OlmOcrMix0225Source(OlmOcrMixSource):
         matched = io.match(pattern)
         if "://" in pattern:
             return matched
-        base = os.path.realpath(input_bases([pattern])[0] or ".")
-        return [uri for uri in matched if os.path.commonpath([base, os.path.realpath(uri)]) == base]
+        base = input_bases([pattern])[0] or "."
+
+        def inside(uri: str) -> bool:
+            try:
+                path_under(base, os.path.relpath(uri, base), f"the tarballs' folder {base}")
+                return True
+            except RecordError:
+                return False
+
+        return [uri for uri in matched if inside(uri)]
 
     def plan(self, uri: str) -> Iterator[JoinUnit]:
         # Which tarball holds which id is unknown, so one unit streams every tarball.

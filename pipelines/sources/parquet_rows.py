@@ -74,6 +74,18 @@ def row_group_bytes(parquet: pq.ParquetFile, group: int, columns: list[str] | No
     return total
 
 
+def row_group_problem(parquet: pq.ParquetFile, group: int, columns: list[str] | None, cap: int,
+                      where: str = "") -> RecordError | None:
+    """``row_group_too_large`` when row group ``group``'s ``columns`` (None: all) inflate, by the footer, past
+    ``cap`` bytes (``where`` starts the message); None when it may be read."""
+    size = row_group_bytes(parquet, group, columns)
+    if size <= cap:
+        return None
+    rows = parquet.metadata.row_group(group).num_rows
+    return RecordError("row_group_too_large", f"{where}row group {group} ({rows} rows) inflates to {size} bytes, "
+                                              f"over the cap of {cap}")
+
+
 def batch_rows(parquet: pq.ParquetFile, group: int, columns: list[str] | None, batch_size: int,
                max_batch_bytes: int) -> int:
     """Rows per batch of row group ``group`` so a batch inflates to about ``max_batch_bytes`` at most (never
@@ -178,12 +190,9 @@ def stream_rows(uri: str, columns: list[str] | None, schema_problem: Callable[[p
         present = set(parquet.schema_arrow.names)
         wanted = [c for c in columns if c in present] if columns is not None else None
         for group in range(parquet.metadata.num_row_groups):
-            rows = parquet.metadata.row_group(group).num_rows
-            size = row_group_bytes(parquet, group, wanted)
-            if size > max_row_group_bytes:  # never read: each of its rows is accounted by its place
-                error = RecordError("row_group_too_large", f"{uri}: row group {group} ({rows} rows) inflates to "
-                                                           f"{size} bytes, over the cap of {max_row_group_bytes}")
-                for _ in range(rows):
+            error = row_group_problem(parquet, group, wanted, max_row_group_bytes, f"{uri}: ")
+            if error is not None:  # never read: each of its rows is accounted by its place
+                for _ in range(parquet.metadata.row_group(group).num_rows):
                     yield WithheldRecord({name: None for name in wanted or parquet.schema_arrow.names}, {}, error)
                     index += 1
                 continue
